@@ -1,0 +1,5 @@
+import sys
+
+from sheepop.cli import main
+
+sys.exit(main())
