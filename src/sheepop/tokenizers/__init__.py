@@ -1,0 +1,115 @@
+"""Tokenizers: char, word, byte-level BPE and digits behind one interface (see base.py).
+
+    tok = train_tokenizer("bpe", texts, vocab_size=4096)
+    tok.save("tok.json"); tok = load("tok.json")      # whichever kind the file holds
+    ids = tok.encode("hello", add_eos=True); text = tok.decode(ids)
+
+Default vocabulary sizes (vocab_size=0): char and word keep every character / word of the
+corpus, bpe learns up to DEFAULT_BPE_VOCAB ids, digits always has 11 (+ specials asked for).
+Vocabulary sizes always count the special tokens.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from sheepop.errors import UserError
+from sheepop.tokenizers.base import (
+    BOS,
+    EOS,
+    FORMAT,
+    PAD,
+    UNK,
+    VERSION,
+    IncrementalDecoder,
+    Tokenizer,
+    decode_stream,
+)
+
+KINDS: tuple[str, ...] = ("char", "word", "bpe", "digits")
+DEFAULT_BPE_VOCAB = 4096
+
+# Kinds are imported when first used, so that loading a char tokenizer never pays for bpe.
+_CLASSES = {
+    "char": ("sheepop.tokenizers.char", "CharTokenizer"),
+    "word": ("sheepop.tokenizers.word", "WordTokenizer"),
+    "bpe": ("sheepop.tokenizers.bpe", "BPETokenizer"),
+    "digits": ("sheepop.tokenizers.digits", "DigitsTokenizer"),
+}
+
+__all__ = ["BOS", "EOS", "PAD", "UNK", "KINDS", "DEFAULT_BPE_VOCAB", "Tokenizer",
+           "IncrementalDecoder", "decode_stream", "load", "loads", "train_tokenizer",
+           "tokenizer_class"]
+
+
+def tokenizer_class(kind: str) -> type[Tokenizer]:
+    if kind not in _CLASSES:
+        raise UserError(f"unknown tokenizer kind {kind!r} (choose from {', '.join(KINDS)})")
+    module, name = _CLASSES[kind]
+    return getattr(importlib.import_module(module), name)
+
+
+def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 0,
+                    **options: Any) -> Tokenizer:
+    """Learn a tokenizer of `kind` from `texts` (an iterable of documents, read once).
+
+    Options by kind: word: min_freq, lowercase; bpe: pattern ("gpt2" | "gpt4" | a regex),
+    special_tokens, backend ("sheepop" | "hf"), progress; digits: special_tokens.
+    """
+    cls = tokenizer_class(kind)
+    if not isinstance(vocab_size, int) or vocab_size < 0:
+        raise UserError(f"vocab_size must be a non-negative integer, got {vocab_size!r}")
+    if kind == "bpe" and not vocab_size:
+        vocab_size = DEFAULT_BPE_VOCAB
+    try:
+        return cls.train(texts, vocab_size=vocab_size, **options)  # type: ignore[attr-defined]
+    except TypeError as e:
+        if "unexpected keyword argument" in str(e):
+            raise UserError(f"{kind} tokenizer: {e}") from None
+        raise
+
+
+def loads(json_text: str, where: str = "tokenizer") -> Tokenizer:
+    """A tokenizer from the text of its JSON file; `where` names it in error messages."""
+    try:
+        data = json.loads(json_text)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise UserError(f"{where}: not a valid sheepop tokenizer file (not JSON: {e})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        hint = ""
+        if isinstance(data, dict) and "model" in data and "added_tokens" in data:
+            hint = "; it looks like a Hugging Face tokenizer.json, which sheepop exports but " \
+                   "does not load (use `sheepop tokenizer import --gpt2` for GPT-2 files)"
+        raise UserError(f"{where}: not a sheepop tokenizer file (no \"format\": \"{FORMAT}\")"
+                        f"{hint}")
+    version = data.get("version")
+    if type(version) is not int or version < 1:
+        raise UserError(f"{where}: tokenizer file has no valid version number")
+    if version > VERSION:
+        raise UserError(f"{where}: tokenizer file has format version {version}; this sheepop "
+                        f"reads up to version {VERSION}: upgrade sheepop")
+    kind = data.get("kind")
+    if kind not in _CLASSES:
+        raise UserError(f"{where}: unknown tokenizer kind {kind!r} "
+                        f"(this sheepop knows {', '.join(KINDS)})")
+    return tokenizer_class(kind)._from_payload(data, where)
+
+
+def load(path: str | Path) -> Tokenizer:
+    """The tokenizer saved at `path`, of whichever kind the file holds."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise UserError(f"tokenizer file not found: {path}") from None
+    except IsADirectoryError:
+        raise UserError(f"tokenizer path is a directory, not a file: {path}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a sheepop tokenizer file (not UTF-8 text)") from None
+    except OSError as e:
+        raise UserError(f"cannot read tokenizer file {path}: {e.strerror}") from None
+    return loads(text, where=str(path))

@@ -1,0 +1,308 @@
+"""The one interface every tokenizer kind shares, its JSON file format, and streaming decode.
+
+A tokenizer maps text to a list of integer ids and back. Every kind (char, word, bpe, digits)
+subclasses `Tokenizer` and supplies three things:
+
+- `_encode_ordinary(text)`: ids for text that holds no special token;
+- `_piece_bytes(i, prev)`: the UTF-8 bytes token `i` contributes when it follows token `prev`
+  (only the word tokenizer looks at `prev`, to decide on a space);
+- `_payload()` / `_from_payload()`: what the kind adds to the JSON file.
+
+Everything else (special tokens matched whole, BOS/EOS, id checks, decode with replacement of
+invalid UTF-8, batches, the file format) lives here, once.
+
+File format, one JSON object:
+    {"format": "sheepop-tokenizer", "version": 1, "kind": "...",
+     "special_tokens": {"<|bos|>": 0, ...}, ...what the kind adds}
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import operator
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import regex
+
+from sheepop.checkpoint import atomic_write_text
+from sheepop.errors import UserError
+
+FORMAT = "sheepop-tokenizer"
+VERSION = 1
+
+BOS = "<|bos|>"
+EOS = "<|eos|>"
+PAD = "<|pad|>"
+UNK = "<|unk|>"
+DEFAULT_SPECIALS = (BOS, EOS, PAD, UNK)
+"""The special tokens of the char and word kinds, in id order 0..3."""
+
+
+class Tokenizer(ABC):
+    """Text <-> ids. Subclasses set `kind` and implement the abstract methods below."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, special_tokens: Mapping[str, int]) -> None:
+        self.special_tokens: dict[str, int] = dict(special_tokens)
+        self._special_by_id: dict[int, str] = {i: t for t, i in self.special_tokens.items()}
+        # Longest first, so that a special token that is a prefix of another never wins.
+        names = sorted(self.special_tokens, key=lambda t: (-len(t), t))
+        self._special_re = (regex.compile("|".join(regex.escape(t) for t in names))
+                            if names else None)
+
+    # ----- what a kind implements -------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included; ids are exactly 0 .. vocab_size - 1."""
+
+    @abstractmethod
+    def _encode_ordinary(self, text: str) -> list[int]:
+        """Ids of `text`, which contains no special token."""
+
+    @abstractmethod
+    def _piece_bytes(self, i: int, prev: int | None) -> bytes:
+        """Bytes that non-special token `i` adds to the output after token `prev`."""
+
+    @abstractmethod
+    def _token_str(self, i: int) -> str:
+        """The printable, invertible name of non-special token `i` (see `id_to_token`)."""
+
+    @abstractmethod
+    def _str_to_id(self, token: str) -> int | None:
+        """Inverse of `_token_str` for non-special tokens."""
+
+    @abstractmethod
+    def _payload(self) -> dict[str, Any]:
+        """What this kind adds to the JSON file."""
+
+    @classmethod
+    @abstractmethod
+    def _from_payload(cls, data: dict[str, Any], where: str) -> Tokenizer:
+        """Rebuild from a parsed file; raise UserError naming `where` when it is malformed."""
+
+    # ----- special tokens ---------------------------------------------------------------------
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.special_tokens.get(BOS)
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.special_tokens.get(EOS)
+
+    @property
+    def pad_id(self) -> int | None:
+        return self.special_tokens.get(PAD)
+
+    @property
+    def unk_id(self) -> int | None:
+        return self.special_tokens.get(UNK)
+
+    def _required_special(self, name: str) -> int:
+        i = self.special_tokens.get(name)
+        if i is None:
+            raise UserError(f"this {self.kind} tokenizer has no {name} token "
+                            f"(it has: {', '.join(self.special_tokens) or 'no special tokens'})")
+        return i
+
+    def split_specials(self, text: str) -> Iterator[tuple[str, int | None]]:
+        """Cut `text` into (ordinary text, None) and (special token, its id), in order."""
+        if self._special_re is None:
+            if text:
+                yield text, None
+            return
+        start = 0
+        for m in self._special_re.finditer(text):
+            if m.start() > start:
+                yield text[start:m.start()], None
+            yield m.group(), self.special_tokens[m.group()]
+            start = m.end()
+        if start < len(text):
+            yield text[start:], None
+
+    # ----- encode -----------------------------------------------------------------------------
+
+    def encode(self, text: str, add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        """Ids of `text`. A special token written in the text (e.g. "<|eos|>") is matched whole."""
+        if not isinstance(text, str):
+            raise UserError(f"encode expects text (str), got {type(text).__name__}")
+        ids: list[int] = [self._required_special(BOS)] if add_bos else []
+        for piece, special in self.split_specials(text):
+            if special is None:
+                ids.extend(self._encode_ordinary(piece))
+            else:
+                ids.append(special)
+        if add_eos:
+            ids.append(self._required_special(EOS))
+        return ids
+
+    def encode_batch(self, texts: Iterable[str], **kw: Any) -> list[list[int]]:
+        return [self.encode(t, **kw) for t in texts]
+
+    def count_unknown(self, text: str) -> int:
+        """How many pieces of `text` encode to <|unk|> (0 when the kind has no such token)."""
+        unk = self.unk_id
+        if unk is None:
+            return 0
+        return sum(self._encode_ordinary(p).count(unk)
+                   for p, special in self.split_specials(text) if special is None)
+
+    # ----- decode -----------------------------------------------------------------------------
+
+    def check_id(self, i: Any) -> int:
+        """`i` as an int, or UserError when it is not an id of this vocabulary."""
+        try:
+            i = operator.index(i)
+        except TypeError:
+            raise UserError(f"token id must be an integer, got {i!r}") from None
+        if not 0 <= i < self.vocab_size:
+            raise UserError(f"token id {i} is outside the vocabulary of this {self.kind} "
+                            f"tokenizer (ids 0..{self.vocab_size - 1})")
+        return i
+
+    def _piece(self, i: int, prev: int | None, skip_special: bool) -> bytes:
+        special = self._special_by_id.get(i)
+        if special is not None:
+            return b"" if skip_special else special.encode("utf-8")
+        return self._piece_bytes(i, prev)
+
+    def decode(self, ids: Iterable[int], skip_special: bool = False,
+               errors: str = "replace") -> str:
+        """Text of `ids`. Bytes that are not valid UTF-8 (e.g. a lone piece of a multi-byte
+        character) become U+FFFD under errors="replace"; errors="strict" raises UserError."""
+        out = bytearray()
+        prev: int | None = None
+        for raw in ids:
+            i = self.check_id(raw)
+            out += self._piece(i, prev, skip_special)
+            if not (skip_special and i in self._special_by_id):
+                prev = i
+        return _utf8(bytes(out), errors)
+
+    def decode_batch(self, batch: Iterable[Iterable[int]], **kw: Any) -> list[str]:
+        return [self.decode(ids, **kw) for ids in batch]
+
+    # ----- vocabulary -------------------------------------------------------------------------
+
+    def id_to_token(self, i: int) -> str:
+        """The token's name: special tokens as written, others as the kind shows them."""
+        i = self.check_id(i)
+        special = self._special_by_id.get(i)
+        return special if special is not None else self._token_str(i)
+
+    def token_to_id(self, token: str) -> int | None:
+        """Inverse of `id_to_token`; None for a string that is not a token."""
+        if token in self.special_tokens:
+            return self.special_tokens[token]
+        return self._str_to_id(token)
+
+    # ----- the file ---------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "kind": self.kind,
+                "special_tokens": dict(self.special_tokens), **self._payload()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        """Write the tokenizer's JSON file atomically (temporary name, then rename)."""
+        atomic_write_text(path, self.to_json())
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} vocab_size={self.vocab_size}>"
+
+
+def _utf8(data: bytes, errors: str) -> str:
+    try:
+        return data.decode("utf-8", errors)
+    except UnicodeDecodeError as e:
+        raise UserError(f"decoded bytes are not valid UTF-8 at byte {e.start} "
+                        "(use errors='replace' to substitute U+FFFD)") from None
+    except LookupError:
+        raise UserError(f"unknown decode error handler {errors!r}") from None
+
+
+class IncrementalDecoder:
+    """Decode ids one at a time, for streaming generation, with output exactly equal to
+    `tokenizer.decode(all_ids)`.
+
+    A byte-level BPE token may end in the middle of a multi-byte UTF-8 character (an emoji is
+    4 bytes, often split over 2-3 tokens). Those bytes are held back until the character is
+    complete, so `step` returns "" rather than U+FFFD; `flush` releases what is left (replaced
+    under errors="replace").
+
+        dec = IncrementalDecoder(tok)
+        for i in ids: print(dec.step(i), end="")
+        print(dec.flush())
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special: bool = False,
+                 errors: str = "replace") -> None:
+        self.tokenizer = tokenizer
+        self.skip_special = skip_special
+        try:
+            self._utf8 = codecs.getincrementaldecoder("utf-8")(errors)
+        except LookupError:
+            raise UserError(f"unknown decode error handler {errors!r}") from None
+        self._prev: int | None = None
+
+    def step(self, token_id: int) -> str:
+        """The text that becomes certain once `token_id` is appended."""
+        tok = self.tokenizer
+        i = tok.check_id(token_id)
+        data = tok._piece(i, self._prev, self.skip_special)
+        if not (self.skip_special and i in tok._special_by_id):
+            self._prev = i
+        return self._decode(data, final=False)
+
+    def flush(self) -> str:
+        """What is still held back (an incomplete character), decoded as final."""
+        return self._decode(b"", final=True)
+
+    def _decode(self, data: bytes, final: bool) -> str:
+        try:
+            return self._utf8.decode(data, final)
+        except UnicodeDecodeError as e:
+            raise UserError(f"streamed bytes are not valid UTF-8 ({e.reason})") from None
+
+
+def decode_stream(tokenizer: Tokenizer, ids: Iterable[int], skip_special: bool = False,
+                  errors: str = "replace") -> Iterator[str]:
+    """Yield text pieces as `ids` arrive; their concatenation equals `tokenizer.decode(ids)`."""
+    dec = IncrementalDecoder(tokenizer, skip_special=skip_special, errors=errors)
+    for i in ids:
+        piece = dec.step(i)
+        if piece:
+            yield piece
+    tail = dec.flush()
+    if tail:
+        yield tail
+
+
+# ----- helpers the kinds share when reading a file ---------------------------------------------
+
+def bad_file(where: str, what: str) -> UserError:
+    return UserError(f"{where}: not a valid sheepop tokenizer file ({what})")
+
+
+def read_specials(data: Mapping[str, Any], where: str) -> dict[str, int]:
+    specials = data.get("special_tokens", {})
+    if not isinstance(specials, dict) or not all(
+            isinstance(k, str) and k and type(v) is int for k, v in specials.items()):
+        raise bad_file(where, "special_tokens must map token strings to integer ids")
+    return specials
+
+
+def check_ids_dense(ids: Iterable[int], where: str) -> None:
+    """The ids of a vocabulary (special ones included) must be exactly 0..n-1, each once."""
+    ids = list(ids)
+    if sorted(ids) != list(range(len(ids))):
+        raise bad_file(where, "token ids must be exactly 0..vocab_size-1, each used once")
