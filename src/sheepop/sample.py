@@ -1,0 +1,61 @@
+"""From logits to the next token: the sampling rule shared by both engines.
+
+    p = softmax(z / tau)                         temperature tau > 0 (tau = 0: greedy argmax)
+    top-k: keep the k largest p_i, zero the rest, renormalise
+    top-p: sort p descending, keep the smallest prefix whose sum reaches p, renormalise
+
+Works on one row (V,) or a batch (B, V) of logits, in float64 so both engines draw the same
+token from the same logits and the same seeded `numpy.random.Generator`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    """softmax(z)_i = exp(z_i - max z) / sum_j exp(z_j - max z) (shifted for stability)."""
+    z = np.asarray(z, dtype=np.float64)
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def probabilities(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0,
+                  top_p: float = 1.0) -> np.ndarray:
+    """The distribution the next token is drawn from, after temperature, top-k and top-p."""
+    z = np.asarray(logits, dtype=np.float64)
+    if temperature <= 0:  # greedy: all mass on the argmax (the first one on ties)
+        probs = np.zeros_like(z)
+        np.put_along_axis(probs, z.argmax(axis=-1)[..., None], 1.0, axis=-1)
+        return probs
+    probs = softmax(z / temperature)
+    V = probs.shape[-1]
+    if 0 < top_k < V:
+        kth = np.partition(probs, V - top_k, axis=-1)[..., V - top_k, None]
+        probs = np.where(probs >= kth, probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    if top_p < 1.0:
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        sorted_p = np.take_along_axis(probs, order, axis=-1)
+        before = np.cumsum(sorted_p, axis=-1) - sorted_p  # mass strictly before each token
+        keep_sorted = before < top_p                       # the first token is always kept
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, axis=-1)
+        probs = np.where(keep, probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    return probs
+
+
+def draw(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray | int:
+    """Draw one token per row by inverting the CDF with one uniform number per row."""
+    p = np.atleast_2d(probs)
+    u = rng.random(p.shape[0])[:, None]
+    cdf = np.cumsum(p, axis=-1)
+    ids = np.minimum((cdf <= u * cdf[:, -1:]).sum(axis=-1), p.shape[-1] - 1)
+    return int(ids[0]) if np.ndim(probs) == 1 else ids
+
+
+def top_tokens(probs: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The k most likely tokens of one distribution, most likely first."""
+    order = np.argsort(-probs, kind="stable")[:k]
+    return [(int(i), float(probs[i])) for i in order]
