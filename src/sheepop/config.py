@@ -168,7 +168,8 @@ class Config:
             (t.warmup_steps >= 0 and t.decay_steps >= 0, "warmup/decay steps must be >= 0"),
             (t.dtype in ("auto", "float32", "bfloat16", "float16"),
              f"train.dtype must be auto, float32, bfloat16 or float16, not '{t.dtype}'"),
-            (t.engine in ("torch", "numpy"), f"train.engine must be torch or numpy, not '{t.engine}'"),
+            (t.engine in ("torch", "numpy"),
+             f"train.engine must be torch or numpy, not '{t.engine}'"),
             (t.eval_batches >= 1, "train.eval_batches must be at least 1"),
             (t.log_interval >= 1, "train.log_interval must be at least 1"),
             (0.0 <= d.val_fraction < 1.0, "data.val_fraction must be in [0, 1)"),
@@ -242,9 +243,9 @@ def register_preset(name: str, values: dict[str, dict[str, Any]]) -> None:
 
 
 def build_config(preset: str | None = None, config_file: str | Path | None = None,
-                 overrides: list[str] | None = None) -> Config:
-    """Defaults, then the preset, then the TOML file, then each `section.key=value` in order."""
-    cfg = Config()
+                 overrides: list[str] | None = None, base: Config | None = None) -> Config:
+    """Defaults (or `base`), then the preset, then the TOML file, then each `--set`, in order."""
+    cfg = base if base is not None else Config()
     if preset is not None:
         if preset not in PRESETS:
             raise UserError(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")

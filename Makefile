@@ -1,0 +1,50 @@
+# The two set-up commands: `make run` (train on the built-in data, then sample) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+# Pinned so that a fresh machine (and CI) takes the CPU build instead of a multi-GB CUDA one.
+TORCH_SPEC ?= torch==2.13.0
+PRESET ?= tiny
+RUN_DIR := runs/$(PRESET)-$(shell date +%Y%m%d-%H%M%S)
+BIN := $(VENV)/bin
+
+.PHONY: run test install install-test system-deps docs-images bench lint clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e .
+
+install-test: $(BIN)/python
+	$(BIN)/pip install -q "$(TORCH_SPEC)"
+	$(BIN)/pip install -q -e ".[test]"
+
+# Tesseract (OCR of images) comes from Debian; installed when missing and we may use apt-get.
+system-deps:
+	@command -v tesseract >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      tesseract-ocr tesseract-ocr-eng >/dev/null; \
+	  else echo "note: install tesseract-ocr for OCR (e.g. sudo apt-get install tesseract-ocr)"; fi; }
+
+run: install
+	$(BIN)/sheepop train --preset $(PRESET) --out $(RUN_DIR)
+	$(BIN)/sheepop generate $(RUN_DIR) --prompt "def " --max-new-tokens 400 --temperature 0.8
+
+test: install-test system-deps
+	$(BIN)/python -m pytest
+
+lint: install-test
+	$(BIN)/ruff check src tests benchmarks
+
+bench: install
+	$(BIN)/python benchmarks/train_throughput.py
+	$(BIN)/python benchmarks/generate_speed.py
+
+docs-images: install
+	$(BIN)/python docs/make_images.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

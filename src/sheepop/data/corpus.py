@@ -1,0 +1,103 @@
+"""Raw text for training: the built-in default corpus, or a file or folder of text.
+
+The default corpus is the Python standard library source of the running interpreter: it exists
+wherever sheepop runs, needs no download, and is real text with structure a small model can
+learn. Files are read in sorted relative-path order (deterministic), up to a byte cap.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sheepop.errors import UserError
+
+TEXT_SUFFIXES = {".txt", ".md", ".rst", ".py", ".c", ".h", ".js", ".ts", ".java", ".go", ".rs",
+                 ".cpp", ".hpp", ".json", ".toml", ".yaml", ".yml", ".html", ".css", ".sh",
+                 ".tex", ".csv", ".xml", ".ini", ".cfg", ""}
+
+
+@dataclass
+class CorpusReport:
+    root: str
+    files_read: int = 0
+    bytes_read: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    truncated: bool = False
+
+    def summary(self) -> str:
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items())) or "none"
+        cap = " (stopped at the size cap)" if self.truncated else ""
+        return (f"read {self.files_read} files, {self.bytes_read / 1e6:.2f} MB from "
+                f"{self.root}{cap}; skipped: {skipped}")
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_files(root: Path | None = None) -> list[Path]:
+    """The standard library's .py files, sorted; installed packages and tests excluded."""
+    root = root or stdlib_root()
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        # Sort in place so the walk order (and so the corpus) is the same on every run.
+        dirnames[:] = sorted(d for d in dirnames
+                             if d not in ("site-packages", "dist-packages", "test", "tests",
+                                          "idlelib", "__pycache__") and not d.startswith("."))
+        files.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
+    return files
+
+
+def text_files(path: Path) -> list[Path]:
+    """A file, or every text-looking file under a folder (sorted, hidden entries skipped)."""
+    if path.is_file():
+        return [path]
+    files = []
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        files.extend(Path(dirpath) / f for f in sorted(filenames)
+                     if not f.startswith(".") and Path(f).suffix.lower() in TEXT_SUFFIXES)
+    return files
+
+
+def read_texts(path: str | Path | None, max_bytes: int) -> tuple[list[str], CorpusReport]:
+    """Documents (one per file) from `path`, or from the standard library when None."""
+    if path is None:
+        root, files = stdlib_root(), stdlib_files()
+    else:
+        root = Path(path)
+        if not root.exists():
+            raise UserError(f"data path not found: {root}")
+        files = text_files(root)
+    report = CorpusReport(str(root))
+    texts: list[str] = []
+    for f in files:
+        if report.bytes_read >= max_bytes:
+            report.truncated = True
+            break
+        try:
+            raw = f.read_bytes()
+        except OSError:
+            report.skipped["unreadable"] = report.skipped.get("unreadable", 0) + 1
+            continue
+        if not raw:
+            report.skipped["empty"] = report.skipped.get("empty", 0) + 1
+            continue
+        if b"\x00" in raw[:8192]:
+            report.skipped["binary"] = report.skipped.get("binary", 0) + 1
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            report.skipped["not UTF-8"] = report.skipped.get("not UTF-8", 0) + 1
+            continue
+        text = text.replace("\r\n", "\n")[: max_bytes - report.bytes_read]
+        texts.append(text)
+        report.files_read += 1
+        report.bytes_read += len(text.encode("utf-8"))
+    if not texts:
+        raise UserError(f"no usable text found in {root}")
+    return texts, report

@@ -1,0 +1,65 @@
+"""The token streams a run trains on: from a prepared data directory, or from raw text.
+
+- `DATA` a directory made by `sheepop prepare` (meta.json + train.bin/val.bin): memory-mapped;
+- `DATA` a text file or folder, or nothing (the built-in standard-library corpus): read, a
+  tokenizer trained on it (or the run's own tokenizer when resuming), encoded with EOS between
+  documents, and split: the last `val_fraction` of the tokens is the validation split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from sheepop.config import DataConfig
+from sheepop.data.corpus import read_texts
+from sheepop.errors import UserError
+from sheepop.tokenizers import Tokenizer, train_tokenizer
+
+
+@dataclass
+class Dataset:
+    train: np.ndarray
+    val: np.ndarray
+    tokenizer: Tokenizer
+    report: list[str] = field(default_factory=list)
+
+
+def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
+    """Concatenate the documents' ids, an EOS after each when the tokenizer has one."""
+    eos = tokenizer.eos_id is not None
+    ids: list[int] = []
+    for ids_doc in tokenizer.encode_batch(texts, add_eos=eos):
+        ids.extend(ids_doc)
+    dtype = np.uint16 if tokenizer.vocab_size <= 65536 else np.uint32
+    return np.asarray(ids, dtype=dtype)
+
+
+def split_tokens(tokens: np.ndarray, val_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    n_val = int(len(tokens) * val_fraction)
+    return tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val:]
+
+
+def load_dataset(path: str | Path | None, cfg: DataConfig,
+                 tokenizer: Tokenizer | None = None) -> Dataset:
+    if path is not None and Path(path).is_dir() and (Path(path) / "meta.json").exists():
+        from sheepop.data.shards import open_prepared  # only needed for prepared data
+        prepared = open_prepared(path)
+        if tokenizer is not None and tokenizer.to_json() != prepared.tokenizer.to_json():
+            raise UserError(f"{path} was prepared with another tokenizer than this run's")
+        report = [f"data: {path} (prepared: {len(prepared.train):,} train and "
+                  f"{len(prepared.val):,} val tokens)"]
+        return Dataset(prepared.train, prepared.val, prepared.tokenizer, report)
+    texts, corpus = read_texts(path, cfg.max_bytes)
+    report = [f"data: {corpus.summary()}"]
+    if tokenizer is None:
+        tokenizer = train_tokenizer(cfg.tokenizer, texts, cfg.vocab_size)
+        report.append(f"tokenizer: {cfg.tokenizer}, {tokenizer.vocab_size} ids, trained on it")
+    tokens = encode_documents(tokenizer, texts)
+    if len(tokens) == 0:
+        raise UserError("the data encodes to no tokens")
+    train, val = split_tokens(tokens, cfg.val_fraction)
+    report.append(f"tokens: {len(train):,} train, {len(val):,} val")
+    return Dataset(train, val, tokenizer, report)

@@ -1,0 +1,1 @@
+"""Training: the loop shared by both engines, the engine adapters, plots and DDP."""

@@ -1,0 +1,160 @@
+"""The torch engine's adapter for the training loop (see `sheepop.train.loop.Engine`).
+
+One optimizer step on a list of micro-batches. Gradient accumulation is exact: with N the number
+of counted (non-padding) targets over all micro-batches, each micro-batch contributes
+(sum of its token losses) / N, so the accumulated gradient is the gradient of the large-batch
+mean loss whatever the padding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from sheepop.config import ModelConfig, TrainConfig
+from sheepop.errors import UserError
+from sheepop.model.gpt import GPT, IGNORE_INDEX, cross_entropy
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"train.device={name} but CUDA is not available here")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise UserError(f"train.device: unknown device '{name}'") from None
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else torch.float32
+    if name == "float16" and device.type != "cuda":
+        raise UserError("train.dtype=float16 needs CUDA (it uses a gradient scaler); "
+                        "on CPU use bfloat16 or float32")
+    return DTYPES[name]
+
+
+def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Matrices (embeddings, linear weights) decay; biases and LayerNorm parameters do not."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+class TorchEngine:
+    name = "torch"
+
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                 weights: dict[str, np.ndarray] | None = None):
+        self.cfg = train_cfg
+        if train_cfg.threads:
+            torch.set_num_threads(train_cfg.threads)
+        self.device = resolve_device(train_cfg.device)
+        self.dtype = resolve_dtype(train_cfg.dtype, self.device)
+        torch.manual_seed(train_cfg.seed)
+        self.model = GPT(model_cfg)
+        if weights is not None:
+            self.model.load_numpy_weights(weights)
+        self.model.to(self.device)
+        self.param_names = {p: n for n, p in self.model.named_parameters()}
+        self.fused = self.device.type == "cuda"
+        self.optimizer = torch.optim.AdamW(
+            decay_groups(self.model, train_cfg.weight_decay), lr=train_cfg.lr,
+            betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps, fused=self.fused)
+        self.scaler = torch.amp.GradScaler(self.device.type,
+                                           enabled=self.dtype == torch.float16)
+        self.forward = torch.compile(self.model) if train_cfg.compile else self.model
+
+    @property
+    def description(self) -> str:
+        return f"torch on {self.device}, {str(self.dtype).replace('torch.', '')}"
+
+    def num_params(self) -> int:
+        return self.model.num_params()
+
+    def _autocast(self):
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(
+            self.device, non_blocking=True)
+
+    def micro_losses(self, micro_batches, total_count: int):
+        """Forward and backward of each micro-batch; yields its summed token loss."""
+        for x, y in micro_batches:
+            with self._autocast():
+                logits, _ = self.forward(self._tensor(x))
+                loss_sum = cross_entropy(logits, self._tensor(y), reduction="sum")
+            self.scaler.scale(loss_sum / total_count).backward()
+            yield loss_sum.detach()
+
+    def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float,
+                   total_count: int | None = None) -> tuple[float, float]:
+        """One AdamW step; returns (mean loss over counted targets, gradient norm before
+        clipping)."""
+        self.model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        count = total_count or int(sum((y != IGNORE_INDEX).sum() for _, y in micro_batches))
+        loss = sum(self.micro_losses(micro_batches, max(count, 1)))
+        self.scaler.unscale_(self.optimizer)
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(loss) / max(count, 1), float(norm)
+
+    def eval_loss(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """(sum of token losses, number of counted targets) on one batch, no dropout."""
+        self.model.eval()
+        with torch.inference_mode(), self._autocast():
+            logits, _ = self.forward(self._tensor(x))
+            loss_sum = cross_entropy(logits, self._tensor(y), reduction="sum")
+        return float(loss_sum), int((y != IGNORE_INDEX).sum())
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.model.numpy_weights()
+
+    # Optimizer state, keyed by parameter name so both engines read each other's.
+    def optimizer_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        arrays, step = {}, 0
+        for p, state in self.optimizer.state.items():
+            name = self.param_names[p]
+            arrays[f"exp_avg.{name}"] = state["exp_avg"].float().cpu().numpy()
+            arrays[f"exp_avg_sq.{name}"] = state["exp_avg_sq"].float().cpu().numpy()
+            step = int(state["step"])
+        arrays["rng.torch"] = torch.get_rng_state().numpy()
+        if self.device.type == "cuda":
+            arrays["rng.cuda"] = torch.cuda.get_rng_state(self.device).numpy()
+        return arrays, {"adam_step": step, "grad_scale": float(self.scaler.get_scale())
+                        if self.scaler.is_enabled() else None}
+
+    def load_optimizer_arrays(self, arrays: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        step = info.get("adam_step", 0)
+        for p, name in self.param_names.items():
+            if f"exp_avg.{name}" not in arrays:
+                continue  # a checkpoint saved before the first step
+            self.optimizer.state[p] = {
+                # fused AdamW keeps its step counter on the device
+                "step": torch.tensor(float(step), device=self.device if self.fused else "cpu"),
+                "exp_avg": torch.from_numpy(arrays[f"exp_avg.{name}"]).to(self.device),
+                "exp_avg_sq": torch.from_numpy(arrays[f"exp_avg_sq.{name}"]).to(self.device),
+            }
+        if "rng.torch" in arrays:
+            torch.set_rng_state(torch.from_numpy(arrays["rng.torch"]))
+        if "rng.cuda" in arrays and self.device.type == "cuda":
+            torch.cuda.set_rng_state(torch.from_numpy(arrays["rng.cuda"]), self.device)
+        if info.get("grad_scale") and self.scaler.is_enabled():
+            self.scaler.update(info["grad_scale"])

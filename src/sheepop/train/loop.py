@@ -1,0 +1,212 @@
+"""The training loop, the same for both engines.
+
+For each optimizer step s: lr = lr_for(s) (warmup + cosine), draw `grad_accum` micro-batches,
+let the engine do forward, backward, clipping and the AdamW update; every `eval_interval` steps
+measure the validation loss on a fixed set of windows; every `checkpoint_interval` steps write a
+checkpoint. Metrics go to `metrics.jsonl`; plots are drawn at the end. Ctrl-C writes a checkpoint
+of the last finished step and stops cleanly; `--resume` continues from it so that the losses are
+those of an uninterrupted run, step for step.
+
+An engine is any object with `train_step(micro_batches, lr) -> (loss, grad_norm)`,
+`eval_loss(x, y) -> (loss_sum, count)`, `weights()`, `optimizer_arrays()`,
+`load_optimizer_arrays(arrays, info)`, `num_params()` and `description`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from tqdm import tqdm
+
+from sheepop import checkpoint
+from sheepop.config import Config
+from sheepop.data.dataset import Dataset, load_dataset
+from sheepop.data.windows import WindowSampler, eval_windows
+from sheepop.errors import UserError
+from sheepop.schedule import lr_for
+from sheepop.tokenizers import loads as load_tokenizer
+
+
+class Engine(Protocol):
+    name: str
+    description: str
+
+    def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float
+                   ) -> tuple[float, float]: ...
+    def eval_loss(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]: ...
+    def weights(self) -> dict[str, np.ndarray]: ...
+    def optimizer_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
+    def load_optimizer_arrays(self, arrays: dict[str, np.ndarray], info: dict[str, Any]
+                              ) -> None: ...
+    def num_params(self) -> int: ...
+
+
+def make_engine(cfg: Config, weights: dict[str, np.ndarray] | None = None) -> Engine:
+    if cfg.train.engine == "numpy":
+        from sheepop.train.engine_numpy import NumpyEngine
+        return NumpyEngine(cfg.model, cfg.train, weights)
+    from sheepop.train.engine_torch import TorchEngine
+    return TorchEngine(cfg.model, cfg.train, weights)
+
+
+@dataclass
+class Summary:
+    steps: int
+    seconds: float
+    train_loss: float
+    val_loss: float | None
+    tokens_per_sec: float
+    interrupted: bool
+    run_dir: Path
+
+    def lines(self) -> list[str]:
+        val = (f"val loss {self.val_loss:.4f} (perplexity {math.exp(self.val_loss):.2f})"
+               if self.val_loss is not None else "no validation split")
+        state = "interrupted at" if self.interrupted else "finished"
+        return [f"{state} step {self.steps} in {self.seconds:.0f} s, "
+                f"{self.tokens_per_sec:,.0f} tokens/s",
+                f"train loss {self.train_loss:.4f}, {val}",
+                f"run saved in {self.run_dir}"]
+
+
+class Trainer:
+    def __init__(self, cfg: Config, data: Dataset, run_dir: Path, engine: Engine,
+                 start_step: int = 0, state: dict[str, Any] | None = None, log=print,
+                 is_main: bool = True, progress: bool = True):
+        self.cfg, self.data, self.run_dir, self.engine = cfg, data, run_dir, engine
+        self.step, self.log, self.is_main, self.progress = start_step, log, is_main, progress
+        m, t, d = cfg.model, cfg.train, cfg.data
+        pad = data.tokenizer.pad_id if data.tokenizer.pad_id is not None else 0
+        self.sampler = WindowSampler(data.train, m.block_size, t.batch_size, t.seed, d.sampling,
+                                     d.stride, pad)
+        self.eval_x = self.eval_y = None
+        if len(data.val) > 1:
+            self.eval_x, self.eval_y = eval_windows(data.val, m.block_size,
+                                                    t.eval_batches * t.batch_size, pad)
+        self.best_val = math.inf
+        self.last_val: float | None = None
+        if state is not None:
+            self.sampler.set_state(state["sampler"])
+            self.best_val = state.get("best_val_loss") or math.inf
+        self.metrics_path = run_dir / "metrics.jsonl"
+
+    def evaluate(self) -> float | None:
+        if self.eval_x is None:
+            return None
+        B, total, count = self.cfg.train.batch_size, 0.0, 0
+        for i in range(0, len(self.eval_x), B):
+            s, n = self.engine.eval_loss(self.eval_x[i:i + B], self.eval_y[i:i + B])
+            total, count = total + s, count + n
+        return total / max(count, 1)
+
+    def save(self) -> None:
+        if not self.is_main:
+            return
+        arrays, info = self.engine.optimizer_arrays()
+        state = {"step": self.step, "engine": self.engine.name, "sampler": self.sampler.state(),
+                 "best_val_loss": None if math.isinf(self.best_val) else self.best_val, **info}
+        checkpoint.save_checkpoint(self.run_dir, self.engine.weights(), self.cfg.to_dict(),
+                                   self.data.tokenizer.to_json(), arrays, state)
+
+    def _append_metrics(self, record: dict[str, Any]) -> None:
+        if self.is_main:
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def run(self) -> Summary:
+        t, m = self.cfg.train, self.cfg.model
+        tokens_per_step = t.batch_size * t.grad_accum * m.block_size
+        start_step, t0 = self.step, time.perf_counter()
+        loss = float("nan")
+        interrupted = False
+        bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
+                   disable=not (self.progress and self.is_main))
+        try:
+            while self.step < t.steps:
+                lr = lr_for(self.step, t)
+                micro = [self.sampler.next_batch() for _ in range(t.grad_accum)]
+                loss, norm = self.engine.train_step(micro, lr)
+                if not math.isfinite(loss):
+                    raise UserError(f"the loss became {loss} at step {self.step + 1}: lower "
+                                    "train.lr or check the data")
+                self.step += 1
+                elapsed = time.perf_counter() - t0
+                rate = (self.step - start_step) * tokens_per_step / max(elapsed, 1e-9)
+                record: dict[str, Any] = {"step": self.step, "loss": round(loss, 6),
+                                          "lr": lr, "grad_norm": round(norm, 6),
+                                          "tokens_per_sec": round(rate, 1)}
+                last = self.step == t.steps or (t.max_minutes and elapsed > 60 * t.max_minutes)
+                if (t.eval_interval and self.step % t.eval_interval == 0) or last:
+                    self.last_val = self.evaluate()
+                    if self.last_val is not None:
+                        record.update(val_loss=round(self.last_val, 6),
+                                      val_perplexity=round(math.exp(min(self.last_val, 50)), 4))
+                        self.best_val = min(self.best_val, self.last_val)
+                if self.step % t.log_interval == 0 or "val_loss" in record or last:
+                    self._append_metrics(record)
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
+                if last:
+                    break
+                if t.checkpoint_interval and self.step % t.checkpoint_interval == 0:
+                    self.save()
+        except KeyboardInterrupt:
+            interrupted = True
+            bar.write(f"interrupted: saving a checkpoint of step {self.step}")
+        finally:
+            bar.close()
+        self.save()
+        seconds = time.perf_counter() - t0
+        rate = (self.step - start_step) * tokens_per_step / max(seconds, 1e-9)
+        return Summary(self.step, seconds, loss, self.last_val, rate, interrupted, self.run_dir)
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Keep the metrics of steps <= `step` (a resumed run rewrites what came after)."""
+    if not path.exists():
+        return
+    keep = [line for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line)["step"] <= step]
+    checkpoint.atomic_write_text(path, "".join(line + "\n" for line in keep))
+
+
+def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool = False,
+          log=print, is_main: bool = True, progress: bool = True) -> Trainer:
+    """Load data and (when resuming) the run's state; build the engine and the trainer."""
+    run_dir = Path(run_dir)
+    weights = tokenizer = arrays = state = None
+    if resume:
+        if not (run_dir / checkpoint.MODEL_FILE).exists():
+            raise UserError(f"--resume: no checkpoint in {run_dir}")
+        tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
+                                   str(run_dir / checkpoint.TOKENIZER_FILE))
+        weights = checkpoint.load_weights(run_dir)
+        arrays, state = checkpoint.load_trainer_state(run_dir)
+    elif (run_dir / checkpoint.MODEL_FILE).exists():
+        raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
+                        "another --out")
+    cfg.validate()
+    data = load_dataset(data_path, cfg.data, tokenizer)
+    cfg.model.vocab_size = data.tokenizer.vocab_size
+    cfg.validate()
+    for line in data.report:
+        log(line)
+    engine = make_engine(cfg, weights)
+    start = 0
+    if resume:
+        engine.load_optimizer_arrays(arrays, state)
+        start = int(state["step"])
+        log(f"resuming {run_dir} at step {start}")
+    if is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _truncate_metrics(run_dir / "metrics.jsonl", start)
+    log(f"model: {engine.num_params():,} parameters ({cfg.model.n_layer} layers, "
+        f"{cfg.model.n_head} heads, width {cfg.model.n_embd}, context {cfg.model.block_size}); "
+        f"{engine.description}")
+    return Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress)
