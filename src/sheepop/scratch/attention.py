@@ -1,0 +1,144 @@
+"""Causal multi-head self-attention, forward and backward, with every gradient written out.
+
+    [Q; K; V] = X Wqkv^T + bqkv                 X (B, T, d); heads of width d_k = d / H
+    S = Q K^T / sqrt(d_k) + M                   per head; M = -inf above the diagonal
+    A = softmax(S)  (row-wise),  Ad = Drop(A)
+    Y = Ad V,  heads concatenated,  out = Y Wproj^T + bproj
+
+n_head = 1 is the single-head model; heads are a batch axis (B, H, T, d_k) for np.matmul, so no
+Python loop runs over heads or tokens. The derivation of each backward is in docs/backprop.md.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from sheepop.scratch.layers import (
+    LinearCache,
+    dropout_backward,
+    dropout_forward,
+    linear_backward,
+    linear_forward,
+)
+
+
+@lru_cache(maxsize=64)
+def causal_mask(T: int, past: int = 0) -> np.ndarray:
+    """Additive mask (T, past + T): 0 where query i (position past + i) may see key j <= past + i,
+    -inf elsewhere. Read-only, shared between calls."""
+    q_pos = np.arange(past, past + T)[:, None]
+    k_pos = np.arange(past + T)[None, :]
+    mask = np.where(k_pos <= q_pos, 0.0, -np.inf).astype(np.float32)
+    mask.setflags(write=False)
+    return mask
+
+
+def softmax_forward(s: np.ndarray) -> np.ndarray:
+    """A = exp(S - max S) / sum exp(S - max S) along the last axis (in place on S)."""
+    s -= s.max(axis=-1, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=-1, keepdims=True)
+    return s
+
+
+def softmax_backward(da: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """dS_ij = A_ij * (dA_ij - sum_k dA_ik A_ik): the softmax Jacobian diag(a) - a a^T per row."""
+    row = np.einsum("...j,...j->...", da, a)[..., None]
+    ds = da - row
+    ds *= a
+    return ds
+
+
+class CoreCache(NamedTuple):
+    q: np.ndarray        # (B, H, T, d_k)
+    k: np.ndarray
+    v: np.ndarray
+    a: np.ndarray        # softmax weights (B, H, T, T)
+    drop: np.ndarray | None
+    ad: np.ndarray       # dropped weights actually multiplied into V
+    scale: float
+
+
+def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, dropout: float = 0.0,
+                           rng: np.random.Generator | None = None
+                           ) -> tuple[np.ndarray, CoreCache]:
+    """Y = Drop(softmax(Q K^T / sqrt(d_k) + M)) V for (B, H, T, d_k) queries, keys and values."""
+    T, dk = q.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(dk)
+    s = q @ np.swapaxes(k, -1, -2)
+    s *= s.dtype.type(scale)
+    s += causal_mask(T, k.shape[-2] - T)
+    a = softmax_forward(s)
+    ad, drop = dropout_forward(a, dropout, rng)
+    y = ad @ v
+    return y, CoreCache(q, k, v, a, drop, ad, scale)
+
+
+def attention_core_backward(dy: np.ndarray, cache: CoreCache
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dV = Ad^T dY; dA = Drop'(dY V^T); dS = softmax'(dA); dQ = dS K / sqrt(d_k),
+    dK = dS^T Q / sqrt(d_k). Masked entries have A = 0, so their dS is 0 without a second mask."""
+    q, k, v, a, drop, ad, scale = cache
+    dv = np.swapaxes(ad, -1, -2) @ dy
+    dad = dy @ np.swapaxes(v, -1, -2)
+    da = dropout_backward(dad, drop)
+    ds = softmax_backward(da, a)
+    ds *= ds.dtype.type(scale)
+    dq = ds @ k
+    dk = np.swapaxes(ds, -1, -2) @ q
+    return dq, dk, dv
+
+
+def split_heads(qkv: np.ndarray, n_head: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B, T, 3d) with rows [Q; K; V] -> three (B, H, T, d_k) views (no copy)."""
+    B, T, three_d = qkv.shape
+    heads = qkv.reshape(B, T, 3, n_head, three_d // (3 * n_head)).transpose(2, 0, 3, 1, 4)
+    return heads[0], heads[1], heads[2]
+
+
+def merge_heads(y: np.ndarray) -> np.ndarray:
+    """(B, H, T, d_k) -> (B, T, H * d_k): heads side by side, head h in columns h*d_k:(h+1)*d_k."""
+    B, H, T, dk = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(B, T, H * dk)
+
+
+class AttentionCache(NamedTuple):
+    qkv: LinearCache
+    core: CoreCache
+    proj: LinearCache
+    n_head: int
+
+
+def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray | None,
+                           w_proj: np.ndarray, b_proj: np.ndarray | None, n_head: int,
+                           dropout: float = 0.0, rng: np.random.Generator | None = None
+                           ) -> tuple[np.ndarray, AttentionCache]:
+    """out = merge(Drop(softmax(Q K^T / sqrt(d_k) + M)) V) Wproj^T + bproj, Q K V from X Wqkv^T."""
+    qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)
+    q, k, v = split_heads(qkv, n_head)
+    y, core_cache = attention_core_forward(q, k, v, dropout, rng)
+    out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)
+    return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head)
+
+
+def self_attention_backward(dout: np.ndarray, cache: AttentionCache
+                            ) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
+    """dx and the gradients {qkv.weight, qkv.bias, proj.weight, proj.bias} (bias None if absent)."""
+    dmerged, dw_proj, db_proj = linear_backward(dout, cache.proj)
+    B, T, d = dmerged.shape
+    H = cache.n_head
+    dy = dmerged.reshape(B, T, H, d // H).transpose(0, 2, 1, 3)
+    dq, dk, dv = attention_core_backward(dy, cache.core)
+    # Write the three head gradients straight into one (B, T, 3d) buffer laid out as [Q; K; V].
+    dqkv = np.empty((B, T, 3 * d), dtype=dout.dtype)
+    dq_view, dk_view, dv_view = split_heads(dqkv, H)
+    dq_view[...] = dq
+    dk_view[...] = dk
+    dv_view[...] = dv
+    dx, dw_qkv, db_qkv = linear_backward(dqkv, cache.qkv)
+    return dx, {"qkv.weight": dw_qkv, "qkv.bias": db_qkv,
+                "proj.weight": dw_proj, "proj.bias": db_proj}

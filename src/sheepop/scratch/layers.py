@@ -1,0 +1,236 @@
+"""The layers of the GPT, each a forward/backward pair with an explicit cache.
+
+Convention (as in llm.c): `*_forward(inputs, params) -> out, cache` keeps in `cache` exactly
+what the backward pass needs; `*_backward(dout, cache) -> (d_inputs..., d_params...)` gets
+dL/d(out) and returns dL/d(each input) and dL/d(each parameter), nothing accumulated. Shapes: a
+leading batch part (B, T) or (N,) is written `...`; d is the feature width. Arrays stay in the
+dtype they come in (float32 or float64). The derivations are in docs/backprop.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from sheepop.scratch.special import normal_cdf, normal_pdf
+
+IGNORE_INDEX = -1
+
+
+# --- embedding: out[..., :] = E[idx[...], :] -------------------------------------------------
+class EmbeddingCache(NamedTuple):
+    idx: np.ndarray
+    vocab_size: int
+
+
+def embedding_forward(idx: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, EmbeddingCache]:
+    """out = E[idx]: row lookup, (...,) int -> (..., d)."""
+    return table[idx], EmbeddingCache(idx, table.shape[0])
+
+
+def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
+    """dE[v] = sum of dout over every position whose token is v (a scatter-add)."""
+    d = dout.shape[-1]
+    dtable = np.zeros((cache.vocab_size, d), dtype=dout.dtype)
+    np.add.at(dtable, cache.idx.reshape(-1), dout.reshape(-1, d))
+    return dtable
+
+
+# --- learned positions: out[t, :] = P[start + t, :], broadcast over the batch ----------------
+class PositionCache(NamedTuple):
+    start: int
+    length: int
+    n_positions: int
+
+
+def learned_positions_forward(table: np.ndarray, start: int, length: int
+                              ) -> tuple[np.ndarray, PositionCache]:
+    """out = P[start:start+T], (T, d); it is added to every sequence of the batch."""
+    return table[start:start + length], PositionCache(start, length, table.shape[0])
+
+
+def learned_positions_backward(dout: np.ndarray, cache: PositionCache) -> np.ndarray:
+    """dP[start + t] = sum over the batch of dout[b, t] (the broadcast's adjoint); 0 elsewhere."""
+    dtable = np.zeros((cache.n_positions, dout.shape[-1]), dtype=dout.dtype)
+    dtable[cache.start:cache.start + cache.length] = dout.reshape(
+        -1, cache.length, dout.shape[-1]).sum(axis=0)
+    return dtable
+
+
+# --- linear: y = x W^T + b, W of shape (out, in) -----------------------------------------------
+class LinearCache(NamedTuple):
+    x: np.ndarray
+    w: np.ndarray
+    has_bias: bool
+
+
+def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None
+                   ) -> tuple[np.ndarray, LinearCache]:
+    """y = x W^T + b for x (..., in), W (out, in), b (out,) or None."""
+    x2 = x.reshape(-1, x.shape[-1])
+    y = x2 @ w.T
+    if b is not None:
+        y += b
+    return y.reshape(*x.shape[:-1], w.shape[0]), LinearCache(x, w, b is not None)
+
+
+def linear_backward(dout: np.ndarray, cache: LinearCache
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """dx = dy W, dW = dy^T x (summed over every row), db = sum of dy over rows."""
+    x, w = cache.x, cache.w
+    dy2 = dout.reshape(-1, w.shape[0])
+    dx = (dy2 @ w).reshape(x.shape)
+    dw = dy2.T @ x.reshape(-1, w.shape[1])
+    db = dy2.sum(axis=0) if cache.has_bias else None
+    return dx, dw, db
+
+
+# --- LayerNorm over the last axis, biased variance ---------------------------------------------
+class LayerNormCache(NamedTuple):
+    xhat: np.ndarray   # (x - mu) * rstd
+    rstd: np.ndarray   # 1 / sqrt(var + eps), shape (..., 1)
+    gamma: np.ndarray
+
+
+def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
+                      ) -> tuple[np.ndarray, LayerNormCache]:
+    """y = gamma * (x - mu) / sqrt(var + eps) + beta; mu, var (biased) over the last axis."""
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = np.mean(xc * xc, axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = xc
+    xhat *= rstd
+    y = xhat * gamma
+    y += beta
+    return y, LayerNormCache(xhat, rstd, gamma)
+
+
+def layernorm_backward(dout: np.ndarray, cache: LayerNormCache
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (mean over features);
+    dgamma = sum dy * xhat, dbeta = sum dy over every row."""
+    xhat, rstd, gamma = cache
+    d = xhat.shape[-1]
+    g = dout * gamma
+    dx = g - g.mean(axis=-1, keepdims=True)
+    dx -= xhat * (np.einsum("...i,...i->...", g, xhat)[..., None] / d)
+    dx *= rstd
+    dgamma = np.einsum("ni,ni->i", dout.reshape(-1, d), xhat.reshape(-1, d))
+    dbeta = dout.reshape(-1, d).sum(axis=0)
+    return dx, dgamma, dbeta
+
+
+# --- activations ---------------------------------------------------------------------------
+class GeluCache(NamedTuple):
+    x: np.ndarray
+    cdf: np.ndarray  # Phi(x), reused by the backward
+
+
+def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, GeluCache]:
+    """GELU(x) = x * Phi(x), Phi the standard normal CDF (the exact, erf form)."""
+    cdf = normal_cdf(x)
+    return x * cdf, GeluCache(x, cdf)
+
+
+def gelu_backward(dout: np.ndarray, cache: GeluCache) -> np.ndarray:
+    """GELU'(x) = Phi(x) + x * phi(x), phi the standard normal density."""
+    x, cdf = cache
+    grad = x * normal_pdf(x)
+    grad += cdf
+    grad *= dout
+    return grad
+
+
+GELU_TANH_C = math.sqrt(2.0 / math.pi)
+GELU_TANH_A = 0.044715
+
+
+def gelu_tanh_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """GELU_tanh(x) = x/2 * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3)."""
+    th = np.tanh(GELU_TANH_C * (x + GELU_TANH_A * x * x * x))
+    return 0.5 * x * (1.0 + th), (x, th)
+
+
+def gelu_tanh_backward(dout: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """d/dx = (1 + tanh u)/2 + x/2 * (1 - tanh^2 u) * sqrt(2/pi) * (1 + 3 * 0.044715 x^2)."""
+    x, th = cache
+    du = GELU_TANH_C * (1.0 + 3.0 * GELU_TANH_A * x * x)
+    return dout * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du)
+
+
+def relu_forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ReLU(x) = max(x, 0); the cache is the mask x > 0."""
+    mask = x > 0
+    return x * mask, mask
+
+
+def relu_backward(dout: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """ReLU'(x) = 1 where x > 0, else 0 (0 at x = 0, as torch)."""
+    return dout * mask
+
+
+ACTIVATIONS = {
+    "gelu": (gelu_forward, gelu_backward),
+    "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
+    "relu": (relu_forward, relu_backward),
+}
+
+
+# --- dropout (inverted): y = x * m / (1 - p), m ~ Bernoulli(1 - p) -----------------------------
+def dropout_forward(x: np.ndarray, p: float, rng: np.random.Generator | None
+                    ) -> tuple[np.ndarray, np.ndarray | None]:
+    """Zero each element with probability p and scale the survivors by 1/(1-p); identity when
+    p == 0 or rng is None (evaluation). The cache is the scaled mask m / (1 - p)."""
+    if p == 0.0 or rng is None:
+        return x, None
+    mask = rng.random(x.shape, dtype=x.dtype) >= p
+    scaled = mask * x.dtype.type(1.0 / (1.0 - p))
+    return x * scaled, scaled
+
+
+def dropout_backward(dout: np.ndarray, scaled_mask: np.ndarray | None) -> np.ndarray:
+    """dx = dy * m / (1 - p): the same mask as the forward."""
+    return dout if scaled_mask is None else dout * scaled_mask
+
+
+# --- softmax + cross-entropy with ignored targets ------------------------------------------------
+class CrossEntropyCache(NamedTuple):
+    probs: np.ndarray    # softmax(z), (N, V)
+    targets: np.ndarray  # (N,), IGNORE_INDEX where not counted
+    counted: np.ndarray  # (N,) bool
+    n: int               # number of counted targets
+    shape: tuple[int, ...]
+
+
+def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray
+                          ) -> tuple[float, CrossEntropyCache]:
+    """L = (1/N) sum_{t: y_t != -1} (logsumexp(z_t) - z_t[y_t]), N the number of counted t."""
+    V = logits.shape[-1]
+    z = logits.reshape(-1, V)
+    y = targets.reshape(-1)
+    counted = y != IGNORE_INDEX
+    n = int(counted.sum())
+    if n == 0:
+        raise ValueError("cross-entropy over no targets: every target is IGNORE_INDEX")
+    shifted = z - z.max(axis=-1, keepdims=True)  # exp never overflows; the result is unchanged
+    probs = np.exp(shifted)
+    sums = probs.sum(axis=-1, keepdims=True)
+    probs /= sums
+    rows = np.flatnonzero(counted)
+    log_z = np.log(sums[rows, 0])
+    loss = float(np.sum(log_z - shifted[rows, y[rows]], dtype=np.float64) / n)
+    return loss, CrossEntropyCache(probs, y, counted, n, logits.shape)
+
+
+def cross_entropy_backward(dloss: float, cache: CrossEntropyCache) -> np.ndarray:
+    """dZ = dL * (P - Y) / N on counted rows (Y one-hot of the target), 0 on ignored rows."""
+    probs, y, counted, n, shape = cache
+    dz = probs.copy()
+    rows = np.flatnonzero(counted)
+    dz[rows, y[rows]] -= 1.0
+    dz[~counted] = 0.0
+    dz *= dz.dtype.type(dloss / n)
+    return dz.reshape(shape)
