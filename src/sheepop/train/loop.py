@@ -177,8 +177,13 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 
 def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool = False,
-          log=print, is_main: bool = True, progress: bool = True) -> Trainer:
-    """Load data and (when resuming) the run's state; build the engine and the trainer."""
+          log=print, is_main: bool = True, progress: bool = True,
+          dataset: Dataset | None = None) -> Trainer:
+    """Load data and (when resuming) the run's state; build the engine and the trainer.
+
+    A task that builds its own token streams (e.g. the progression task) passes `dataset`
+    instead of `data_path`.
+    """
     run_dir = Path(run_dir)
     weights = tokenizer = arrays = state = None
     if resume:
@@ -192,7 +197,7 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
         raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
                         "another --out")
     cfg.validate()
-    data = load_dataset(data_path, cfg.data, tokenizer)
+    data = dataset if dataset is not None else load_dataset(data_path, cfg.data, tokenizer)
     cfg.model.vocab_size = data.tokenizer.vocab_size
     cfg.validate()
     for line in data.report:
