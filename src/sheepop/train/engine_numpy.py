@@ -1,0 +1,93 @@
+"""The NumPy engine's adapter for the training loop (see `sheepop.train.loop.Engine`).
+
+The same contract as the torch adapter: one AdamW step on a list of micro-batches, with exact
+gradient accumulation. With N the number of counted (non-padding) targets over all
+micro-batches, micro-batch j (n_j counted targets, mean loss L_j) contributes the gradient of
+n_j L_j / N, i.e. its backward runs with dloss = n_j / N; the sum is the gradient of the
+large-batch mean loss whatever the padding. Weights, moments and the Adam step are saved under the
+same names as the torch engine's, so either engine resumes the other's checkpoint.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sheepop.config import ModelConfig, TrainConfig
+from sheepop.errors import UserError
+from sheepop.scratch.adamw import AdamW, clip_grad_norm
+from sheepop.scratch.gpt import GPT, gpt_forward
+from sheepop.scratch.layers import IGNORE_INDEX
+
+DTYPES = {"auto": np.float32, "float32": np.float32, "float64": np.float64}
+
+
+def resolve_dtype(name: str) -> type:
+    if name not in DTYPES:
+        raise UserError(f"train.dtype={name}: the numpy engine computes in float32 or float64 "
+                        "(use --dtype float32)")
+    return DTYPES[name]
+
+
+class NumpyEngine:
+    name = "numpy"
+
+    def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig,
+                 weights: dict[str, np.ndarray] | None = None):
+        self.cfg = train_cfg
+        self.model_cfg = model_cfg
+        self.dtype = np.dtype(resolve_dtype(train_cfg.dtype))
+        self.model = GPT(model_cfg, weights, self.dtype, seed=train_cfg.seed)
+        self.optimizer = AdamW(self.model.params, lr=train_cfg.lr,
+                               betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps,
+                               weight_decay=train_cfg.weight_decay)
+        # Dropout masks come from their own seeded generator, saved with the checkpoint.
+        self.rng = np.random.default_rng(train_cfg.seed)
+
+    @property
+    def description(self) -> str:
+        return f"numpy (scratch engine), {self.dtype.name}"
+
+    def num_params(self) -> int:
+        return self.model.num_params()
+
+    def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float,
+                   total_count: int | None = None) -> tuple[float, float]:
+        """One AdamW step; returns (mean loss over counted targets, gradient norm before
+        clipping)."""
+        counts = [int((y != IGNORE_INDEX).sum()) for _, y in micro_batches]
+        total = max(total_count or sum(counts), 1)
+        rng = self.rng if self.model_cfg.dropout > 0 else None
+        self.model.zero_grad()
+        loss_sum = 0.0
+        for (x, y), n in zip(micro_batches, counts):
+            if n == 0:
+                continue  # all padding: no loss, no gradient
+            _, loss = self.model.forward(x, y, rng)
+            loss_sum += loss * n
+            self.model.backward(n / total)
+        norm = clip_grad_norm(self.model.grads, self.cfg.grad_clip)
+        self.optimizer.step(self.model.grads, lr)
+        return loss_sum / total, norm
+
+    def eval_loss(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """(sum of token losses, number of counted targets) on one batch, no dropout."""
+        n = int((y != IGNORE_INDEX).sum())
+        if n == 0:
+            return 0.0, 0
+        _, loss, _ = gpt_forward(self.model.params, self.model_cfg, x, y)
+        return loss * n, n
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.model.numpy_weights()
+
+    def optimizer_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        arrays = self.optimizer.state_arrays() if self.optimizer.t > 0 else {}
+        return arrays, {"adam_step": self.optimizer.t,
+                        "numpy_rng": self.rng.bit_generator.state}
+
+    def load_optimizer_arrays(self, arrays: dict[str, np.ndarray], info: dict[str, Any]) -> None:
+        self.optimizer.load_state_arrays(arrays, info.get("adam_step", 0))
+        if info.get("numpy_rng"):
+            self.rng.bit_generator.state = info["numpy_rng"]
