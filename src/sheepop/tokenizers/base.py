@@ -42,6 +42,31 @@ DEFAULT_SPECIALS = (BOS, EOS, PAD, UNK)
 """The special tokens of the char and word kinds, in id order 0..3."""
 
 
+class SpecialMatcher:
+    """Finds special tokens written in text, whole, so they are never split or merged."""
+
+    def __init__(self, special_tokens: Mapping[str, int]) -> None:
+        self.ids = dict(special_tokens)
+        # Longest first, so that a special token that is a prefix of another never wins.
+        names = sorted(self.ids, key=lambda t: (-len(t), t))
+        self._re = regex.compile("|".join(regex.escape(t) for t in names)) if names else None
+
+    def split(self, text: str) -> Iterator[tuple[str, int | None]]:
+        """(ordinary text, None) and (special token, its id) pieces of `text`, in order."""
+        if self._re is None:
+            if text:
+                yield text, None
+            return
+        start = 0
+        for m in self._re.finditer(text):
+            if m.start() > start:
+                yield text[start:m.start()], None
+            yield m.group(), self.ids[m.group()]
+            start = m.end()
+        if start < len(text):
+            yield text[start:], None
+
+
 class Tokenizer(ABC):
     """Text <-> ids. Subclasses set `kind` and implement the abstract methods below."""
 
@@ -50,10 +75,7 @@ class Tokenizer(ABC):
     def __init__(self, special_tokens: Mapping[str, int]) -> None:
         self.special_tokens: dict[str, int] = dict(special_tokens)
         self._special_by_id: dict[int, str] = {i: t for t, i in self.special_tokens.items()}
-        # Longest first, so that a special token that is a prefix of another never wins.
-        names = sorted(self.special_tokens, key=lambda t: (-len(t), t))
-        self._special_re = (regex.compile("|".join(regex.escape(t) for t in names))
-                            if names else None)
+        self._specials = SpecialMatcher(self.special_tokens)
 
     # ----- what a kind implements -------------------------------------------------------------
 
@@ -114,18 +136,7 @@ class Tokenizer(ABC):
 
     def split_specials(self, text: str) -> Iterator[tuple[str, int | None]]:
         """Cut `text` into (ordinary text, None) and (special token, its id), in order."""
-        if self._special_re is None:
-            if text:
-                yield text, None
-            return
-        start = 0
-        for m in self._special_re.finditer(text):
-            if m.start() > start:
-                yield text[start:m.start()], None
-            yield m.group(), self.special_tokens[m.group()]
-            start = m.end()
-        if start < len(text):
-            yield text[start:], None
+        return self._specials.split(text)
 
     # ----- encode -----------------------------------------------------------------------------
 

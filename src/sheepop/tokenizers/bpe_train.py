@@ -1,0 +1,173 @@
+"""Learning byte-level BPE merges: a fast trainer and a naive one that must agree with it.
+
+Both start from the same state: every distinct pre-split word of the corpus, counted once, as a
+list of byte ids 0..255, with its number of occurrences. Then, until the vocabulary is full or
+no word has two tokens left:
+
+1. count every adjacent pair of tokens, weighted by the word counts;
+2. pick the most frequent pair; ties go to the lowest pair in byte order, i.e. the smallest
+   (bytes of the left token, bytes of the right token) -- so training is deterministic;
+3. give the pair a new id whose bytes are the two tokens' bytes joined (or the existing id if a
+   token with those bytes already exists: an earlier merge may have built the same bytes from
+   another split), record the merge, and replace the pair by the new id in every word, left to
+   right.
+
+`train_naive` does step 1 from scratch for every merge (clear, and slow: O(corpus) per merge).
+`train_fast` counts pairs once, then after each merge updates the counts of only the words that
+contained the merged pair (subtract their old pairs, add their new ones), and finds the best
+pair with a heap whose entries may be stale: an entry records a count that is never below the
+pair's true count, so when the top entry's count is current it is the true best; otherwise it
+is pushed back with the true count. Counts that grow get a fresh entry at once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+
+Merge = tuple[int, int]
+
+
+def initial_words(word_counts: Iterable[tuple[str, int]]) -> tuple[list[list[int]], list[int]]:
+    """Words as lists of byte ids, and their counts; single-byte words can never merge."""
+    words, counts = [], []
+    for word, n in word_counts:
+        ids = list(word.encode("utf-8", "surrogatepass"))
+        if len(ids) > 1:
+            words.append(ids)
+            counts.append(n)
+    return words, counts
+
+
+def merge_word(word: list[int], a: int, b: int, new: int) -> list[int]:
+    """`word` with every (a, b), scanned left to right, replaced by `new`."""
+    out, i, n = [], 0, len(word)
+    while i < n:
+        if i + 1 < n and word[i] == a and word[i + 1] == b:
+            out.append(new)
+            i += 2
+        else:
+            out.append(word[i])
+            i += 1
+    return out
+
+
+class _Vocab:
+    """Token bytes by id, starting from the 256 single bytes; reuses ids for repeated bytes."""
+
+    def __init__(self) -> None:
+        self.tokens: list[bytes] = [bytes([b]) for b in range(256)]
+        self.ids: dict[bytes, int] = {t: i for i, t in enumerate(self.tokens)}
+
+    def join(self, a: int, b: int) -> int:
+        joined = self.tokens[a] + self.tokens[b]
+        i = self.ids.get(joined)
+        if i is None:
+            i = self.ids[joined] = len(self.tokens)
+            self.tokens.append(joined)
+        return i
+
+
+def _merge_counting(word: list[int], a: int, b: int, new: int, n: int,
+                    delta: dict[Merge, int]) -> list[int] | None:
+    """`merge_word`, also adding to `delta` the change in pair counts (times the word's count
+    `n`). Only pairs next to a merge change: the old pairs (x, a), (a, b), (b, y) go, the new
+    (x, new), (new, y) come. None when the word holds no (a, b)."""
+    out: list[int] = []
+    i, size = 0, len(word)
+    last_old = -1  # index of the last old pair already subtracted (adjacent merges share one)
+    after_merge = False
+    while i < size:
+        if i + 1 < size and word[i] == a and word[i + 1] == b:
+            for k in (i - 1, i, i + 1):
+                if last_old < k < size - 1:
+                    delta[word[k], word[k + 1]] -= n
+                    last_old = k
+            if out:
+                delta[out[-1], new] += n
+            out.append(new)
+            after_merge = True
+            i += 2
+        else:
+            if after_merge:
+                delta[new, word[i]] += n
+                after_merge = False
+            out.append(word[i])
+            i += 1
+    return out if len(out) < size else None
+
+
+def train_naive(word_counts: Iterable[tuple[str, int]], n_tokens: int) -> list[Merge]:
+    """Merges (in rank order) until there are `n_tokens` tokens (256 bytes included) or no pair
+    is left; recounts every pair of every word for each merge."""
+    words, counts = initial_words(word_counts)
+    vocab = _Vocab()
+    merges: list[Merge] = []
+    done: set[Merge] = set()
+    while len(vocab.tokens) < n_tokens:
+        pairs: Counter[Merge] = Counter()
+        for word, n in zip(words, counts):
+            for pair in zip(word, word[1:]):
+                pairs[pair] += n
+        for pair in done:  # a pair re-created by a reused id is not merged twice
+            pairs.pop(pair, None)
+        if not pairs:
+            break
+        t = vocab.tokens
+        a, b = min(pairs, key=lambda p: (-pairs[p], t[p[0]], t[p[1]]))
+        new = vocab.join(a, b)
+        merges.append((a, b))
+        done.add((a, b))
+        words = [merge_word(w, a, b, new) for w in words]
+    return merges
+
+
+def train_fast(word_counts: Iterable[tuple[str, int]], n_tokens: int,
+               on_merge: Callable[[int], None] | None = None) -> list[Merge]:
+    """The same merges as `train_naive`, with incremental pair counts and a lazy heap."""
+    words, counts = initial_words(word_counts)
+    vocab = _Vocab()
+    t = vocab.tokens
+    pair_count: dict[Merge, int] = defaultdict(int)
+    where: dict[Merge, set[int]] = defaultdict(set)  # words that may contain the pair
+    for wi, (word, n) in enumerate(zip(words, counts)):
+        for pair in zip(word, word[1:]):
+            pair_count[pair] += n
+            where[pair].add(wi)
+    heap = [(-c, t[a], t[b], a, b) for (a, b), c in pair_count.items()]
+    heapq.heapify(heap)
+
+    merges: list[Merge] = []
+    done: set[Merge] = set()
+    while len(t) < n_tokens and heap:
+        neg, _, _, a, b = heapq.heappop(heap)
+        current = pair_count.get((a, b), 0)
+        if -neg != current or (a, b) in done:  # a stale entry
+            if 0 < current < -neg and (a, b) not in done:
+                heapq.heappush(heap, (-current, t[a], t[b], a, b))
+            continue
+        new = vocab.join(a, b)
+        merges.append((a, b))
+        done.add((a, b))
+        delta: dict[Merge, int] = defaultdict(int)
+        for wi in where.pop((a, b)):  # order does not matter: the updates commute
+            merged = _merge_counting(words[wi], a, b, new, counts[wi], delta)
+            if merged is not None:
+                words[wi] = merged
+                for pair in zip(merged, merged[1:]):
+                    if new in pair:
+                        where[pair].add(wi)
+        for pair, d in delta.items():
+            if d == 0:
+                continue
+            c = pair_count[pair] + d
+            if c > 0:
+                pair_count[pair] = c
+                if d > 0:  # a grown count needs a fresh entry; shrunk ones are fixed lazily
+                    heapq.heappush(heap, (-c, t[pair[0]], t[pair[1]], pair[0], pair[1]))
+            else:
+                del pair_count[pair]
+        if on_merge is not None:
+            on_merge(len(merges))
+    return merges

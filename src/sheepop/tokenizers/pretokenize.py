@@ -1,0 +1,128 @@
+"""The regex pre-split of byte-level BPE, and the byte <-> printable-character map of GPT-2.
+
+Before BPE sees any bytes, text is cut into "words" by a regular expression, and merges never
+cross a word boundary: " the" can become one token, "e t" never. The patterns:
+
+- `gpt2`: GPT-2's rule (contractions, an optional space + letters, an optional space + digits,
+  an optional space + other symbols, whitespace runs), except that combining marks (\\p{M}) count
+  as letters, so "e" + U+0301 stays one word instead of splitting off its accent.
+- `gpt4`: the cl100k rule (case-insensitive contractions, a non-letter prefix + letters, numbers
+  in groups of at most 3 digits, symbols with trailing newlines, newline runs), with the same
+  combining-mark change.
+- `gpt2-exact`: OpenAI's GPT-2 rule unchanged, used when importing GPT-2 files so ids match
+  GPT-2 exactly.
+
+The byte map (GPT-2's `bytes_to_unicode`) gives each of the 256 bytes a printable character
+(printable ASCII and Latin-1 map to themselves, the rest to U+0100 onwards: space -> "Ġ",
+newline -> "Ċ"). It is how byte-level tokens are written in vocab.json / tokenizer.json files.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import regex
+
+from sheepop.errors import UserError
+
+PATTERNS: dict[str, str] = {
+    "gpt2": (r"""'s|'t|'re|'ve|'m|'ll|'d| ?[\p{L}\p{M}]+| ?\p{N}+| ?[^\s\p{L}\p{M}\p{N}]+"""
+             r"""|\s+(?!\S)|\s+"""),
+    "gpt4": (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{M}\p{N}]?[\p{L}\p{M}]+|\p{N}{1,3}"""
+             r"""| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""),
+    "gpt2-exact": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+}
+DEFAULT_PATTERN = "gpt2"
+
+# A cut just after a newline that sits between two non-space characters falls on a word
+# boundary for all three named patterns, so text cut there can be encoded in parallel pieces.
+_SAFE_CUT = regex.compile(r"(?<=\S\n)(?=\S)")
+
+
+def resolve_pattern(pattern: str) -> str:
+    """A named pattern's regex, or `pattern` itself after checking that it compiles."""
+    pattern = PATTERNS.get(pattern, pattern)
+    try:
+        regex.compile(pattern)
+    except regex.error as e:
+        raise UserError(f"invalid pre-split pattern {pattern!r}: {e}") from None
+    return pattern
+
+
+def pattern_name(pattern: str) -> str:
+    """The name of a built-in pattern, or "custom"."""
+    return next((name for name, p in PATTERNS.items() if p == pattern), "custom")
+
+
+@lru_cache(maxsize=16)
+def compiled(pattern: str) -> regex.Pattern:
+    return regex.compile(pattern)
+
+
+def split_text(pattern: regex.Pattern, text: str) -> list[str]:
+    """The words of `text`. Text the pattern does not match (only possible with a custom
+    pattern) is kept as words of its own, so nothing is ever dropped."""
+    words = pattern.findall(text)
+    if sum(map(len, words)) == len(text):
+        return words
+    words, start = [], 0
+    for m in pattern.finditer(text):
+        if m.start() > start:
+            words.append(text[start:m.start()])
+        if m.end() > m.start():
+            words.append(m.group())
+        start = m.end()
+    if start < len(text):
+        words.append(text[start:])
+    return words
+
+
+def safe_chunks(text: str, target_chars: int) -> list[str]:
+    """Cut `text` into pieces of about `target_chars` characters at word boundaries (see
+    _SAFE_CUT), so that encoding the pieces separately gives the same ids as the whole."""
+    if len(text) <= target_chars:
+        return [text]
+    chunks, start = [], 0
+    while len(text) - start > target_chars:
+        m = _SAFE_CUT.search(text, start + target_chars)
+        if m is None:
+            break
+        chunks.append(text[start:m.start()])
+        start = m.start()
+    chunks.append(text[start:])
+    return chunks
+
+
+@lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from each byte to a printable character."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+            *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+@lru_cache(maxsize=1)
+def unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+def token_to_str(token: bytes) -> str:
+    """Bytes of a token -> its printable byte-level name (b" the" -> "Ġthe")."""
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in token)
+
+
+def str_to_token(name: str) -> bytes | None:
+    """Inverse of `token_to_str`; None when `name` holds a character outside the byte map."""
+    table = unicode_to_bytes()
+    try:
+        return bytes(table[c] for c in name)
+    except KeyError:
+        return None
