@@ -1,0 +1,186 @@
+"""The NumPy engine in use: the shared training loop, resume, generation with its KV cache, the
+command line, and memory that does not grow over a run."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from sheepop.cli import main
+from sheepop.config import ModelConfig, SampleConfig, TrainConfig, build_config
+from sheepop.data.dataset import Dataset
+from sheepop.generate import generate
+from sheepop.model import GPT as TorchGPT
+from sheepop.model.infer import TorchLM
+from sheepop.scratch.gpt import GPT, gpt_forward
+from sheepop.scratch.infer import KVCache, NumpyLM, forward_cached
+from sheepop.tokenizers import train_tokenizer
+from sheepop.train.engine_numpy import NumpyEngine
+from sheepop.train.loop import setup
+
+TEXT = "the quick brown fox jumps over the lazy dog. " * 60
+
+
+def tiny_config(engine: str = "numpy", dropout: float = 0.1, **train):
+    cfg = build_config(None, None, [
+        "model.n_layer=2", "model.n_head=2", "model.n_embd=16", "model.block_size=16",
+        f"model.dropout={dropout}", "train.batch_size=4", "train.steps=12",
+        "train.warmup_steps=3", "train.eval_interval=4", "train.eval_batches=2",
+        "train.log_interval=1", "train.checkpoint_interval=0", "train.lr=3e-3",
+        f"train.engine={engine}", "train.device=cpu", "train.dtype=float32"])
+    for k, v in train.items():
+        cfg.set(f"train.{k}", v)
+    return cfg
+
+
+def dataset() -> Dataset:
+    tok = train_tokenizer("char", [TEXT])
+    ids = np.asarray(tok.encode(TEXT), dtype=np.uint16)
+    return Dataset(ids[:2400], ids[2400:], tok)
+
+
+def rows(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def quiet_setup(cfg, run_dir, resume=False):
+    return setup(None, cfg, run_dir, resume=resume, dataset=dataset(), progress=False,
+                 log=lambda *_: None)
+
+
+def stop_after(trainer, n_steps: int) -> None:
+    """Raise KeyboardInterrupt (as Ctrl-C does) when step n_steps + 1 starts."""
+    real_step, done = trainer.engine.train_step, []
+
+    def step(micro, lr):
+        if len(done) == n_steps:
+            raise KeyboardInterrupt
+        done.append(lr)
+        return real_step(micro, lr)
+
+    trainer.engine.train_step = step
+
+
+def test_the_shared_loop_trains_the_numpy_engine(tmp_path):
+    trainer = quiet_setup(tiny_config(steps=40, eval_interval=20, lr=1e-2), tmp_path / "run")
+    assert trainer.engine.name == "numpy"
+    summary = trainer.run()
+    r = rows(tmp_path / "run")
+    assert [x["step"] for x in r] == list(range(1, 41))
+    assert np.mean([x["loss"] for x in r[-5:]]) < r[0]["loss"] - 0.3
+    assert summary.val_loss == pytest.approx(r[-1]["val_loss"], abs=1e-6)
+    state = json.loads((tmp_path / "run" / "trainer.json").read_text())
+    assert state["engine"] == "numpy" and state["adam_step"] == 40
+
+
+def test_resume_matches_an_uninterrupted_run_with_dropout(tmp_path):
+    quiet_setup(tiny_config(), tmp_path / "a").run()
+    first = quiet_setup(tiny_config(), tmp_path / "b")
+    stop_after(first, 5)
+    assert first.run().interrupted
+    resumed = quiet_setup(tiny_config(), tmp_path / "b", resume=True)
+    assert resumed.step == 5
+    resumed.run()
+    a, b = rows(tmp_path / "a"), rows(tmp_path / "b")
+    assert [x["loss"] for x in a] == [x["loss"] for x in b]  # the dropout RNG is restored too
+
+
+def test_a_torch_run_resumes_in_the_numpy_engine(tmp_path):
+    quiet_setup(tiny_config("torch", dropout=0.0), tmp_path / "torch").run()
+    first = quiet_setup(tiny_config("torch", dropout=0.0), tmp_path / "mixed")
+    stop_after(first, 5)
+    first.run()
+    quiet_setup(tiny_config("numpy", dropout=0.0), tmp_path / "mixed", resume=True).run()
+    a, b = rows(tmp_path / "torch"), rows(tmp_path / "mixed")
+    assert [x["step"] for x in b] == list(range(1, 13))
+    np.testing.assert_allclose([x["loss"] for x in b], [x["loss"] for x in a], atol=2e-5)
+
+
+def model_pair(**kw):
+    cfg = ModelConfig(vocab_size=13, block_size=10, n_layer=2, n_head=2, n_embd=16, **kw)
+    weights = GPT(cfg, seed=4).numpy_weights()
+    rng = np.random.default_rng(0)
+    for v in weights.values():
+        v += rng.standard_normal(v.shape).astype(np.float32) * 0.3
+    return cfg, weights
+
+
+@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned", "tie_weights": False}])
+def test_kv_cache_gives_the_logits_of_a_full_forward(kw):
+    cfg, weights = model_pair(**kw)
+    params = GPT(cfg, weights, np.float64).params
+    ids = np.random.default_rng(1).integers(0, 13, (2, 9))
+    full = gpt_forward(params, cfg, ids)[0]
+    cache = KVCache(cfg, batch=2, dtype=np.float64)
+    prompt = forward_cached(params, cfg, ids[:, :4], cache, last_only=False)
+    steps = [forward_cached(params, cfg, ids[:, t:t + 1], cache)[:, 0] for t in range(4, 9)]
+    np.testing.assert_allclose(prompt, full[:, :4], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(np.stack(steps, 1), full[:, 4:], rtol=0, atol=1e-12)
+    assert cache.length == 9
+
+
+def test_generation_matches_the_torch_engine_past_the_context():
+    cfg, weights = model_pair()
+    torch_model = TorchGPT(cfg)
+    torch_model.load_numpy_weights(weights)
+    ours, theirs = NumpyLM(cfg, weights), TorchLM(torch_model)
+    prompt = [1, 2, 3]
+    np.testing.assert_allclose(ours.prefill(prompt), theirs.prefill(prompt), atol=1e-5)
+    greedy = SampleConfig(max_new_tokens=25, temperature=0.0)  # slides past block_size 10
+    a = [s.token for s in generate(ours, prompt, greedy)]
+    b = [s.token for s in generate(theirs, prompt, greedy)]
+    c = [s.token for s in generate(ours, prompt, greedy, use_cache=False)]
+    assert a == b == c and len(a) == 25
+
+
+def test_command_line_trains_and_generates_with_the_numpy_engine(tmp_path, capsys):
+    data = tmp_path / "text.txt"
+    data.write_text(TEXT)
+    run = tmp_path / "run"
+    sets = ["model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.block_size=16",
+            "train.batch_size=4", "train.eval_batches=1", "train.warmup_steps=2"]
+    args = ["train", str(data), "--out", str(run), "--engine", "numpy", "--steps", "6",
+            "--no-progress"]
+    assert main(args + [a for s in sets for a in ("--set", s)]) == 0
+    assert "numpy" in capsys.readouterr().out
+    assert json.loads((run / "trainer.json").read_text())["engine"] == "numpy"
+    assert main(["generate", str(run), "--prompt", "the ", "--engine", "numpy",
+                 "--max-new-tokens", "12", "--seed", "3"]) == 0
+    ours = capsys.readouterr().out
+    assert main(["generate", str(run), "--prompt", "the ", "--engine", "torch",
+                 "--max-new-tokens", "12", "--seed", "3", "--device", "cpu"]) == 0
+    assert ours.startswith("the ") and ours == capsys.readouterr().out
+
+
+def test_memory_does_not_grow_over_steps():
+    cfg = ModelConfig(vocab_size=20, block_size=16, n_layer=2, n_head=2, n_embd=32, dropout=0.1)
+    engine = NumpyEngine(cfg, TrainConfig(lr=1e-3))
+    rng = np.random.default_rng(0)
+    batches = [(rng.integers(0, 20, (4, 16)), rng.integers(0, 20, (4, 16))) for _ in range(2)]
+    engine.train_step(batches, 1e-3)  # first step: moments and buffers come into being
+    tracemalloc.start()
+    sizes = []
+    for _ in range(4):
+        engine.train_step(batches, 1e-3)
+        sizes.append(tracemalloc.get_traced_memory()[0])
+    tracemalloc.stop()
+    assert max(sizes) - min(sizes) < 4096, sizes  # nothing kept from step to step
+
+
+def test_float16_is_refused_with_a_clear_message():
+    from sheepop.errors import UserError
+    cfg = ModelConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4)
+    with pytest.raises(UserError, match="float32 or float64"):
+        NumpyEngine(cfg, TrainConfig(dtype="bfloat16"))
+
+
+def test_the_scratch_package_never_imports_torch():
+    import subprocess
+    import sys
+    code = ("import sys, sheepop.scratch, sheepop.train.engine_numpy; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
