@@ -1,0 +1,319 @@
+"""`prepare`: files -> documents -> tokenizer -> train.bin / val.bin / meta.json, streamed.
+
+    1. discover   walk the inputs (discovery.py)
+    2. extract    worker processes turn each file into a normalised document in their own
+                  store file (extract.py); the parent drops exact duplicates by SHA-256
+    3. split      documents to train / val, seeded, by document
+    4. tokenizer  trained on (a seeded sample of) the train documents, or loaded from a file
+    5. tokenize   worker processes encode tasks of ~4 MB; the parent appends the ids, in
+                  document order, to train.bin / val.bin, each document followed by EOS
+    6. meta.json  per-file records (spooled to disk while running) with their token counts
+
+Memory holds a few numbers per document and the file list, never the text. Everything is
+written in a temporary folder next to DATA_DIR and renamed at the end (outdir.py). The ids
+written do not depend on --workers: tasks are handed out and collected in order.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import shutil
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from sheepop.data.ingest import extract, outdir, tokenizing
+from sheepop.data.ingest.discovery import discover
+from sheepop.data.ingest.record import TYPES, USED, FileRecord
+from sheepop.data.ingest.report import Summary
+from sheepop.data.ingest.store import document_pieces, read_document
+from sheepop.data.shards import (
+    FORMAT,
+    META_FILE,
+    TOKENIZER_FILE,
+    TRAIN_FILE,
+    VAL_FILE,
+    VERSION,
+    TokenWriter,
+    token_dtype_name,
+    write_meta,
+)
+from sheepop.errors import UserError
+from sheepop.tokenizers import EOS, KINDS, Tokenizer, load, train_tokenizer
+
+SPOOL = "files.jsonl"
+_OCR_LANG = re.compile(r"[A-Za-z][A-Za-z_]*(\+[A-Za-z][A-Za-z_]*)*")
+
+
+@dataclass
+class PrepareOptions:
+    inputs: list[str]
+    out: str
+    tokenizer: str = "char"          # a kind (char, word, bpe, digits) or a tokenizer.json
+    vocab_size: int = 0
+    include: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    hidden: bool = False
+    workers: int = 1
+    ocr_lang: str = "eng"
+    val_fraction: float = 0.1
+    seed: int = 1337
+    overwrite: bool = False
+    tokenizer_sample_mb: float = 256.0  # 0: train the tokenizer on the whole train split
+    progress: bool | None = None        # None: a bar when stderr is a terminal
+
+    def check(self) -> None:
+        if not self.inputs:
+            raise UserError("give at least one input file or folder")
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise UserError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if self.workers < 1:
+            raise UserError(f"--workers must be at least 1, got {self.workers}")
+        if self.vocab_size < 0:
+            raise UserError(f"--vocab-size must be >= 0, got {self.vocab_size}")
+        if self.tokenizer_sample_mb < 0:
+            raise UserError("--tokenizer-sample-mb must be >= 0")
+        if not _OCR_LANG.fullmatch(self.ocr_lang):
+            raise UserError(f"--ocr-lang must look like 'eng' or 'eng+fra', got "
+                            f"{self.ocr_lang!r}")
+        if self.tokenizer not in KINDS and not Path(self.tokenizer).is_file():
+            raise UserError(f"--tokenizer must be one of {', '.join(KINDS)} or an existing "
+                            f"tokenizer.json, got {self.tokenizer!r}")
+
+
+@dataclass
+class PrepareResult:
+    out: Path
+    summary: Summary
+    tokenizer: Tokenizer
+
+
+class _Docs:
+    """A few numbers per kept document: where its text is, its split, type and record."""
+
+    def __init__(self) -> None:
+        self.stores: list[str] = []
+        self.store = array("H")
+        self.offset = array("q")
+        self.nbytes = array("q")
+        self.type = array("b")
+        self.val = np.zeros(0, dtype=bool)
+        self.tokens = np.zeros(0, dtype=np.int64)
+
+    def add(self, store: str, offset: int, nbytes: int, file_type: str) -> int:
+        if store not in self.stores:
+            self.stores.append(store)
+        self.store.append(self.stores.index(store))
+        self.offset.append(offset)
+        self.nbytes.append(nbytes)
+        self.type.append(TYPES.index(file_type))
+        return len(self.offset) - 1
+
+    def __len__(self) -> int:
+        return len(self.offset)
+
+    def where(self, i: int, root: Path) -> tuple[str, int, int]:
+        return str(root / self.stores[self.store[i]]), self.offset[i], self.nbytes[i]
+
+
+def _pool(workers: int, initializer: Callable, initargs: tuple):
+    # spawn, not fork: the parent may hold threads (tqdm, torch) that fork would copy broken.
+    return multiprocessing.get_context("spawn").Pool(workers, initializer, initargs)
+
+
+def _map(func: Callable, tasks: Iterable, workers: int, initializer: Callable,
+         initargs: tuple, chunksize: int = 1) -> Iterator:
+    """func over tasks in order: in this process for one worker, else in a process pool."""
+    if workers == 1:
+        initializer(*initargs)
+        yield from map(func, tasks)
+        return
+    with _pool(workers, initializer, initargs) as pool:
+        yield from pool.imap(func, tasks, chunksize=chunksize)
+
+
+def _bar(opts: PrepareOptions, total: int, desc: str) -> tqdm:
+    disable = None if opts.progress is None else not opts.progress
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
+                disable=disable, dynamic_ncols=True, smoothing=0.05)
+
+
+def _extract(opts: PrepareOptions, tmp: Path, summary: Summary, spool) -> _Docs:
+    found = discover(opts.inputs, opts.include, opts.exclude, opts.hidden,
+                     avoid=[opts.out, tmp])
+    summary.excluded = found.excluded
+    for record in found.skipped:
+        summary.add(record)
+        spool.write(json.dumps(record.to_meta(), ensure_ascii=False) + "\n")
+    docs, first_seen = _Docs(), {}
+    chunksize = max(1, min(32, len(found.tasks) // (opts.workers * 8)))
+    options = extract.ExtractOptions(ocr_lang=opts.ocr_lang)
+    with _bar(opts, found.total_bytes, "extract") as bar:
+        results = _map(extract.extract_file, found.tasks, opts.workers, extract.init_worker,
+                       (str(tmp), options), chunksize)
+        for n, record in enumerate(results, 1):
+            entry = _keep(record, docs, first_seen)
+            summary.add(record)
+            spool.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            bar.update(record.bytes)
+            bar.set_postfix_str(f"{n}/{len(found.tasks)} files", refresh=False)
+    if opts.workers == 1:
+        extract.close_worker()
+    return docs
+
+
+def _keep(record: FileRecord, docs: _Docs, first_seen: dict[str, str]) -> dict:
+    """Record a used file as a document unless its text was seen before; its meta entry."""
+    doc = None
+    if record.status == USED:
+        first = first_seen.setdefault(record.digest or "", record.path)
+        if first != record.path:
+            record.skip("duplicate", f"same text as {first}")
+        else:
+            doc = docs.add(record.store or "", record.offset, record.nbytes, record.type)
+    entry = record.to_meta()
+    if doc is not None:
+        entry["_doc"] = doc
+    return entry
+
+
+def _split(docs: _Docs, fraction: float, seed: int) -> None:
+    """Choose round(n * fraction) validation documents at random (seeded); at least one when
+    fraction > 0 and there are two documents or more, and never all of them."""
+    n = len(docs)
+    n_val = round(n * fraction)
+    if fraction > 0 and n >= 2:
+        n_val = min(max(n_val, 1), n - 1)
+    else:
+        n_val = min(n_val, max(n - 1, 0))
+    docs.val = np.zeros(n, dtype=bool)
+    docs.val[np.random.default_rng(seed).choice(n, size=n_val, replace=False)] = True
+    docs.tokens = np.zeros(n, dtype=np.int64)
+
+
+def _training_texts(docs: _Docs, tmp: Path, opts: PrepareOptions) -> Iterator[str]:
+    """The train documents the tokenizer learns from: all of them, or when they exceed
+    --tokenizer-sample-mb, each kept with probability sample / total (seeded); large ones in
+    pieces."""
+    train = np.flatnonzero(~docs.val)
+    total = int(np.asarray(docs.nbytes, dtype=np.int64)[train].sum()) if len(train) else 0
+    cap = opts.tokenizer_sample_mb * 1e6
+    if cap and total > cap:
+        keep = np.random.default_rng(opts.seed + 1).random(len(train)) < cap / total
+        train = train[keep] if keep.any() else train[:1]
+    for i in train:
+        store, offset, nbytes = docs.where(int(i), tmp)
+        for off, n in document_pieces(store, offset, nbytes, tokenizing.TASK_BYTES):
+            yield read_document(store, off, n)
+
+
+def _tokenizer(docs: _Docs, tmp: Path, opts: PrepareOptions) -> Tokenizer:
+    if opts.tokenizer not in KINDS:
+        tok = load(opts.tokenizer)
+    else:
+        options = {"special_tokens": [EOS]} if opts.tokenizer == "digits" else {}
+        tok = train_tokenizer(opts.tokenizer, _training_texts(docs, tmp, opts),
+                              vocab_size=opts.vocab_size, **options)
+    if tok.eos_id is None:
+        raise UserError(f"the {tok.kind} tokenizer has no {EOS} token to put between "
+                        "documents")
+    return tok
+
+
+def _tokenize(docs: _Docs, tmp: Path, tok: Tokenizer, opts: PrepareOptions,
+              summary: Summary) -> str:
+    dtype = token_dtype_name(tok.vocab_size)
+    total = int(np.asarray(docs.nbytes, dtype=np.int64).sum())
+    with _bar(opts, total, "tokenize") as bar:
+        for split, file in ((False, TRAIN_FILE), (True, VAL_FILE)):
+            writer = TokenWriter(tmp / file, dtype)
+            chosen = (docs.where(int(i), tmp) + (int(i),)
+                      for i in np.flatnonzero(docs.val == split))
+            tasks = tokenizing.plan_tasks(chosen)
+            results = _map(tokenizing.encode_task, tasks, opts.workers,
+                           tokenizing.init_worker, (tok.to_json(), dtype))
+            for data, counts, unknown, nbytes in results:
+                writer.write_bytes(data)
+                for doc, count in counts:
+                    docs.tokens[doc] += count
+                summary.unknown_tokens += unknown
+                bar.update(nbytes)
+            writer.close()
+            if split:
+                summary.val_tokens, summary.val_documents = writer.tokens, int(docs.val.sum())
+            else:
+                summary.train_tokens = writer.tokens
+                summary.train_documents = len(docs) - int(docs.val.sum())
+    for t, tokens in zip(docs.type, docs.tokens):
+        summary.add_tokens(TYPES[t], int(tokens))
+    return dtype
+
+
+def _files_with_tokens(spool_path: Path, docs: _Docs) -> Iterator[dict]:
+    with open(spool_path, encoding="utf-8") as f:
+        for line in f:
+            entry = json.loads(line)
+            doc = entry.pop("_doc", None)
+            if doc is not None:
+                entry["tokens"] = int(docs.tokens[doc])
+            yield entry
+
+
+def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> PrepareResult:
+    """Run the whole preparation; `log` receives the summary table and notes.
+
+    Raises UserError (one line) on bad options, a missing input, an existing output without
+    --overwrite, or when no file gave usable text.
+    """
+    opts.check()
+    out = Path(opts.out)
+    outdir.check_target(out, opts.overwrite)
+    for given in opts.inputs:
+        if not os.path.lexists(given):
+            raise UserError(f"input not found: {given}")
+    outdir.remove_stale(out)
+    tmp = outdir.make_temp(out)
+    summary = Summary()
+    try:
+        spool_path = tmp / SPOOL
+        with open(spool_path, "w", encoding="utf-8") as spool:
+            docs = _extract(opts, tmp, summary, spool)
+        summary.documents = len(docs)
+        if not len(docs):
+            if log:
+                log(summary.table())
+            reasons = ", ".join(f"{n} {code}" for code, n in summary.reasons.most_common(3))
+            raise UserError(f"nothing usable found in {', '.join(map(str, opts.inputs))}: "
+                            f"{summary.total('files')} files"
+                            + (f" ({reasons})" if reasons else ""))
+        _split(docs, opts.val_fraction, opts.seed)
+        tok = _tokenizer(docs, tmp, opts)
+        tok.save(tmp / TOKENIZER_FILE)
+        dtype = _tokenize(docs, tmp, tok, opts, summary)
+        header = {"format": FORMAT, "version": VERSION, "dtype": dtype,
+                  "vocab_size": tok.vocab_size, "tokenizer_kind": tok.kind,
+                  "eos_id": tok.eos_id, "train_tokens": summary.train_tokens,
+                  "val_tokens": summary.val_tokens, "val_fraction": opts.val_fraction,
+                  "seed": opts.seed, "inputs": [str(p) for p in opts.inputs]}
+        write_meta(tmp / META_FILE, header, _files_with_tokens(spool_path, docs),
+                   summary.to_dict())
+        for scratch in [spool_path, *(tmp / s for s in docs.stores)]:
+            scratch.unlink(missing_ok=True)
+        outdir.publish(tmp, out, opts.overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if log:
+        log(summary.table())
+        log(f"\nwrote {out}: train {summary.train_tokens:,} tokens "
+            f"({summary.train_documents:,} documents), val {summary.val_tokens:,} tokens "
+            f"({summary.val_documents:,} documents); {tok.kind} tokenizer, vocabulary "
+            f"{tok.vocab_size:,}, {dtype}")
+    return PrepareResult(out=out, summary=summary, tokenizer=tok)

@@ -1,0 +1,92 @@
+"""The closing summary: files by type, used and skipped (with reasons), characters, tokens.
+
+`Summary` is filled record by record while the run streams, so it never needs the list of
+files; `to_dict()` goes into meta.json, `table()` is what the command prints.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sheepop.data.ingest.record import TYPES, USED, FileRecord
+
+_COLUMNS = ("files", "used", "skipped", "bytes", "characters", "tokens")
+
+
+@dataclass
+class Summary:
+    by_type: dict[str, Counter] = field(
+        default_factory=lambda: {t: Counter() for t in TYPES})
+    reasons: Counter = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)  # reason code -> one file + detail
+    excluded: int = 0
+    documents: int = 0
+    train_documents: int = 0
+    val_documents: int = 0
+    train_tokens: int = 0
+    val_tokens: int = 0
+    unknown_tokens: int = 0
+    pages: int = 0
+
+    def add(self, record: FileRecord) -> None:
+        row = self.by_type[record.type if record.type in self.by_type else "other"]
+        row["files"] += 1
+        row["bytes"] += record.bytes
+        self.pages += record.pages or 0
+        if record.status == USED:
+            row["used"] += 1
+            row["characters"] += record.characters
+        else:
+            row["skipped"] += 1
+            self.reasons[record.reason_code] += 1
+            self.examples.setdefault(record.reason_code, f"{record.path}: {record.reason}")
+
+    def add_tokens(self, file_type: str, tokens: int) -> None:
+        self.by_type[file_type]["tokens"] += tokens
+
+    @property
+    def used(self) -> int:
+        return sum(row["used"] for row in self.by_type.values())
+
+    def total(self, column: str) -> int:
+        return sum(row[column] for row in self.by_type.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "files": self.total("files"), "used": self.used, "skipped": self.total("skipped"),
+            "excluded": self.excluded, "bytes": self.total("bytes"),
+            "characters": self.total("characters"), "tokens": self.total("tokens"),
+            "documents": self.documents, "train_documents": self.train_documents,
+            "val_documents": self.val_documents, "train_tokens": self.train_tokens,
+            "val_tokens": self.val_tokens, "unknown_tokens": self.unknown_tokens,
+            "pages": self.pages,
+            "by_type": {t: {c: row[c] for c in _COLUMNS}
+                        for t, row in self.by_type.items() if row["files"]},
+            "skipped_reasons": dict(self.reasons.most_common()),
+        }
+
+    def table(self) -> str:
+        """The fixed-width table the command prints at the end."""
+        header = f"{'type':<7}{'files':>8}{'used':>8}{'skipped':>9}{'MB':>10}" \
+                 f"{'characters':>14}{'tokens':>14}"
+        lines = [header, "-" * len(header)]
+
+        def row_line(name: str, get) -> str:
+            return (f"{name:<7}{get('files'):>8,}{get('used'):>8,}{get('skipped'):>9,}"
+                    f"{get('bytes') / 1e6:>10,.1f}{get('characters'):>14,}{get('tokens'):>14,}")
+
+        for t, row in self.by_type.items():
+            if row["files"]:
+                lines.append(row_line(t, row.__getitem__))
+        lines.append("-" * len(header))
+        lines.append(row_line("total", self.total))
+        if self.reasons:
+            lines.append("")
+            lines.append("skipped:")
+            for code, n in self.reasons.most_common():
+                lines.append(f"  {n:>7,}  {code:<22} e.g. {self.examples[code]}")
+        if self.excluded:
+            lines.append(f"  {self.excluded:>7,}  excluded by --include/--exclude")
+        return "\n".join(lines)
