@@ -17,6 +17,8 @@ COMMAND_MODULES = (
     "sheepop.cli.train",
     "sheepop.cli.generate",
     "sheepop.cli.eval",
+    "sheepop.cli.tokenizer",
+    "sheepop.cli.prepare",
 )
 
 
