@@ -266,6 +266,10 @@ def _files_with_tokens(spool_path: Path, docs: _Docs) -> Iterator[dict]:
             yield entry
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> PrepareResult:
     """Run the whole preparation; `log` receives the summary table and notes.
 
@@ -291,7 +295,7 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
                 log(summary.table())
             reasons = ", ".join(f"{n} {code}" for code, n in summary.reasons.most_common(3))
             raise UserError(f"nothing usable found in {', '.join(map(str, opts.inputs))}: "
-                            f"{summary.total('files')} files"
+                            f"{_plural(summary.total('files'), 'file')}"
                             + (f" ({reasons})" if reasons else ""))
         _split(docs, opts.val_fraction, opts.seed)
         tok = _tokenizer(docs, tmp, opts)
