@@ -30,12 +30,12 @@ def normalize_text(text: str) -> str:
     return unicodedata.normalize("NFC", normalize_line_endings(text))
 
 
-def _safe_cut(buf: str) -> int:
+def _safe_cut(buf: str, max_hold: int) -> int:
     """The largest index i with buf[:i] safe to normalise on its own (0 when none)."""
     i = buf.rfind("\n")
     if i >= 0:
         return i + 1
-    if len(buf) < MAX_HOLD_CHARS:
+    if len(buf) < max_hold:
         return 0
     for j in range(len(buf) - 1, 0, -1):
         if buf[j] < "\x80" and buf[j - 1] != "\r":
@@ -49,12 +49,13 @@ class StreamNormalizer:
     The concatenation of everything returned equals `normalize_text` of everything fed.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_hold: int = MAX_HOLD_CHARS) -> None:
         self._held = ""
+        self._max_hold = max_hold
 
     def feed(self, piece: str) -> str:
         buf = self._held + piece
-        cut = _safe_cut(buf)
+        cut = _safe_cut(buf, self._max_hold)
         if cut and buf[cut - 1] == "\r":  # maybe the first half of "\r\n"
             cut -= 1
         self._held = buf[cut:]

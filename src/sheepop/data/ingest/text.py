@@ -86,7 +86,7 @@ def choose_encoding(sample: bytes, complete: bool) -> str:
         return "utf-8"
     for encoding in _detected(sample):
         if _decodes(sample, encoding, complete):
-            return encoding
+            return _prefer_cp1252(sample, encoding)
     return "utf-8"  # with replacement; rejected below if that replaces too much
 
 
@@ -107,6 +107,18 @@ def _detected(sample: bytes) -> list[str]:
     tied.sort(key=lambda e: _TIE_PREFERENCE.index(e) if e in _TIE_PREFERENCE
               else len(_TIE_PREFERENCE))
     return tied + [m.encoding for m in matches if m.encoding not in tied]
+
+
+def _prefer_cp1252(sample: bytes, encoding: str) -> str:
+    """cp1252 instead of another single-byte code page that reads the sample identically:
+    the bytes give no evidence either way, and cp1252 is by far the most common."""
+    if encoding == "cp1252" or not encoding.startswith(("cp125", "iso8859", "latin", "mac_")):
+        return encoding
+    try:
+        same = sample.decode("cp1252") == sample.decode(encoding)
+    except UnicodeDecodeError:
+        return encoding
+    return "cp1252" if same else encoding
 
 
 class TextFile:
