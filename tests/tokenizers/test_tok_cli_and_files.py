@@ -1,0 +1,164 @@
+"""`sheepop tokenizer ...` commands, and every way a tokenizer file can be wrong."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import pytest
+from tok_samples import PROSE
+
+from sheepop.cli import tokenizer as cli
+from sheepop.errors import UserError
+from sheepop.tokenizers import load, loads, train_tokenizer
+
+
+def sheepop_tokenizer(*argv: str) -> int:
+    """Run `sheepop tokenizer ARGV...` through this command module's own parser."""
+    parser = argparse.ArgumentParser(prog="sheepop")
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["tokenizer", *map(str, argv)])
+    return args.func(args)
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text(PROSE * 5, encoding="utf-8")
+    return path
+
+
+def test_train_encode_decode_info(corpus, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "tok.json"
+    assert sheepop_tokenizer("train", corpus, "--kind", "bpe", "--vocab-size", 300,
+                             "--out", out) == 0
+    assert "bpe tokenizer: 300 ids (3 special)" in capsys.readouterr().out
+    tok = load(out)
+    assert sheepop_tokenizer("encode", out, "fox 😀", "--eos") == 0
+    ids = tok.encode("fox 😀", add_eos=True)
+    assert capsys.readouterr().out == " ".join(map(str, ids)) + "\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO("The fox\n"))
+    assert sheepop_tokenizer("encode", out, "-") == 0
+    assert capsys.readouterr().out.split() == [str(i) for i in tok.encode("The fox\n")]
+    assert sheepop_tokenizer("decode", out, *ids) == 0
+    assert capsys.readouterr().out == "fox 😀<|eos|>\n"
+    assert sheepop_tokenizer("decode", out, "--skip-special", *ids) == 0
+    assert capsys.readouterr().out == "fox 😀\n"
+    assert sheepop_tokenizer("info", out, "--show", 2) == 0
+    info = capsys.readouterr().out
+    assert "kind:           bpe" in info and "merges:         41" in info
+    assert "<|bos|>=297, <|eos|>=298, <|pad|>=299" in info
+
+
+@pytest.mark.parametrize("kind, size", [("char", 0), ("word", 0), ("digits", 0)])
+def test_train_every_kind(tmp_path, kind, size, capsys):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("12 34 567\n" if kind == "digits" else PROSE, encoding="utf-8")
+    assert sheepop_tokenizer("train", corpus, "--kind", kind, "--out", tmp_path / "t.json") == 0
+    assert load(tmp_path / "t.json").kind == kind
+
+
+def test_export_and_import(corpus, tmp_path, capsys):
+    out = tmp_path / "tok.json"
+    sheepop_tokenizer("train", corpus, "--vocab-size", 320, "--out", out)
+    assert sheepop_tokenizer("export", out, "--to", "hf", tmp_path / "hf.json") == 0
+    from tokenizers import Tokenizer as HFTokenizer
+    hf = HFTokenizer.from_file(str(tmp_path / "hf.json"))
+    assert hf.encode(PROSE).ids == load(out).encode(PROSE)
+    assert sheepop_tokenizer("export", out, "--to", "gpt2", tmp_path / "g") == 0
+    assert sheepop_tokenizer("import", "--gpt2", tmp_path / "g" / "vocab.json",
+                             tmp_path / "g" / "merges.txt", "--out", tmp_path / "back.json",
+                             "--special", "<|bos|>", "--special", "<|eos|>",
+                             "--special", "<|pad|>") == 0
+    back = load(tmp_path / "back.json")
+    assert back.encode(PROSE) == load(out).encode(PROSE) == hf.encode(PROSE).ids
+
+
+def test_cli_user_errors(corpus, tmp_path):
+    with pytest.raises(UserError, match="corpus file not found"):
+        sheepop_tokenizer("train", tmp_path / "missing.txt", "--out", tmp_path / "t.json")
+    with pytest.raises(UserError, match="is a folder"):
+        sheepop_tokenizer("train", tmp_path, "--out", tmp_path / "t.json")
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+    with pytest.raises(UserError, match="not UTF-8"):
+        sheepop_tokenizer("train", tmp_path / "latin1.txt", "--out", tmp_path / "t.json")
+    sheepop_tokenizer("train", corpus, "--kind", "char", "--out", tmp_path / "c.json")
+    with pytest.raises(UserError, match="not a token id: 'x'"):
+        sheepop_tokenizer("decode", tmp_path / "c.json", "1", "x")
+    with pytest.raises(UserError, match="outside the vocabulary"):
+        sheepop_tokenizer("decode", tmp_path / "c.json", "100000")
+    with pytest.raises(UserError, match="only bpe"):
+        sheepop_tokenizer("export", tmp_path / "c.json", "--to", "hf", tmp_path / "h.json")
+
+
+# ----- files ----------------------------------------------------------------------------------
+
+
+def test_every_kind_loads_back_identically(tmp_path):
+    for kind, options in [("char", {}), ("word", {}), ("bpe", {"vocab_size": 300}),
+                          ("digits", {"special_tokens": ["<|eos|>"]})]:
+        tok = train_tokenizer(kind, ["12 34 " + PROSE if kind != "digits" else "12 34"],
+                              **options)
+        text = json.loads(tok.to_json())
+        assert (text["format"], text["version"], text["kind"]) == ("sheepop-tokenizer", 1, kind)
+        tok.save(tmp_path / f"{kind}.json")
+        assert load(tmp_path / f"{kind}.json").to_json() == tok.to_json()
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary files
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(UserError, match="tokenizer file not found"):
+        load(tmp_path / "missing.json")
+    with pytest.raises(UserError, match="is a directory"):
+        load(tmp_path)
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(UserError, match="not UTF-8"):
+        load(tmp_path / "bin.json")
+    with pytest.raises(UserError, match="t.json: not a valid sheepop tokenizer file .not JSON"):
+        loads("{", where="t.json")
+    with pytest.raises(UserError, match="not a sheepop tokenizer file"):
+        loads('{"format": "sheepop-run", "version": 1}')
+    with pytest.raises(UserError, match="Hugging Face tokenizer.json"):
+        loads('{"version": "1.0", "model": {}, "added_tokens": []}')
+    good = json.loads(train_tokenizer("char", ["ab"]).to_json())
+    with pytest.raises(UserError, match="format version 2; this sheepop reads up to "
+                                        "version 1: upgrade"):
+        loads(json.dumps(dict(good, version=2)))
+    with pytest.raises(UserError, match="no valid version"):
+        loads(json.dumps(dict(good, version="1")))
+    with pytest.raises(UserError, match="unknown tokenizer kind 'sentencepiece'"):
+        loads(json.dumps(dict(good, kind="sentencepiece")))
+
+
+@pytest.mark.parametrize("kind, field, value, message", [
+    ("char", "chars", ["ab"], "single characters"),
+    ("char", "chars", ["a", "a"], "twice"),
+    ("char", "special_tokens", {"<|bos|>": 0, "<|eos|>": 5}, "exactly 0..vocab_size-1"),
+    ("word", "words", "abc", "list of non-empty strings"),
+    ("digits", "alphabet", "0123456789", "digits alphabet"),
+    ("bpe", "merges", [["a", "b", "c"]], "string pairs"),
+    ("bpe", "merges", [["x", "y"]], "does not join"),
+    ("bpe", "tokens", ["a"], "special token's id"),
+    ("bpe", "pattern", "(", "invalid pre-split pattern"),
+])
+def test_corrupt_payloads(kind, field, value, message):
+    good = json.loads(train_tokenizer(kind, ["ab ab" if kind != "digits" else "1"],
+                                      **({"vocab_size": 300} if kind == "bpe" else {})).to_json())
+    with pytest.raises(UserError, match=message):
+        loads(json.dumps(dict(good, **{field: value})))
+
+
+def test_train_tokenizer_errors():
+    with pytest.raises(UserError, match="unknown tokenizer kind 'bytes'"):
+        train_tokenizer("bytes", ["a"])
+    with pytest.raises(UserError, match="empty corpus"):
+        train_tokenizer("char", ["", ""])
+    with pytest.raises(UserError, match="empty corpus"):
+        train_tokenizer("word", [" \t "])
+    with pytest.raises(UserError, match="empty corpus"):
+        train_tokenizer("digits", [])
+    with pytest.raises(UserError, match="vocab_size must be a non-negative"):
+        train_tokenizer("char", ["a"], vocab_size=-1)
+    with pytest.raises(UserError, match="unexpected keyword argument 'min_freq'"):
+        train_tokenizer("char", ["a"], min_freq=2)
