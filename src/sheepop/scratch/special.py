@@ -42,7 +42,7 @@ def _fit(degree: int, z_max: float, nodes: int = 400) -> tuple[np.ndarray, float
 
 
 class _ErfcFit:
-    """erfc on [0, z_max] for one dtype: z is clamped to z_max, where erfc has underflowed."""
+    """erfc on [0, z_max] for one dtype (fitted there; beyond it erfc is 0 to the dtype)."""
 
     def __init__(self, dtype: type, degree: int, z_max: float):
         coef, t_min = _fit(degree, z_max)
@@ -62,35 +62,46 @@ class _ErfcFit:
             self.shift = self.dtype.type(-2.0 * t_min / (1.0 - t_min) - 1.0)
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
-        """erfc(z) for z >= 0, same dtype as z."""
-        z = np.minimum(z, self.z_max)
-        t = 1.0 / (1.0 + 0.5 * z)
+        """erfc(z) for z >= 0, same dtype as z. Overwrites z (a scratch buffer): every step
+        works in place, to keep memory traffic low. Beyond z_max (t < t_min) the polynomial
+        extrapolates a little, to a bounded value, while exp(-z^2) has underflowed to 0."""
+        t = z * 0.5
+        t += 1.0
+        np.divide(1.0, t, out=t)
         if self.use_monomial:
-            f = np.full_like(t, self.coef[0])
-            for c in self.coef[1:]:
-                f *= t
+            f = t * self.coef[0]
+            for c in self.coef[1:-1]:
                 f += c
+                f *= t
+            f += self.coef[-1]
         else:  # Clenshaw: sum_k c_k T_k(u)
-            u = t * self.scale + self.shift
+            u = t * self.scale
+            u += self.shift
             two_u = 2.0 * u
-            b1 = np.zeros_like(u)
-            b2 = np.zeros_like(u)
-            for c in self.coef[:0:-1]:
-                b1, b2 = two_u * b1 - b2 + c, b1
-            f = u * b1 - b2 + self.coef[0]
-        f -= z * z
+            b1, b2, spare = np.zeros_like(u), np.zeros_like(u), np.empty_like(u)
+            for c in self.coef[:0:-1]:  # b_k = 2u b_{k+1} - b_{k+2} + c_k, three buffers
+                np.multiply(two_u, b1, out=spare)
+                spare -= b2
+                spare += c
+                b1, b2, spare = spare, b1, b2
+            f = u * b1
+            f -= b2
+            f += self.coef[0]
+        np.square(z, out=z)
+        f -= z
         np.exp(f, out=f)
         f *= t
         return f
 
 
+# Fitted up to z = 26, where erfc(z) ~ 1e-296 has all but underflowed even in float64.
 _ERFC = {np.dtype(np.float64): _ErfcFit(np.float64, 24, 26.0),
-         np.dtype(np.float32): _ErfcFit(np.float32, 9, 10.0)}
+         np.dtype(np.float32): _ErfcFit(np.float32, 9, 26.0)}
 
 
 def erfc_nonneg(z: np.ndarray) -> np.ndarray:
     """erfc(z) for z >= 0 (float32 or float64)."""
-    return _ERFC[z.dtype](z)
+    return _ERFC[z.dtype](np.array(z))
 
 
 def normal_cdf(x: np.ndarray) -> np.ndarray:
@@ -98,11 +109,29 @@ def normal_cdf(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype not in _ERFC:
         x = x.astype(np.float64)
-    half_tail = erfc_nonneg(np.abs(x) * x.dtype.type(SQRT_HALF))
-    half_tail *= 0.5  # the tail mass beyond |x|: Phi(-|x|)
-    return np.where(x < 0, half_tail, 1.0 - half_tail).astype(x.dtype, copy=False)
+    z = np.abs(x)
+    # step(x) = [x > 0] as (1 + x / (|x| + tiny)) / 2: exactly 0 or 1 (1/2 at 0), and several
+    # times faster than np.sign or a masked select on random signs (no branches). For subnormal
+    # |x| it lies in between, harmlessly: it multiplies 1 - 2 Phi(-|x|) ~ 0.8 |x|.
+    step = z + np.finfo(x.dtype).tiny
+    np.divide(x, step, out=step)
+    step += 1.0
+    step *= 0.5
+    z *= x.dtype.type(SQRT_HALF)
+    cdf = _ERFC[x.dtype](z)  # erfc(|x| / sqrt 2) = 2 Phi(-|x|); z is now scratch space
+    # Phi(x) = Phi(-|x|) + step(x) * (1 - 2 Phi(-|x|)): exactly Phi(-|x|) for x < 0, so the
+    # left tail keeps its relative accuracy (1 - Phi(|x|) would cancel to 0).
+    np.subtract(1.0, cdf, out=z)
+    z *= step
+    cdf *= 0.5
+    cdf += z
+    return cdf
 
 
 def normal_pdf(x: np.ndarray) -> np.ndarray:
     """phi(x) = exp(-x^2 / 2) / sqrt(2 pi)."""
-    return np.exp(-0.5 * x * x) * x.dtype.type(INV_SQRT_2PI)
+    pdf = np.square(x)
+    pdf *= -0.5
+    np.exp(pdf, out=pdf)
+    pdf *= x.dtype.type(INV_SQRT_2PI)
+    return pdf

@@ -1,0 +1,104 @@
+"""Step time and tokens/s of the torch and NumPy engines on the same model and batch (CPU).
+
+    .venv/bin/python benchmarks/engines.py [--steps 20] [--warmup 5] [--threads 0]
+
+Each engine runs full training steps through its training-loop adapter (forward, backward,
+clipping, AdamW) on the same random batches, dropout 0, float32. Printed: median ms per step,
+tokens per second, and the NumPy/torch ratio (the target is <= 2). Also a float64 line for the
+NumPy engine, and the forward/backward split of a NumPy step. Timings depend on what else runs
+on the machine: record the load alongside the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+from sheepop.config import ModelConfig, TrainConfig
+from sheepop.scratch.gpt import gpt_backward, gpt_forward
+
+CONFIGS = {
+    # The reference configuration of docs/architecture.md's field notes.
+    "4L-4H-128d-T64-B12": (ModelConfig(vocab_size=96, block_size=64, n_layer=4, n_head=4,
+                                       n_embd=128, dropout=0.0), 12),
+    "tiny preset 4L-4H-128d-T128-B16": (ModelConfig(vocab_size=96, block_size=128, n_layer=4,
+                                                    n_head=4, n_embd=128, dropout=0.0), 16),
+    "6L-6H-192d-T128-B8": (ModelConfig(vocab_size=96, block_size=128, n_layer=6, n_head=6,
+                                       n_embd=192, dropout=0.0), 8),
+}
+
+
+def time_steps(engine, batches, steps: int, warmup: int) -> float:
+    """Median seconds per optimizer step."""
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        engine.train_step([batches[i % len(batches)]], 1e-3)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def split_numpy(params, cfg, batches, repeats: int = 10) -> tuple[float, float]:
+    """Median forward and backward seconds of the NumPy model (no optimizer)."""
+    fwd, bwd = [], []
+    for i in range(repeats + 2):
+        x, y = batches[i % len(batches)]
+        t0 = time.perf_counter()
+        _, _, cache = gpt_forward(params, cfg, x, y)
+        t1 = time.perf_counter()
+        gpt_backward(cache)
+        t2 = time.perf_counter()
+        if i >= 2:
+            fwd.append(t1 - t0)
+            bwd.append(t2 - t1)
+    return statistics.median(fwd), statistics.median(bwd)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    ap.add_argument("--config", choices=list(CONFIGS), action="append",
+                    help="configurations to run (default: all)")
+    args = ap.parse_args()
+
+    import torch
+
+    from sheepop.train.engine_numpy import NumpyEngine
+    from sheepop.train.engine_torch import TorchEngine
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy "
+          f"{np.__version__}, {os.cpu_count()} CPUs, load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    for name in args.config or list(CONFIGS):
+        cfg, B = CONFIGS[name]
+        rng = np.random.default_rng(0)
+        batches = [(rng.integers(0, cfg.vocab_size, (B, cfg.block_size)),
+                    rng.integers(0, cfg.vocab_size, (B, cfg.block_size))) for _ in range(4)]
+        tokens = B * cfg.block_size
+        tcfg = TrainConfig(device="cpu", dtype="float32", grad_clip=1.0)
+        torch_engine = TorchEngine(cfg, tcfg)
+        weights = torch_engine.weights()
+        numpy_engine = NumpyEngine(cfg, tcfg, weights)
+        t_torch = time_steps(torch_engine, batches, args.steps, args.warmup)
+        t_numpy = time_steps(numpy_engine, batches, args.steps, args.warmup)
+        f64 = NumpyEngine(cfg, TrainConfig(dtype="float64", grad_clip=1.0), weights)
+        t_f64 = time_steps(f64, batches, max(3, args.steps // 4), 2)
+        fwd, bwd = split_numpy(numpy_engine.model.params, cfg, batches)
+        print(f"\n{name}: {numpy_engine.num_params():,} parameters, {tokens} tokens/step")
+        print(f"  torch float32  {t_torch * 1e3:8.1f} ms/step  {tokens / t_torch:10,.0f} tok/s")
+        print(f"  numpy float32  {t_numpy * 1e3:8.1f} ms/step  {tokens / t_numpy:10,.0f} tok/s"
+              f"   ({t_numpy / t_torch:.2f}x torch; forward {fwd * 1e3:.1f} ms, backward "
+              f"{bwd * 1e3:.1f} ms)")
+        print(f"  numpy float64  {t_f64 * 1e3:8.1f} ms/step  {tokens / t_f64:10,.0f} tok/s")
+
+
+if __name__ == "__main__":
+    main()
