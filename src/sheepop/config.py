@@ -80,6 +80,8 @@ class TrainConfig:
     checkpoint_interval: int = _f(500, "write a checkpoint every N steps (0: only at the end)")
     max_minutes: float = _f(0.0, "stop after this many minutes of training (0: no limit)")
     threads: int = _f(0, "torch CPU threads (0: leave torch's default)")
+    fsdp: bool = _f(False, "under torchrun: shard weights, gradients and AdamW moments over the "
+                    "ranks (FSDP) instead of replicating them (DDP)")
 
 
 @dataclass
@@ -99,6 +101,8 @@ class SampleConfig:
     top_k: int = _f(0, "keep the k most likely tokens (0: all)")
     top_p: float = _f(1.0, "keep the smallest set whose probability reaches p (1: all)")
     seed: int = _f(1337, "sampling seed")
+    repetition_penalty: float = _f(1.0, "divide the positive logits (multiply the negative) of "
+                                   "tokens already in the context by this (1: off)")
 
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "sample": SampleConfig}
@@ -233,6 +237,16 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "train": {"steps": 5000, "batch_size": 12, "grad_accum": 40, "lr": 6e-4, "min_lr": 6e-5,
                   "warmup_steps": 200, "beta2": 0.95, "eval_interval": 500},
         "data": {"tokenizer": "bpe", "vocab_size": 50257},
+    },
+    # The arithmetic-progression task (sheepop.progression): the classic single-head sketch;
+    # `sheepop progression train` sets block_size from the digits and the window's terms.
+    "progression": {
+        "model": {"n_layer": 3, "n_head": 1, "n_embd": 128, "block_size": 23, "dropout": 0.0,
+                  "pos_encoding": "sinusoidal", "activation": "relu", "tie_weights": False},
+        "train": {"steps": 3000, "batch_size": 128, "lr": 3e-3, "min_lr": 3e-4,
+                  "warmup_steps": 100, "eval_interval": 250, "eval_batches": 4,
+                  "checkpoint_interval": 1000},
+        "data": {"tokenizer": "digits"},
     },
 }
 

@@ -1,22 +1,28 @@
-"""The generation loop shared by both engines: prompt -> tokens, one at a time, streamed.
+"""The generation loops shared by both engines: prompt -> tokens, one at a time, streamed.
 
 An engine takes part through a `LanguageModel` adapter that returns the next-token logits of the
-last position as NumPy, with or without its KV cache. The loop keeps the context to the last
-`block_size` tokens: a longer prompt is cropped, and once generation runs past the context the
-window slides (the cache is refilled from the last `block_size` tokens, so cached and uncached
-generation compute exactly the same logits).
+last position as NumPy, with or without its KV cache (and, for `generate_batch`, a
+`BatchLanguageModel` that does the same for several left-padded sequences at once). The loop
+keeps the context to the last `block_size` tokens: a longer prompt is cropped, and once
+generation runs past the context the window slides (the cache is refilled from the last
+`block_size` tokens, so cached and uncached generation compute exactly the same logits).
+
+Every step of every sequence computes logits = f(last min(n, block_size) tokens) and draws the
+next token from its own `numpy.random.Generator`, so a prompt generated inside a batch gets the
+same tokens as generated alone. `stream_text` and `generate_texts` add text: pieces streamed
+as they become certain, and stop strings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from sheepop.config import SampleConfig
-from sheepop.sample import draw, probabilities, softmax, top_tokens
+from sheepop.sample import draw, penalize_repeats, probabilities, softmax, top_tokens
 
 
 class LanguageModel(Protocol):
@@ -35,33 +41,255 @@ class LanguageModel(Protocol):
     def cache_length(self) -> int: ...
 
 
+class BatchLanguageModel(Protocol):
+    block_size: int
+
+    def prefill_batch(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
+        """Start a fresh batch cache holding `rows` (left-padded); logits (B, V) after each."""
+
+    def decode_batch(self, tokens: Sequence[int]) -> np.ndarray:
+        """Append one token to each row; logits (B, V) after them."""
+
+    def full_batch(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
+        """Logits (B, V) after each row's last token, recomputed without a cache."""
+
+    def keep_rows(self, rows: Sequence[int]) -> None:
+        """Drop every row of the batch cache but these (in this order)."""
+
+    @property
+    def batch_length(self) -> int:
+        """Cache columns in use (the longest row, padding included)."""
+
+
 @dataclass
 class Step:
     token: int
     top: list[tuple[int, float]]  # the K most likely next tokens (only with show_probs)
 
 
+def _check(cfg: SampleConfig) -> None:
+    if cfg.repetition_penalty <= 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {cfg.repetition_penalty}")
+
+
+def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
+               seen: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+    """One token from one row of logits, and the distribution it was drawn from.
+
+    Greedy (temperature 0) takes the argmax and reports softmax(z) as the distribution.
+    """
+    z = logits if seen is None else penalize_repeats(logits, seen, cfg.repetition_penalty)
+    if cfg.temperature <= 0:
+        return int(np.argmax(z)), softmax(z)
+    probs = probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p)
+    return draw(probs, rng), probs
+
+
 def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
              use_cache: bool = True, eos_id: int | None = None, show_probs: int = 0
              ) -> Iterator[Step]:
-    """Yield up to `cfg.max_new_tokens` tokens after `prompt`, stopping after `eos_id`."""
+    """Yield up to `cfg.max_new_tokens` tokens after `prompt`, stopping after `eos_id`.
+
+    An iterator: each token is yielded as soon as it is drawn (stop iterating to stop early).
+    """
     if len(prompt) == 0:
         raise ValueError("generation needs at least one prompt token")
+    _check(cfg)
     T = lm.block_size
     ids = list(prompt)
     rng = np.random.default_rng(cfg.seed)
     logits = lm.prefill(ids[-T:]) if use_cache else lm.full(ids[-T:])
+    seen = _seen_mask(ids, logits.shape[-1]) if cfg.repetition_penalty != 1.0 else None
     for _ in range(cfg.max_new_tokens):
-        probs = probabilities(logits, cfg.temperature, cfg.top_k, cfg.top_p)
-        token = int(np.argmax(logits)) if cfg.temperature <= 0 else draw(probs, rng)
-        shown = probs if cfg.temperature > 0 else softmax(logits)
+        token, shown = next_token(logits, cfg, rng, seen)
         yield Step(token, top_tokens(shown, show_probs) if show_probs else [])
         if eos_id is not None and token == eos_id:
             return
         ids.append(token)
+        if seen is not None:
+            seen[token] = True
         if not use_cache:
             logits = lm.full(ids[-T:])
         elif lm.cache_length < T:
             logits = lm.decode(token)
         else:  # the context is full: slide the window by refilling the cache
             logits = lm.prefill(ids[-T:])
+
+
+def _seen_mask(ids: Sequence[int], vocab: int) -> np.ndarray:
+    """Boolean (V,): True at the tokens in `ids` (those the repetition penalty applies to)."""
+    mask = np.zeros(vocab, dtype=bool)
+    mask[list(ids)] = True
+    return mask
+
+
+def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
+                   cfg: SampleConfig, use_cache: bool = True, eos_id: int | None = None,
+                   seeds: Sequence[int] | None = None
+                   ) -> Generator[list[int | None], Collection[int] | None, None]:
+    """Generate after several prompts at once; yield, at each step, one token per prompt.
+
+    A prompt that has ended (its `eos_id`, or `max_new_tokens`) gets None and leaves the batch;
+    `send(indices)` instead of `next` ends those prompts too.
+    Row b draws from `numpy.random.default_rng(seeds[b])` (default: `cfg.seed` for every row),
+    so its tokens are those `generate` gives for that prompt and seed alone.
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generation needs at least one prompt token in every prompt")
+    _check(cfg)
+    seeds = [cfg.seed] * len(prompts) if seeds is None else list(seeds)
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    T = lm.block_size
+    ids = [list(p) for p in prompts]
+    rngs = [np.random.default_rng(s) for s in seeds]
+    active = list(range(len(ids)))  # row r of the model's batch is prompt active[r]
+    window = [row[-T:] for row in ids]
+    logits = lm.prefill_batch(window) if use_cache else lm.full_batch(window)
+    seen = ([_seen_mask(row, logits.shape[-1]) for row in ids]
+            if cfg.repetition_penalty != 1.0 else None)
+    for _ in range(cfg.max_new_tokens):
+        out: list[int | None] = [None] * len(ids)
+        still = []
+        for r, b in enumerate(active):
+            row_seen = seen[b] if seen is not None else None
+            token, _ = next_token(logits[r], cfg, rngs[b], row_seen)
+            out[b] = token
+            ids[b].append(token)
+            if seen is not None:
+                seen[b][token] = True
+            if eos_id is None or token != eos_id:
+                still.append(r)
+        ended = yield out  # a caller may `send` prompts that end here (e.g. a stop string)
+        if ended:
+            still = [r for r in still if active[r] not in ended]
+        if not still:
+            return
+        if len(still) < len(active):
+            if use_cache:
+                lm.keep_rows(still)
+            active = [active[r] for r in still]
+        if not use_cache:
+            logits = lm.full_batch([ids[b][-T:] for b in active])
+        elif lm.batch_length < T:
+            logits = lm.decode_batch([ids[b][-1] for b in active])
+        else:  # some row fills the context: slide every row's window by refilling the cache
+            logits = lm.prefill_batch([ids[b][-T:] for b in active])
+
+
+def generate_batch_ids(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
+                       cfg: SampleConfig, use_cache: bool = True, eos_id: int | None = None,
+                       seeds: Sequence[int] | None = None) -> list[list[int]]:
+    """The new tokens of each prompt (its `eos_id` included when it ended on one)."""
+    outputs: list[list[int]] = [[] for _ in prompts]
+    for step in generate_batch(lm, prompts, cfg, use_cache, eos_id, seeds):
+        for b, token in enumerate(step):
+            if token is not None:
+                outputs[b].append(token)
+    return outputs
+
+
+# ----- text: streamed pieces and stop strings -------------------------------------------------
+
+class TextDecoder(Protocol):
+    """Ids -> text one token at a time (e.g. `sheepop.tokenizers.IncrementalDecoder`)."""
+
+    def step(self, token_id: int) -> str: ...
+
+    def flush(self) -> str: ...
+
+
+class StopStrings:
+    """Cuts a stream of text at the first stop string, which is not part of the output.
+
+    Text that could be the beginning of a stop string is held back until the next pieces
+    decide; everything before it is released at once.
+    """
+
+    def __init__(self, stops: Sequence[str] = ()):
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        """The text now certain to be output; sets `stopped` once a stop string appears."""
+        if self.stopped:
+            return ""
+        self.pending += text
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.pending, self.stopped = self.pending[:min(hits)], "", True
+            return out
+        hold = 0
+        for s in self.stops:  # the longest tail of pending that begins some stop string
+            for k in range(min(len(s) - 1, len(self.pending)), hold, -1):
+                if self.pending.endswith(s[:k]):
+                    hold = k
+                    break
+        cut = len(self.pending) - hold
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out
+
+    def flush(self) -> str:
+        """What was held back, once generation has ended without a stop string."""
+        out, self.pending = ("" if self.stopped else self.pending), ""
+        return out
+
+
+def stream_text(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
+                decoder: TextDecoder, stop: Sequence[str] = (), eos_id: int | None = None,
+                use_cache: bool = True) -> Iterator[str]:
+    """Yield the generated text in pieces as soon as they are certain.
+
+    Generation ends at `eos_id` (not shown), after `cfg.max_new_tokens`, or at the first of
+    the `stop` strings (cut off, not shown). Concatenated, the pieces are the decoded new tokens
+    up to that point.
+    """
+    cut = StopStrings(stop)
+    for step in generate(lm, prompt, cfg, use_cache, eos_id):
+        if eos_id is not None and step.token == eos_id:
+            break
+        piece = cut.feed(decoder.step(step.token))
+        if piece:
+            yield piece
+        if cut.stopped:
+            return
+    tail = cut.feed(decoder.flush())
+    tail += cut.flush()
+    if tail:
+        yield tail
+
+
+def generate_texts(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]], cfg: SampleConfig,
+                   decoders: Sequence[TextDecoder], stop: Sequence[str] = (),
+                   eos_id: int | None = None, use_cache: bool = True,
+                   seeds: Sequence[int] | None = None) -> list[str]:
+    """The text generated after each prompt, all prompts in one batch (see `stream_text`)."""
+    if len(decoders) != len(prompts):
+        raise ValueError(f"{len(decoders)} decoders for {len(prompts)} prompts")
+    cuts = [StopStrings(stop) for _ in prompts]
+    texts = [""] * len(prompts)
+    done = [False] * len(prompts)
+    steps = generate_batch(lm, prompts, cfg, use_cache, eos_id, seeds)
+    step = next(steps, None)
+    while step is not None:
+        ended = set()
+        for b, token in enumerate(step):
+            if token is None or done[b]:
+                continue
+            if eos_id is not None and token == eos_id:
+                done[b] = True
+                continue
+            texts[b] += cuts[b].feed(decoders[b].step(token))
+            if cuts[b].stopped:
+                done[b] = True
+                ended.add(b)
+        try:
+            step = steps.send(ended)
+        except StopIteration:
+            step = None
+    for b, cut in enumerate(cuts):
+        if not cut.stopped:
+            texts[b] += cut.feed(decoders[b].flush())
+            texts[b] += cut.flush()
+    return texts

@@ -3,6 +3,8 @@
     p = softmax(z / tau)                         temperature tau > 0 (tau = 0: greedy argmax)
     top-k: keep the k largest p_i, zero the rest, renormalise
     top-p: sort p descending, keep the smallest prefix whose sum reaches p, renormalise
+    repetition penalty theta (before all of these), for each token i already in the context:
+        z_i <- z_i / theta if z_i > 0 else z_i * theta     (theta > 1 makes repeats less likely)
 
 Works on one row (V,) or a batch (B, V) of logits, in float64 so both engines draw the same
 token from the same logits and the same seeded `numpy.random.Generator`.
@@ -18,6 +20,18 @@ def softmax(z: np.ndarray) -> np.ndarray:
     z = np.asarray(z, dtype=np.float64)
     e = np.exp(z - z.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
+
+
+def penalize_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np.ndarray:
+    """The logits with the repetition penalty applied where `seen` (bool, same shape) is True.
+
+    Dividing a positive logit and multiplying a negative one both lower the token's score, so
+    the rule works whatever the sign (the CTRL paper's penalty, as most libraries apply it).
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    if penalty == 1.0:
+        return z
+    return np.where(seen, np.where(z > 0, z / penalty, z * penalty), z)
 
 
 def probabilities(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0,

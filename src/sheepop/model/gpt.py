@@ -47,7 +47,10 @@ class CausalSelfAttention(nn.Module):
         self.use_sdpa = True  # False: the explicit masked-softmax path (same output)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                return_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                return_weights: bool = False, attn_mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attn_mask`: boolean (B, 1, T, T_keys), True where a query may see a key; None is
+        the plain causal mask."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
@@ -57,16 +60,18 @@ class CausalSelfAttention(nn.Module):
             k, v = cache.update(layer, k, v)
         weights = None
         if self.use_sdpa and not return_weights:
-            # Queries sit at positions past..past+T-1; keys at 0..past+T-1.
-            mask, causal = None, past == 0
-            if past > 0 and T > 1:
+            # Queries sit at positions past..past+T-1; keys at 0..past+T-1. One query at the
+            # end of an unpadded cache sees every key: no mask at all (the fast decode step).
+            mask, causal = attn_mask, past == 0 and attn_mask is None
+            if mask is None and past > 0 and T > 1:
                 mask = _causal_mask(T, past, x.device)
             p = self.attn_drop.p if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
                                                is_causal=causal and T > 1)
         else:
+            allowed = attn_mask if attn_mask is not None else _causal_mask(T, past, x.device)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-            scores = scores.masked_fill(~_causal_mask(T, past, x.device), float("-inf"))
+            scores = scores.masked_fill(~allowed, float("-inf"))
             weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
             y = self.attn_drop(weights) @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -78,6 +83,19 @@ def _causal_mask(T: int, past: int, device: torch.device) -> torch.Tensor:
     q_pos = torch.arange(past, past + T, device=device)[:, None]
     k_pos = torch.arange(past + T, device=device)[None, :]
     return k_pos <= q_pos
+
+
+def _padded_causal_mask(T: int, past: int, key_mask: torch.Tensor) -> torch.Tensor:
+    """Boolean (B, 1, T, past+T): causal, and padding keys (key_mask False) hidden.
+
+    A padding query would see no key at all (an all -inf row, NaN after softmax), so every
+    query may always see itself; real queries never see a padding key, so what padding
+    positions compute never reaches a real token.
+    """
+    causal = _causal_mask(T, past, key_mask.device)
+    self_key = torch.arange(past + T, device=key_mask.device)[None, :] == \
+        torch.arange(past, past + T, device=key_mask.device)[:, None]
+    return (causal & key_mask[:, None, None, :past + T]) | self_key
 
 
 ACTIVATIONS = {
@@ -112,8 +130,9 @@ class Block(nn.Module):
         self.resid_drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                return_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        a, weights = self.attn(self.ln1(x), cache, layer, return_weights)
+                return_weights: bool = False, attn_mask: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        a, weights = self.attn(self.ln1(x), cache, layer, return_weights, attn_mask)
         x = x + self.resid_drop(a)
         x = x + self.resid_drop(self.ffn(self.ln2(x)))
         return x, weights
@@ -172,24 +191,37 @@ class GPT(nn.Module):
             return self.pos_emb.weight[start:start + T]
         return self.pos_table[start:start + T]
 
+    def positions_at(self, pos_ids: torch.Tensor) -> torch.Tensor:
+        """The positional rows P[pos_ids] (B, T, d): each row of a left-padded batch counts
+        its positions from its own first real token."""
+        table = self.pos_emb.weight if self.cfg.pos_encoding == "learned" else self.pos_table
+        return F.embedding(pos_ids, table)
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 cache: KVCache | None = None, last_only: bool = False,
-                return_attention: bool = False):
+                return_attention: bool = False, pos_ids: torch.Tensor | None = None,
+                key_mask: torch.Tensor | None = None):
         """Logits (B, T, V) and the mean loss when targets are given.
 
         With a cache, `idx` continues the cached positions. `last_only` computes the head for the
         last position only (generation). `return_attention` also returns each layer's
         attention weights (B, H, T, T_keys) through the explicit path.
+
+        Batches of prompts of different lengths (left padding): `pos_ids` (B, T) gives each
+        token's position within its own row, and `key_mask` (B, >= cached + T) is True at real
+        tokens and False at padding, which no real token then attends to.
         """
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.cfg.block_size:
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
                              f"{self.cfg.block_size}")
-        x = self.drop(self.tok_emb(idx) + self.positions(start, T))
+        pos = self.positions(start, T) if pos_ids is None else self.positions_at(pos_ids)
+        x = self.drop(self.tok_emb(idx) + pos)
+        mask = None if key_mask is None else _padded_causal_mask(T, start, key_mask)
         attentions = []
         for i, block in enumerate(self.blocks):
-            x, w = block(x, cache, i, return_attention)
+            x, w = block(x, cache, i, return_attention, mask)
             attentions.append(w)
         if cache is not None:
             cache.advance(T)
