@@ -19,7 +19,6 @@ COMMAND_MODULES = (
     "sheepop.cli.eval",
     "sheepop.cli.prepare",
     "sheepop.cli.tokenizer",
-    "sheepop.cli.prepare",
 )
 
 
