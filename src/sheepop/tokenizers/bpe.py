@@ -19,6 +19,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from itertools import chain, repeat
 from typing import Any
 
 from sheepop.errors import UserError
@@ -65,10 +66,13 @@ class BPETokenizer(Tokenizer):
         self.merges: list[tuple[int, int]] = [tuple(m) for m in merges]  # type: ignore[misc]
         self._ids: dict[bytes, int] = {t: i for i, t in enumerate(self.tokens) if t is not None}
         self._byte_ids = [self._ids[bytes([b])] for b in range(256)]
-        self._ranks: dict[tuple[int, int], tuple[int, int]] = {}
+        self._ranks: dict[tuple[int, int], tuple[int, int]] = {}  # pair -> (rank, new id)
+        self._made: list[int] = []  # rank -> id of the token the merge makes
         for rank, (a, b) in enumerate(self.merges):
             made = self._ids[self.tokens[a] + self.tokens[b]]  # type: ignore[operator]
+            self._made.append(made)
             self._ranks.setdefault((a, b), (rank, made))
+        self._rank_of = {pair: rank for pair, (rank, _) in self._ranks.items()}
         self._cache: dict[str, list[int]] = {}
 
     # ----- training ---------------------------------------------------------------------------
@@ -141,33 +145,28 @@ class BPETokenizer(Tokenizer):
         return len(self.tokens)
 
     def _encode_ordinary(self, text: str) -> list[int]:
-        cache, out = self._cache, []
-        extend = out.extend
-        for word in split_text(self._re, text):
-            ids = cache.get(word)
-            if ids is None:
-                ids = self.encode_word(word)
-                if len(cache) >= CACHE_LIMIT:
-                    cache.clear()
-                cache[word] = ids
-            extend(ids)
-        return out
+        words = split_text(self._re, text)
+        cache = self._cache
+        missing = set(words).difference(cache)
+        if missing:
+            if len(cache) + len(missing) > CACHE_LIMIT:
+                cache.clear()  # keeps memory bounded; this text's words go in below
+            for word in missing:
+                cache[word] = self.encode_word(word)
+        return list(chain.from_iterable(map(cache.__getitem__, words)))
 
     def encode_word(self, word: str) -> list[int]:
         """BPE on one pre-split word: apply the lowest-ranked merge until none applies."""
         byte_ids = self._byte_ids
         ids = [byte_ids[b] for b in word.encode("utf-8", "surrogatepass")]
-        ranks = self._ranks
+        rank_of, never = self._rank_of.get, repeat(len(self.merges))
         while len(ids) > 1:
-            best = None
-            best_rank = len(ranks)
-            for pair in zip(ids, ids[1:]):
-                found = ranks.get(pair)
-                if found is not None and found[0] < best_rank:
-                    best_rank, best = found[0], pair
-            if best is None:
+            # min over the ranks of the adjacent pairs; a pair with no merge ranks last.
+            rank = min(map(rank_of, zip(ids, ids[1:]), never))
+            if rank == len(self.merges):
                 break
-            ids = bpe_train.merge_word(ids, best[0], best[1], ranks[best][1])
+            a, b = self.merges[rank]
+            ids = bpe_train.merge_word(ids, a, b, self._made[rank])
         return ids
 
     def encode_batch(self, texts: Iterable[str], add_bos: bool = False, add_eos: bool = False,
