@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "bpe <|bos|> <|eos|> <|pad|>, digits none)")
     t.add_argument("--backend", choices=("sheepop", "hf"), default="sheepop",
                    help="bpe: train with sheepop's trainer or Hugging Face tokenizers")
-    t.add_argument("--workers", type=int, default=0,
+    t.add_argument("--workers", type=int, default=1,
                    help="bpe: processes for counting words (0: one per CPU)")
     t.set_defaults(func=run_train)
 

@@ -58,7 +58,7 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 0,
     """Learn a tokenizer of `kind` from `texts` (an iterable of documents, read once).
 
     Options by kind: word: min_freq, lowercase; bpe: pattern ("gpt2" | "gpt4" | a regex),
-    special_tokens, backend ("sheepop" | "hf"), progress; digits: special_tokens.
+    special_tokens, backend ("sheepop" | "hf"), workers, progress; digits: special_tokens.
     """
     cls = tokenizer_class(kind)
     if not isinstance(vocab_size, int) or vocab_size < 0:

@@ -80,8 +80,9 @@ class BPETokenizer(Tokenizer):
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int, pattern: str = DEFAULT_PATTERN,
               special_tokens: Sequence[str] = BPE_SPECIALS, backend: str = "sheepop",
-              trainer: str = "fast", workers: int = 0, progress: bool = False) -> BPETokenizer:
+              trainer: str = "fast", workers: int = 1, progress: bool = False) -> BPETokenizer:
         """Learn merges until `vocab_size` ids (256 bytes + merges + specials) or no pair left.
+        `workers` processes count the words (1: this process only; 0: one per CPU);
         backend "hf" counts and merges through Hugging Face `tokenizers` instead."""
         special_tokens = list(special_tokens)
         if len(set(special_tokens)) != len(special_tokens) or not all(special_tokens):
@@ -267,7 +268,7 @@ class BPETokenizer(Tokenizer):
 # ----- helpers: counting words for training, worker processes -----------------------------------
 
 def count_words(texts: Iterable[str], pattern: str, special_tokens: Sequence[str],
-                workers: int = 0) -> Counter[str]:
+                workers: int = 1) -> Counter[str]:
     """How often each distinct pre-split word occurs (special tokens cut out first)."""
     texts = [t for t in texts if t]
     total = sum(map(len, texts))
