@@ -29,8 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--nproc", type=int, metavar="N", help="train on N processes of this machine "
+                   "(DDP through torchrun; see docs/distributed.md)")
     add_config_options(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, train_parser=p)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -49,12 +51,21 @@ def run(args: argparse.Namespace) -> int:
     if args.help_config:
         print(describe_fields())
         return 0
+    from sheepop.train import distributed
+    if args.nproc and not distributed.under_torchrun():
+        from sheepop.cli.launch import argv_from_args, launch
+        return launch(args.nproc, ["train", *argv_from_args(args.train_parser, args, ("nproc",))])
     from sheepop.train.loop import setup
     from sheepop.train.plots import write_run_plots
     cfg = config_from_args(args)
-    trainer = setup(args.data, cfg, args.out, resume=args.resume,
-                    progress=not args.no_progress)
-    summary = trainer.run()
+    with distributed.session(cfg.train) as job:  # one process, or this rank of a torchrun job
+        trainer = setup(args.data, cfg, args.out, resume=args.resume, log=job.log,
+                        is_main=job.is_main, progress=not args.no_progress,
+                        wrap_engine=job.wrap_engine)
+        job.shard(trainer)
+        summary = trainer.run()
+    if not job.is_main:
+        return 130 if summary.interrupted else 0
     write_run_plots(args.out, cfg.train)
     for line in summary.lines():
         print(line)

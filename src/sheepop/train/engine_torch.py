@@ -73,6 +73,10 @@ class TorchEngine:
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.dtype == torch.float16)
         self.forward = torch.compile(self.model) if train_cfg.compile else self.model
+        # Data-parallel training (sheepop.train.distributed) sets these: DDP's `no_sync` for all
+        # micro-steps but the last, and world_size because DDP averages the ranks' gradients.
+        self.no_sync = contextlib.nullcontext
+        self.loss_multiplier = 1
 
     @property
     def description(self) -> str:
@@ -92,11 +96,13 @@ class TorchEngine:
 
     def micro_losses(self, micro_batches, total_count: int):
         """Forward and backward of each micro-batch; yields its summed token loss."""
-        for x, y in micro_batches:
-            with self._autocast():
-                logits, _ = self.forward(self._tensor(x))
-                loss_sum = cross_entropy(logits, self._tensor(y), reduction="sum")
-            self.scaler.scale(loss_sum / total_count).backward()
+        last = len(micro_batches) - 1
+        for i, (x, y) in enumerate(micro_batches):
+            with self.no_sync() if i < last else contextlib.nullcontext():
+                with self._autocast():
+                    logits, _ = self.forward(self._tensor(x))
+                    loss_sum = cross_entropy(logits, self._tensor(y), reduction="sum")
+                self.scaler.scale(loss_sum * self.loss_multiplier / total_count).backward()
             yield loss_sum.detach()
 
     def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float,

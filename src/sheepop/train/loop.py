@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -95,6 +96,10 @@ class Trainer:
             self.sampler.set_state(state["sampler"])
             self.best_val = state.get("best_val_loss") or math.inf
         self.metrics_path = run_dir / "metrics.jsonl"
+        # Under torchrun (sheepop.train.distributed): the number of processes, for the whole
+        # job's tokens/s, and rank 0's decision to stop, which every rank then follows.
+        self.world_size = 1
+        self.agree: Callable[[bool], bool] = bool
 
     def evaluate(self) -> float | None:
         if self.eval_x is None:
@@ -106,12 +111,14 @@ class Trainer:
         return total / max(count, 1)
 
     def save(self) -> None:
+        # Every rank gathers (FSDP's shards are collected by all); rank 0 alone writes.
+        arrays, info = self.engine.optimizer_arrays()
+        weights = self.engine.weights()
         if not self.is_main:
             return
-        arrays, info = self.engine.optimizer_arrays()
         state = {"step": self.step, "engine": self.engine.name, "sampler": self.sampler.state(),
                  "best_val_loss": None if math.isinf(self.best_val) else self.best_val, **info}
-        checkpoint.save_checkpoint(self.run_dir, self.engine.weights(), self.cfg.to_dict(),
+        checkpoint.save_checkpoint(self.run_dir, weights, self.cfg.to_dict(),
                                    self.data.tokenizer.to_json(), arrays, state)
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
@@ -121,7 +128,7 @@ class Trainer:
 
     def run(self) -> Summary:
         t, m = self.cfg.train, self.cfg.model
-        tokens_per_step = t.batch_size * t.grad_accum * m.block_size
+        tokens_per_step = t.batch_size * t.grad_accum * m.block_size * self.world_size
         start_step, t0 = self.step, time.perf_counter()
         loss = float("nan")
         interrupted = False
@@ -141,7 +148,8 @@ class Trainer:
                 record: dict[str, Any] = {"step": self.step, "loss": round(loss, 6),
                                           "lr": lr, "grad_norm": round(norm, 6),
                                           "tokens_per_sec": round(rate, 1)}
-                last = self.step == t.steps or (t.max_minutes and elapsed > 60 * t.max_minutes)
+                last = self.step == t.steps or bool(
+                    t.max_minutes and self.agree(elapsed > 60 * t.max_minutes))
                 if (t.eval_interval and self.step % t.eval_interval == 0) or last:
                     self.last_val = self.evaluate()
                     if self.last_val is not None:
@@ -178,11 +186,13 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool = False,
           log=print, is_main: bool = True, progress: bool = True,
-          dataset: Dataset | None = None) -> Trainer:
+          dataset: Dataset | None = None,
+          wrap_engine: Callable[[Engine], Engine] | None = None) -> Trainer:
     """Load data and (when resuming) the run's state; build the engine and the trainer.
 
     A task that builds its own token streams (e.g. the progression task) passes `dataset`
-    instead of `data_path`.
+    instead of `data_path`. Under torchrun, `wrap_engine` puts the engine under DDP or FSDP
+    (sheepop.train.distributed) before any optimizer state is loaded.
     """
     run_dir = Path(run_dir)
     weights = tokenizer = arrays = state = None
@@ -203,6 +213,8 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
     for line in data.report:
         log(line)
     engine = make_engine(cfg, weights)
+    if wrap_engine is not None:
+        engine = wrap_engine(engine)
     start = 0
     if resume:
         engine.load_optimizer_arrays(arrays, state)
