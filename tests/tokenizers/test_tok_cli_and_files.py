@@ -162,3 +162,14 @@ def test_train_tokenizer_errors():
         train_tokenizer("char", ["a"], vocab_size=-1)
     with pytest.raises(UserError, match="unexpected keyword argument 'min_freq'"):
         train_tokenizer("char", ["a"], min_freq=2)
+
+
+def test_main_turns_a_user_error_into_one_line_and_status_2(tmp_path, capsys):
+    from sheepop.cli import main
+    train_tokenizer("char", ["abc"]).save(tmp_path / "c.json")
+    assert main(["tokenizer", "decode", str(tmp_path / "c.json"), "0", "99"]) == 2
+    err = capsys.readouterr().err
+    assert err == "sheepop: error: token id 99 is outside the vocabulary of this char " \
+                  "tokenizer (ids 0..6)\n"
+    assert main(["tokenizer", "encode", str(tmp_path / "c.json"), "cab"]) == 0
+    assert capsys.readouterr().out == "6 4 5\n"
