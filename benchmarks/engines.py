@@ -2,11 +2,11 @@
 
     .venv/bin/python benchmarks/engines.py [--steps 20] [--warmup 5] [--threads 0]
 
-Each engine runs full training steps through its training-loop adapter (forward, backward,
-clipping, AdamW) on the same random batches, dropout 0, float32. Printed: median ms per step,
-tokens per second, and the NumPy/torch ratio (the target is <= 2). Also a float64 line for the
-NumPy engine, and the forward/backward split of a NumPy step. Timings depend on what else runs
-on the machine: record the load alongside the figures.
+Both engines run full training steps through their training-loop adapters (forward, backward,
+clipping, AdamW) on the same weights and random batches, dropout 0, float32, taking turns step by
+step so that a change in the machine's load affects both alike. Printed: median and minimum ms
+per step, tokens per second, the NumPy/torch ratio (the target is <= 2), a float64 line for the
+NumPy engine and the forward/backward split of a NumPy step. Record the load with the figures.
 """
 
 from __future__ import annotations
@@ -32,15 +32,17 @@ CONFIGS = {
 }
 
 
-def time_steps(engine, batches, steps: int, warmup: int) -> float:
-    """Median seconds per optimizer step."""
-    times = []
+def time_interleaved(engines, batches, steps: int, warmup: int) -> list[list[float]]:
+    """Seconds per optimizer step of each engine, the engines taking turns step by step, so
+    that a change in the machine's load affects them alike."""
+    times: list[list[float]] = [[] for _ in engines]
     for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        engine.train_step([batches[i % len(batches)]], 1e-3)
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for engine, record in zip(engines, times):
+            t0 = time.perf_counter()
+            engine.train_step([batches[i % len(batches)]], 1e-3)
+            if i >= warmup:
+                record.append(time.perf_counter() - t0)
+    return times
 
 
 def split_numpy(params, cfg, batches, repeats: int = 10) -> tuple[float, float]:
@@ -87,18 +89,22 @@ def main() -> None:
         torch_engine = TorchEngine(cfg, tcfg)
         weights = torch_engine.weights()
         numpy_engine = NumpyEngine(cfg, tcfg, weights)
-        t_torch = time_steps(torch_engine, batches, args.steps, args.warmup)
-        t_numpy = time_steps(numpy_engine, batches, args.steps, args.warmup)
+        t_torch, t_numpy = time_interleaved([torch_engine, numpy_engine], batches, args.steps,
+                                            args.warmup)
         f64 = NumpyEngine(cfg, TrainConfig(dtype="float64", grad_clip=1.0), weights)
-        t_f64 = time_steps(f64, batches, max(3, args.steps // 4), 2)
+        (t_f64,) = time_interleaved([f64], batches, max(3, args.steps // 4), 2)
         fwd, bwd = split_numpy(numpy_engine.model.params, cfg, batches)
-        print(f"\n{name}: {numpy_engine.num_params():,} parameters, {tokens} tokens/step")
-        print(f"  torch float32  {t_torch * 1e3:8.1f} ms/step  {tokens / t_torch:10,.0f} tok/s")
-        print(f"  numpy float32  {t_numpy * 1e3:8.1f} ms/step  {tokens / t_numpy:10,.0f} tok/s"
-              f"   ({t_numpy / t_torch:.2f}x torch; forward {fwd * 1e3:.1f} ms, backward "
-              f"{bwd * 1e3:.1f} ms)")
-        print(f"  numpy float64  {t_f64 * 1e3:8.1f} ms/step  {tokens / t_f64:10,.0f} tok/s")
-
+        print(f"\n{name}: {numpy_engine.num_params():,} parameters, {tokens} tokens/step "
+              "(ms/step: median, min)")
+        for label, t in (("torch float32", t_torch), ("numpy float32", t_numpy),
+                         ("numpy float64", t_f64)):
+            med = statistics.median(t)
+            print(f"  {label}  {med * 1e3:8.1f} {min(t) * 1e3:8.1f} ms/step "
+                  f"{tokens / med:10,.0f} tok/s")
+        ratio = statistics.median(t_numpy) / statistics.median(t_torch)
+        print(f"  numpy / torch (float32): {ratio:.2f}x median, "
+              f"{min(t_numpy) / min(t_torch):.2f}x min; numpy forward {fwd * 1e3:.1f} ms, "
+              f"backward {bwd * 1e3:.1f} ms")
 
 if __name__ == "__main__":
     main()
