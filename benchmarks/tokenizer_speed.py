@@ -13,6 +13,7 @@ with encode_batch on lines). Each figure is the best of --repeat runs. Targets: 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -40,13 +41,34 @@ def make_stdlib_corpus(out: Path, megabytes: float) -> None:
     print(f"wrote {out}: {len(text.encode('utf-8')) / 1e6:.2f} MB from {len(parts)} files")
 
 
-def best_time(fn, repeat: int):
-    result, best = None, float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+def cpu_seconds() -> float:
+    """CPU time of this process, its threads and its finished child processes."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class Table:
+    """Rows of (task, who, wall seconds, CPU seconds); each the best wall time of `repeat`.
+    CPU time is less disturbed than wall time when other programs share the machine."""
+
+    def __init__(self, repeat: int) -> None:
+        self.repeat, self.rows = repeat, []
+
+    def measure(self, task: str, who: str, fn):
+        result, best, best_cpu = None, float("inf"), 0.0
+        for _ in range(self.repeat):
+            start, cpu = time.perf_counter(), cpu_seconds()
+            result = fn()
+            wall = time.perf_counter() - start
+            if wall < best:
+                best, best_cpu = wall, cpu_seconds() - cpu
+        self.rows.append((task, who, best, best_cpu))
+        return best, result
+
+    def print(self, mb: float) -> None:
+        print(f"\n{'task':<7} {'who':<44} {'seconds':>8} {'MB/s':>7} {'CPU s':>7}")
+        for task, who, sec, cpu in self.rows:
+            print(f"{task:<7} {who:<44} {sec:>8.2f} {mb / sec:>7.2f} {cpu:>7.2f}")
 
 
 def hf_trainer_tokenizer(pattern: str, n_tokens: int):
@@ -89,58 +111,51 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus: {mb:.2f} MB, vocab {args.vocab_size}, pattern {args.pattern}, "
           f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, best of {args.repeat}")
 
-    rows = []
-    t1, tok = best_time(lambda: train_tokenizer("bpe", [text], args.vocab_size,
-                                                pattern=args.pattern, workers=1), args.repeat)
-    rows.append(("train", "sheepop, 1 process", t1))
-    tp, _ = best_time(lambda: train_tokenizer("bpe", [text], args.vocab_size,
-                                              pattern=args.pattern, workers=workers), args.repeat)
-    rows.append(("train", f"sheepop, word count in {workers} processes", tp))
+    table = Table(args.repeat)
+    m = table.measure
+    t1, tok = m("train", "sheepop, 1 process", lambda: train_tokenizer(
+        "bpe", [text], args.vocab_size, pattern=args.pattern, workers=1))
+    tp, _ = m("train", f"sheepop, word count in {workers} processes", lambda: train_tokenizer(
+        "bpe", [text], args.vocab_size, pattern=args.pattern, workers=workers))
 
     import tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from sheepop.tokenizers.hf import to_hf_dict
     lines = text.splitlines(keepends=True)
 
     def hf_train(data):
         hf, trainer = hf_trainer_tokenizer(pattern, n_tokens)
         hf.train_from_iterator(data, trainer=trainer)
         return hf
-    th_whole, _ = best_time(lambda: hf_train([text]), args.repeat)
-    rows.append(("train", f"HF tokenizers {tokenizers.__version__}, whole text", th_whole))
-    th_lines, _ = best_time(lambda: hf_train(lines), args.repeat)
-    rows.append(("train", f"HF tokenizers {tokenizers.__version__}, line by line", th_lines))
+    version = tokenizers.__version__
+    th_whole, _ = m("train", f"HF tokenizers {version}, whole text", lambda: hf_train([text]))
+    th_lines, _ = m("train", f"HF tokenizers {version}, line by line", lambda: hf_train(lines))
 
     json_text = tok.to_json()
-    cold, ids = best_time(lambda: loads(json_text).encode(text), args.repeat)
-    rows.append(("encode", "sheepop, 1 core, cold cache", cold))
-    warm, _ = best_time(lambda: tok.encode(text), args.repeat)
-    rows.append(("encode", "sheepop, 1 core, warm cache", warm))
-    par, par_ids = best_time(lambda: loads(json_text).encode_parallel(text, workers=workers),
-                             args.repeat)
-    rows.append(("encode", f"sheepop, {workers} processes", par))
+    cold, ids = m("encode", "sheepop, 1 core, cold cache", lambda: loads(json_text).encode(text))
+    warm, _ = m("encode", "sheepop, 1 core, warm cache", lambda: tok.encode(text))
+    _, par_ids = m("encode", f"sheepop, {workers} processes",
+                   lambda: loads(json_text).encode_parallel(text, workers=workers))
     assert par_ids == ids, "parallel encoding differs from serial"
 
-    import json
-
-    from tokenizers import Tokenizer as HFTokenizer
-
-    from sheepop.tokenizers.hf import to_hf_dict
     hf = HFTokenizer.from_str(json.dumps(to_hf_dict(tok)))
-    h_one, h_ids = best_time(lambda: hf.encode(text).ids, args.repeat)
-    rows.append(("encode", "HF, one string", h_one))
-    h_batch, _ = best_time(lambda: hf.encode_batch(lines), args.repeat)
-    rows.append(("encode", "HF, encode_batch(lines)", h_batch))
+    _, h_ids = m("encode", "HF, one string", lambda: hf.encode(text).ids)
+    m("encode", "HF, encode_batch(lines)", lambda: hf.encode_batch(lines))
     same = "yes" if h_ids == ids else "NO"
+    table.print(mb)
 
-    print(f"\n{'task':<7} {'who':<44} {'seconds':>8} {'MB/s':>7}")
-    for task, who, sec in rows:
-        print(f"{task:<7} {who:<44} {sec:>8.2f} {mb / sec:>7.2f}")
     hf_best = min(th_whole, th_lines)
     ours = min(t1, tp)
     print(f"\ntraining: sheepop {ours:.2f} s = {ours / hf_best:.2f}x HF's best "
           f"({hf_best:.2f} s)  [target <= 1.5x]")
-    print(f"encoding on one core: {mb / cold:.2f} MB/s cold, {mb / warm:.2f} MB/s warm  "
+    cpu = {who: c for _, who, _, c in table.rows}
+    print(f"encoding on one core: {mb / cold:.2f} MB/s cold, {mb / warm:.2f} MB/s warm "
+          f"(per CPU second: {mb / cpu['sheepop, 1 core, cold cache']:.2f} cold)  "
           f"[target >= 3 MB/s];  HF gives the same ids: {same}")
-    print(f"{len(ids):,} tokens, {len(text.encode('utf-8')) / len(ids):.2f} bytes/token")
+    print(f"{len(ids):,} tokens, {len(text.encode('utf-8')) / len(ids):.2f} bytes/token; "
+          f"load average {os.getloadavg()[0]:.1f} at the end (CPU s: all threads and "
+          "processes; HF trains with several threads)")
     return 0
 
 
