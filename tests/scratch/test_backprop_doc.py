@@ -167,7 +167,8 @@ def tied_model(v):
     dlogits = L.cross_entropy_backward(1.0, c.loss)[0]
     hf = c.ln_f.xhat[0]
     dE_head = dlogits.T @ hf
-    return {"P": sinusoidal_table(T, d), "h0": E[idx[0]] + sinusoidal_table(T, d), "hf": hf,
+    P = sinusoidal_table(T, d) * cfg.sinusoid_scale
+    return {"P": P, "h0": E[idx[0]] + P, "hf": hf,
             "logits": logits[0], "loss": loss, "dlogits": dlogits, "dE_head": dE_head,
             "dE_lookup": dE - dE_head, "dE": dE}
 

@@ -1,6 +1,6 @@
 """The whole GPT in NumPy: forward, hand-written backward, and the loss.
 
-    h0 = Drop(E[x] + P[start:start+T])          P: sinusoidal table or pos_emb.weight
+    h0 = Drop(E[x] + P[start:start+T])          P: s * sinusoidal table or pos_emb.weight
     h  = block_i(h)                             i = 0 .. n_layer-1 (see block.py)
     logits = LN_f(h) W_head^T (+ b_head)        W_head = E when the head is tied
     L = mean cross-entropy over targets != -1
@@ -43,9 +43,11 @@ Params = dict[str, np.ndarray]
 
 
 @lru_cache(maxsize=8)
-def sinusoidal(n_positions: int, d: int, dtype: str) -> np.ndarray:
-    """The shared table P (sheepop.positional) in the model's dtype, computed once."""
-    table = sinusoidal_table(n_positions, d).astype(dtype)
+def sinusoidal(n_positions: int, d: int, scale: float, dtype: str) -> np.ndarray:
+    """s * P, P the shared sinusoidal table (sheepop.positional), in the model's dtype, computed
+    once. s = cfg.sinusoid_scale (1/sqrt(d) by default, so the table does not drown the
+    N(0, 0.02) token embeddings)."""
+    table = (sinusoidal_table(n_positions, d) * scale).astype(dtype)
     table.setflags(write=False)
     return table
 
@@ -62,7 +64,8 @@ def positions(params: Params, cfg: ModelConfig, start: int, T: int, dtype: np.dt
         raise ValueError(f"sequence of {start + T} tokens exceeds block_size {cfg.block_size}")
     if cfg.pos_encoding == "learned":
         return learned_positions_forward(params["pos_emb.weight"], start, T)
-    return sinusoidal(cfg.block_size, cfg.n_embd, np.dtype(dtype).name)[start:start + T], None
+    table = sinusoidal(cfg.block_size, cfg.n_embd, cfg.sinusoid_scale, np.dtype(dtype).name)
+    return table[start:start + T], None
 
 
 class GPTCache(NamedTuple):
