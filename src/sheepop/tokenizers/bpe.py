@@ -178,8 +178,8 @@ class BPETokenizer(Tokenizer):
         if workers == 1 or sum(map(len, texts)) < PARALLEL_MIN_CHARS:
             return [self.encode(t, add_bos=add_bos, add_eos=add_eos) for t in texts]
         batches = list(batched(texts, max(PARALLEL_MIN_CHARS // 4, 1)))
-        flags = [(batch, add_bos, add_eos) for batch in batches]
-        results = map_ordered(_encode_batch_in_worker, flags, workers,
+        jobs = [(batch, add_bos, add_eos) for batch in batches]
+        results = map_ordered(_encode_batch_in_worker, jobs, workers,
                               initializer=_init_worker, initargs=(self.to_json(),))
         return [ids.tolist() for part in results for ids in part]
 
