@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -288,7 +289,9 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
     try:
         spool_path = tmp / SPOOL
         with open(spool_path, "w", encoding="utf-8") as spool:
+            clock = time.perf_counter()
             docs = _extract(opts, tmp, summary, spool)
+        summary.seconds["extract"] = round(time.perf_counter() - clock, 3)
         summary.documents = len(docs)
         if not len(docs):
             if log:
@@ -298,9 +301,13 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
                             f"{_plural(summary.total('files'), 'file')}"
                             + (f" ({reasons})" if reasons else ""))
         _split(docs, opts.val_fraction, opts.seed)
+        clock = time.perf_counter()
         tok = _tokenizer(docs, tmp, opts)
+        summary.seconds["tokenizer"] = round(time.perf_counter() - clock, 3)
+        clock = time.perf_counter()
         tok.save(tmp / TOKENIZER_FILE)
         dtype = _tokenize(docs, tmp, tok, opts, summary)
+        summary.seconds["tokenize"] = round(time.perf_counter() - clock, 3)
         header = {"format": FORMAT, "version": VERSION, "dtype": dtype,
                   "vocab_size": tok.vocab_size, "tokenizer_kind": tok.kind,
                   "eos_id": tok.eos_id, "train_tokens": summary.train_tokens,
@@ -319,5 +326,6 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
         log(f"\nwrote {out}: train {summary.train_tokens:,} tokens "
             f"({summary.train_documents:,} documents), val {summary.val_tokens:,} tokens "
             f"({summary.val_documents:,} documents); {tok.kind} tokenizer, vocabulary "
-            f"{tok.vocab_size:,}, {dtype}")
+            f"{tok.vocab_size:,}, {dtype}; "
+            + ", ".join(f"{stage} {sec:.1f} s" for stage, sec in summary.seconds.items()))
     return PrepareResult(out=out, summary=summary, tokenizer=tok)

@@ -29,6 +29,9 @@ class Summary:
     val_tokens: int = 0
     unknown_tokens: int = 0
     pages: int = 0
+    # Wall time of each stage: printed, kept out of meta.json so that a rerun on the same
+    # input writes the same bytes.
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, record: FileRecord) -> None:
         row = self.by_type[record.type if record.type in self.by_type else "other"]
