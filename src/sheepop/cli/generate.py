@@ -24,6 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=d.top_k, help="0 = no top-k filter")
     p.add_argument("--top-p", type=float, default=d.top_p, help="1 = no nucleus filter")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty,
+                   metavar="THETA", help="divide the positive logits (multiply the negative) of "
+                   "tokens already in the context by THETA; 1 = off, 1.1-1.3 discourages loops")
+    p.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop when TEXT appears, without printing it (repeatable; escapes such "
+                   "as \\n are understood)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole context at "
                    "every step instead of using the KV cache (slower, same output)")
     p.add_argument("--show-probs", type=int, default=0, metavar="K",
@@ -31,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "probabilities")
     p.add_argument("--engine", choices=("torch", "numpy"), default="torch")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--compile", action="store_true", help="torch engine: run the model through "
+                   "torch.compile (pays a compilation first; see docs/inference.md)")
     p.set_defaults(func=run)
 
 
@@ -39,11 +47,29 @@ def validate(args: argparse.Namespace) -> SampleConfig:
               (args.temperature >= 0, "--temperature must be >= 0"),
               (args.top_k >= 0, "--top-k must be >= 0"),
               (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
+              (args.repetition_penalty > 0, "--repetition-penalty must be > 0"),
+              (not args.compile or args.engine == "torch", "--compile needs --engine torch"),
+              (not args.stop or not args.show_probs, "--stop cannot be used with --show-probs"),
               (args.show_probs >= 0, "--show-probs must be >= 0")]
     for ok, message in checks:
         if not ok:
             raise UserError(message)
-    return SampleConfig(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed)
+    return SampleConfig(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
+                        args.repetition_penalty)
+
+
+def stop_strings(raw: list[str]) -> list[str]:
+    """--stop values with backslash escapes (\\n, \\t, \\u2028) turned into characters."""
+    stops = []
+    for text in raw:
+        try:
+            text = text.encode("latin-1", "backslashreplace").decode("unicode_escape")
+        except UnicodeDecodeError as e:
+            raise UserError(f"--stop {text!r}: bad escape ({e.reason})") from None
+        if not text:
+            raise UserError("--stop needs a non-empty text")
+        stops.append(text)
+    return stops
 
 
 def prompt_ids(tokenizer, text: str) -> list[int]:
@@ -63,24 +89,32 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from sheepop.cli.run import language_model, load_run
-    from sheepop.generate import generate
+    from sheepop.generate import generate, stream_text
     from sheepop.tokenizers import IncrementalDecoder
     sample_cfg = validate(args)
+    stops = stop_strings(args.stop)
     cfg, tokenizer, weights = load_run(args.run_dir)
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = prompt_ids(tokenizer, text)
     lm = language_model(cfg, weights, args.engine, args.device)
+    if args.compile:
+        from sheepop.model.infer import TorchLM
+        lm = TorchLM(lm.model, compile=True)
     decoder = IncrementalDecoder(tokenizer)
     out = sys.stdout
     out.write(text)
+    if not args.show_probs:
+        for piece in stream_text(lm, ids, sample_cfg, decoder, stop=stops,
+                                 eos_id=tokenizer.eos_id, use_cache=not args.no_cache):
+            out.write(piece)
+            out.flush()
+        out.write("\n")
+        return 0
     steps = generate(lm, ids, sample_cfg, use_cache=not args.no_cache,
                      eos_id=tokenizer.eos_id, show_probs=args.show_probs)
     for step in steps:
-        if args.show_probs:
-            shown = ", ".join(f"{tokenizer.id_to_token(i)!r} {p:.3f}" for i, p in step.top)
-            out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   next: {shown}")
-        elif step.token != tokenizer.eos_id:
-            out.write(decoder.step(step.token))
+        shown = ", ".join(f"{tokenizer.id_to_token(i)!r} {p:.3f}" for i, p in step.top)
+        out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   next: {shown}")
         out.flush()
-    out.write(decoder.flush() + "\n")
+    out.write("\n")
     return 0

@@ -1,6 +1,6 @@
 """The GPT of docs/architecture.md in PyTorch: a decoder-only, pre-norm transformer.
 
-    h0 = Drop(E[x] + P[:T])
+    h0 = Drop(E[x] + P[:T])            P: s * sinusoidal table (s = 1/sqrt(d)) or learned
     h  = h + Drop(Attn(LN1(h)))        for each block
     h  = h + Drop(FFN(LN2(h)))
     logits = LN_f(h) W_head^T (+ b_head)         W_head = E when tied
@@ -62,12 +62,15 @@ class CausalSelfAttention(nn.Module):
         if self.use_sdpa and not return_weights:
             # Queries sit at positions past..past+T-1; keys at 0..past+T-1. One query at the
             # end of an unpadded cache sees every key: no mask at all (the fast decode step).
-            mask, causal = attn_mask, past == 0 and attn_mask is None
-            if mask is None and past > 0 and T > 1:
-                mask = _causal_mask(T, past, x.device)
+            mask, is_causal = attn_mask, False
+            if mask is None and T > 1:  # (branches, not a bool expression: torch.compile
+                if past > 0:            # with dynamic shapes needs a plain bool is_causal)
+                    mask = _causal_mask(T, past, x.device)
+                else:
+                    is_causal = True
             p = self.attn_drop.p if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                               is_causal=causal and T > 1)
+                                               is_causal=is_causal)
         else:
             allowed = attn_mask if attn_mask is not None else _causal_mask(T, past, x.device)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
@@ -162,7 +165,8 @@ class GPT(nn.Module):
         if cfg.pos_encoding == "learned":
             self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
         else:
-            table = torch.from_numpy(sinusoidal_table(cfg.block_size, cfg.n_embd)).float()
+            table = sinusoidal_table(cfg.block_size, cfg.n_embd) * cfg.sinusoid_scale
+            table = torch.from_numpy(table).float()
             self.register_buffer("pos_table", table, persistent=False)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
