@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -181,6 +182,11 @@ def main() -> None:
         print(result["output"].rstrip().splitlines()[-1])
         print(f"prepare: {result['seconds']:.1f} s, {size / 1e6 / result['seconds']:.2f} MB/s "
               f"with {args.workers} workers, {args.tokenizer} tokenizer")
+        stages = dict(re.findall(r"(extract|tokenizer|tokenize) ([0-9.]+) s", result["output"]))
+        if stages:
+            print(f"stages: extract {size / 1e6 / float(stages['extract']):.1f} MB/s, "
+                  f"tokenizer training {float(stages['tokenizer']):.0f} s, tokenize "
+                  f"{size / 1e6 / float(stages['tokenize']):.1f} MB/s (input MB per second)")
         print(f"peak RSS: {result['peak_sum_mb']:.0f} MB (process tree, summed), largest "
               f"process {result['peak_one_mb']:.0f} MB, for a {size / 1e6:,.0f} MB corpus")
         if args.pdf_pages:
