@@ -1,0 +1,260 @@
+"""Arithmetic progressions: generate them, write them as text, read them back.
+
+A progression is a, a + d, a + 2d, ..., a + (n-1)d. Written as text, every term is left-padded
+with zeros to a fixed width of D digits and terms are separated by single spaces, one sequence
+per line:
+
+    00042 00049 00056 00063
+
+A data directory holds:
+
+- `dataset.txt`   `count` in-distribution sequences; the last `heldout` lines are held out
+                  (never trained on) and their (first term, difference) pairs appear nowhere
+                  else, so a held-out sequence is never a prefix or a copy of a training one;
+- `ood_difference.txt`  differences above the training range (501-1000 by default);
+- `ood_length.txt`      more terms than any training sequence (101-150 by default);
+- `vocab.txt`     the 11 tokens in id order: '0'..'9', then the space (a line holding one space);
+- `meta.json`     the spec, D, the split and what each file holds.
+
+D is the smallest width that holds the largest in-distribution term, unless given; a D that
+cannot hold a term is an error, never a silent overflow. Out-of-distribution sequences are drawn
+so that every term fits in D digits (a large-difference sequence gets fewer terms, a long one is
+drawn again; meta.json says how often).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sheepop.checkpoint import atomic_write_text
+from sheepop.errors import UserError
+from sheepop.tokenizers.digits import ALPHABET
+
+FORMAT = "sheepop-progressions"
+VERSION = 1
+DATASET_FILE = "dataset.txt"
+VOCAB_FILE = "vocab.txt"
+META_FILE = "meta.json"
+OOD_FILES = {"ood_difference": "ood_difference.txt", "ood_length": "ood_length.txt"}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What `generate` draws. Ranges are inclusive."""
+
+    count: int = 10_000
+    min_terms: int = 2
+    max_terms: int = 100
+    min_difference: int = 1
+    max_difference: int = 500
+    first_min: int = 0
+    first_max: int = 9_999
+    heldout: float = 0.1
+    digits: int = 0  # 0: the smallest width that holds the largest term
+    seed: int = 0
+    ood_count: int = 500  # sequences in each out-of-distribution file
+    ood_extra_terms: int = 50  # the length set has max_terms+1 .. max_terms+ood_extra_terms terms
+
+    def validate(self) -> Spec:
+        checks = [
+            (self.count >= 2, "--count must be at least 2"),
+            (2 <= self.min_terms <= self.max_terms, "terms: need 2 <= min_terms <= max_terms"),
+            (1 <= self.min_difference <= self.max_difference,
+             "differences: need 1 <= min_difference <= max_difference"),
+            (0 <= self.first_min <= self.first_max, "first term: need 0 <= first_min <= first_max"),
+            (0.0 < self.heldout < 1.0, "heldout must be a fraction in (0, 1)"),
+            (self.digits >= 0, "--digits must be positive (or 0 for automatic)"),
+            (self.ood_count >= 0 and self.ood_extra_terms >= 1,
+             "ood_count must be >= 0 and ood_extra_terms >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+        pairs = (self.first_max - self.first_min + 1) * (self.max_difference
+                                                         - self.min_difference + 1)
+        if pairs < self.count + self.ood_count:
+            raise UserError(f"only {pairs:,} distinct (first term, difference) pairs exist for "
+                            f"{self.count + self.ood_count:,} sequences: widen the ranges")
+        return self
+
+
+def terms_of(first: int, difference: int, n_terms: int) -> np.ndarray:
+    """a + i d for i = 0 .. n-1, as int64."""
+    return first + difference * np.arange(n_terms, dtype=np.int64)
+
+
+def width_for(value: int) -> int:
+    """Digits needed to write a non-negative integer (at least 1)."""
+    return len(str(int(value)))
+
+
+def format_sequence(terms: np.ndarray, digits: int) -> str:
+    return " ".join(f"{int(v):0{digits}d}" for v in terms)
+
+
+@dataclass
+class Progressions:
+    """The sequences of one data directory, each an int64 array of its terms."""
+
+    digits: int
+    train: list[np.ndarray]
+    heldout: list[np.ndarray]
+    ood: dict[str, list[np.ndarray]]
+    meta: dict[str, Any]
+
+
+class _PairDraw:
+    """Distinct (first, difference) pairs, drawn in a seeded order."""
+
+    def __init__(self, rng: np.random.Generator):
+        self.rng, self.used = rng, set()
+
+    def draw(self, first: tuple[int, int], diff: tuple[int, int]) -> tuple[int, int]:
+        for _ in range(10_000):
+            a = int(self.rng.integers(first[0], first[1] + 1))
+            d = int(self.rng.integers(diff[0], diff[1] + 1))
+            if (a, d) not in self.used:
+                self.used.add((a, d))
+                return a, d
+        raise UserError("could not draw distinct (first term, difference) pairs: widen the "
+                        "ranges")
+
+
+def generate(spec: Spec) -> tuple[int, list[np.ndarray], dict[str, list[np.ndarray]], dict]:
+    """Draw the sequences: (D, in-distribution sequences, OOD sets, notes for meta.json)."""
+    spec.validate()
+    rng = np.random.default_rng(spec.seed)
+    pairs = _PairDraw(rng)
+    first, diff = (spec.first_min, spec.first_max), (spec.min_difference, spec.max_difference)
+    sequences = []
+    for _ in range(spec.count):
+        a, d = pairs.draw(first, diff)
+        n = int(rng.integers(spec.min_terms, spec.max_terms + 1))
+        sequences.append(terms_of(a, d, n))
+    largest = max(int(s[-1]) for s in sequences)
+    digits = spec.digits or width_for(largest)
+    if width_for(largest) > digits:
+        raise UserError(f"--digits {digits} cannot hold the largest term {largest} "
+                        f"(it needs {width_for(largest)} digits)")
+    limit = 10 ** digits - 1
+    ood_diff, capped_diff = _ood_sets(rng, pairs, spec, limit, longer=False)
+    ood_len, capped_len = _ood_sets(rng, pairs, spec, limit, longer=True)
+    notes = {"largest_term": largest,
+             "ood_difference": {"differences": [spec.max_difference + 1,
+                                                2 * spec.max_difference],
+                                "draws_shortened_to_fit_digits": capped_diff},
+             "ood_length": {"terms": [spec.max_terms + 1, spec.max_terms + spec.ood_extra_terms],
+                            "draws_redrawn_to_fit_digits": capped_len}}
+    return digits, sequences, {"ood_difference": ood_diff, "ood_length": ood_len}, notes
+
+
+def _ood_sets(rng: np.random.Generator, pairs: _PairDraw, spec: Spec, limit: int,
+              longer: bool) -> tuple[list[np.ndarray], int]:
+    """One out-of-distribution set whose terms all fit under `limit`, and how many draws did
+    not fit: a long sequence that would overflow is drawn again (so its pair stays distinct from
+    every other), a large-difference one keeps its pair and gets fewer terms."""
+    out, misfits = [], 0
+    first = (spec.first_min, spec.first_max)
+    while len(out) < spec.ood_count:
+        if misfits > 100 * spec.ood_count + 1000:
+            raise UserError(f"{limit + 1:,} is too small a bound for the out-of-distribution "
+                            "sequences: give more --digits")
+        if longer:
+            n = int(rng.integers(spec.max_terms + 1, spec.max_terms + spec.ood_extra_terms + 1))
+            a, d = pairs.draw(first, (spec.min_difference, spec.max_difference))
+            if a + (n - 1) * d > limit:
+                misfits += 1
+                continue
+        else:
+            n = int(rng.integers(max(3, spec.min_terms), max(3, spec.max_terms) + 1))
+            a, d = pairs.draw(first, (spec.max_difference + 1, 2 * spec.max_difference))
+            n_fit = (limit - a) // d + 1
+            if n > n_fit:
+                misfits += 1
+                if n_fit < 3:
+                    continue
+                n = n_fit
+        out.append(terms_of(a, d, n))
+    return out, int(misfits)
+
+
+def write_dataset(out_dir: str | Path, spec: Spec) -> dict[str, Any]:
+    """Generate and write a data directory; return its meta.json contents."""
+    digits, sequences, ood, notes = generate(spec)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a directory")
+    n_heldout = max(1, round(spec.count * spec.heldout))
+    meta = {"format": FORMAT, "version": VERSION, "digits": digits, "spec": asdict(spec),
+            "count": spec.count, "train": spec.count - n_heldout, "heldout": n_heldout,
+            "split": f"the last {n_heldout} lines of {DATASET_FILE} are held out",
+            "files": {"dataset": DATASET_FILE, **OOD_FILES}, **notes}
+    lines = "".join(format_sequence(s, digits) + "\n" for s in sequences)
+    atomic_write_text(out / DATASET_FILE, lines)
+    for name, file in OOD_FILES.items():
+        atomic_write_text(out / file, "".join(format_sequence(s, digits) + "\n"
+                                              for s in ood[name]))
+    atomic_write_text(out / VOCAB_FILE, "".join(c + "\n" for c in ALPHABET))
+    atomic_write_text(out / META_FILE, json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def parse_sequences(text: str, digits: int, where: str) -> list[np.ndarray]:
+    """Lines of D-digit terms separated by single spaces, each an arithmetic progression."""
+    out = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line:
+            continue
+        fields = line.split(" ")
+        if len(fields) < 2 or any(len(f) != digits or not f.isdigit() or not f.isascii()
+                                  for f in fields):
+            raise UserError(f"{where}:{number}: expected at least two {digits}-digit terms "
+                            "separated by single spaces")
+        terms = np.array([int(f) for f in fields], dtype=np.int64)
+        if len(set(np.diff(terms).tolist())) != 1:
+            raise UserError(f"{where}:{number}: not an arithmetic progression")
+        out.append(terms)
+    return out
+
+
+def load_progressions(data_dir: str | Path) -> Progressions:
+    """Read a directory written by `write_dataset` (or by hand in the same format)."""
+    root = Path(data_dir)
+    meta_path = root / META_FILE
+    if not root.is_dir():
+        raise UserError(f"progression data directory not found: {root}")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{root} holds no {META_FILE}: make it with "
+                        "`sheepop progression generate --out DIR`") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{meta_path} is not valid JSON: {e}") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise UserError(f"{meta_path} is not a {FORMAT} file")
+    try:
+        digits, n_heldout = int(meta["digits"]), int(meta["heldout"])
+    except (KeyError, TypeError, ValueError):
+        raise UserError(f"{meta_path} lacks 'digits' or 'heldout'") from None
+
+    def read(file: str) -> list[np.ndarray]:
+        path = root / file
+        try:
+            text = path.read_text(encoding="ascii")
+        except FileNotFoundError:
+            raise UserError(f"{path} is missing") from None
+        except UnicodeDecodeError:
+            raise UserError(f"{path} holds characters other than digits and spaces") from None
+        return parse_sequences(text, digits, str(path))
+
+    sequences = read(DATASET_FILE)
+    if not 0 < n_heldout < len(sequences):
+        raise UserError(f"{meta_path}: heldout {n_heldout} does not split the "
+                        f"{len(sequences)} sequences of {DATASET_FILE}")
+    ood = {name: read(file) for name, file in OOD_FILES.items() if (root / file).exists()}
+    return Progressions(digits, sequences[:-n_heldout], sequences[-n_heldout:], ood, meta)

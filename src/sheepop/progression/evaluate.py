@@ -1,0 +1,125 @@
+"""Batched greedy continuation of held-out progressions, with either engine.
+
+For a sequence t_1 .. t_n and every k = 1 .. n-1, the model is given the first k terms and
+writes the next D tokens greedily (argmax at each step); the k-th prefix is right when those D
+tokens are exactly the digits of t_(k+1). The context the model sees is what it was trained on:
+the last min(k, m-1) terms, each followed by a space, starting on a term boundary (m the
+window's terms), so a prefix costs at most m (D+1) - 1 positions however long the sequence.
+
+All prefixes with the same number of context terms have the same length, so they run as one
+batch: one forward over the contexts, then D - 1 one-token steps (the torch engine keeps a KV
+cache; the NumPy engine recomputes the short window, which costs no more than a few positions).
+
+Continuing the whole rest of the sequence is not run separately: with greedy decoding and the
+separator written by the harness, the model's context after k correct terms is the true one, so
+the continuation from k is right exactly when every next-term prediction from k on is right
+(`scores.continuation`); tests check this against explicit rollouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sheepop.config import Config
+from sheepop.progression.stream import SPACE_ID, digits_value, term_digits
+from sheepop.progression.task import TaskOptions
+
+
+class Predictor:
+    """Greedy next-token decoding of a batch of equal-length contexts, in one engine."""
+
+    def __init__(self, cfg: Config, weights: dict[str, np.ndarray], engine: str = "torch",
+                 device: str = "auto"):
+        self.cfg, self.engine = cfg, engine
+        if engine == "numpy":
+            from sheepop.scratch.gpt import gpt_forward
+            self._np_forward = gpt_forward
+            self.params = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
+        else:
+            from sheepop.model import GPT
+            from sheepop.train.engine_torch import resolve_device
+            self.model = GPT(cfg.model)
+            self.model.load_numpy_weights(weights)
+            self.model.to(resolve_device(device)).eval()
+
+    def greedy(self, contexts: np.ndarray, n_new: int) -> np.ndarray:
+        """The `n_new` tokens (B, n_new) that greedy decoding writes after each context row."""
+        if self.engine == "numpy":
+            ids = np.asarray(contexts, dtype=np.int64)
+            for _ in range(n_new):
+                logits = self._np_forward(self.params, self.cfg.model, ids)[0]
+                ids = np.concatenate([ids, logits[:, -1].argmax(-1)[:, None]], axis=1)
+            return ids[:, contexts.shape[1]:]
+        import torch
+        device = next(self.model.parameters()).device
+        x = torch.from_numpy(np.ascontiguousarray(contexts, dtype=np.int64)).to(device)
+        out = []
+        with torch.inference_mode():
+            cache = self.model.new_cache(batch=len(x), max_len=x.shape[1] + n_new)
+            for _ in range(n_new):
+                logits, _ = self.model(x, cache=cache, last_only=True)
+                x = logits[:, -1].argmax(-1, keepdim=True)
+                out.append(x)
+        return torch.cat(out, dim=1).cpu().numpy()
+
+
+@dataclass
+class Prefixes:
+    """Every (sequence, k) prefix of a set: k terms given, term k+1 to predict."""
+
+    seq: np.ndarray  # (N,) index of the sequence in the set
+    k: np.ndarray  # (N,) terms given, 1 .. n-1
+    difference: np.ndarray  # (N,) the sequence's common difference
+    target: np.ndarray  # (N,) the true next term
+
+
+def prefixes(sequences: list[np.ndarray]) -> tuple[Prefixes, np.ndarray, np.ndarray]:
+    """All prefixes, sorted by (sequence, k); also the flat terms and each prefix's offset of
+    term k+1 in them (so the context of k terms is flat[pos - k : pos])."""
+    lengths = np.array([len(s) for s in sequences], dtype=np.int64)
+    flat = np.concatenate(sequences) if sequences else np.zeros(0, np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    seq = np.repeat(np.arange(len(sequences)), np.maximum(lengths - 1, 0))
+    k = np.concatenate([np.arange(1, n) for n in lengths]) if len(seq) else seq.copy()
+    pos = starts[seq] + k
+    diff = np.array([s[1] - s[0] for s in sequences], dtype=np.int64)
+    return Prefixes(seq, k.astype(np.int64), diff[seq], flat[pos]), flat, pos
+
+
+def predict_next_terms(predictor: Predictor, sequences: list[np.ndarray], opts: TaskOptions,
+                       batch_size: int = 2048) -> tuple[Prefixes, np.ndarray]:
+    """Every prefix and the model's D greedy tokens for it, most significant digit first
+    (tokens that are not digits kept as they are: they count as wrong)."""
+    pre, flat, pos = prefixes(sequences)
+    D, most = opts.digits, opts.window_terms - 1
+    written = np.full((len(pos), D), SPACE_ID, dtype=np.int64)
+    given = np.minimum(pre.k, most)
+    for g in np.unique(given):
+        rows = np.flatnonzero(given == g)
+        for i in range(0, len(rows), batch_size):
+            chunk = rows[i:i + batch_size]
+            terms = flat[pos[chunk, None] - g + np.arange(g)]  # (B, g) the last g terms
+            body = term_digits(terms, D, opts.reverse_digits)
+            context = np.concatenate([body, np.full((len(chunk), g, 1), SPACE_ID)], axis=2)
+            tokens = predictor.greedy(context.reshape(len(chunk), -1), D)
+            written[chunk] = tokens[:, ::-1] if opts.reverse_digits else tokens
+    return pre, written
+
+
+def rollout(predictor: Predictor, terms: np.ndarray, k: int, opts: TaskOptions) -> list[int]:
+    """Continue `terms[:k]` term by term with the model's own output until len(terms) terms:
+    the explicit version of what `scores.continuation` derives. A non-digit output stops it
+    (the value -1 is recorded)."""
+    seq = [int(v) for v in terms[:k]]
+    while len(seq) < len(terms):
+        g = min(len(seq), opts.window_terms - 1)
+        body = term_digits(np.array(seq[-g:]), opts.digits, opts.reverse_digits)
+        context = np.concatenate([body, np.full((g, 1), SPACE_ID)], axis=1).reshape(1, -1)
+        value = int(digits_value(predictor.greedy(context, opts.digits),
+                                 opts.reverse_digits)[0])
+        seq.append(value)
+        if value < 0:
+            break
+    return seq[k:]

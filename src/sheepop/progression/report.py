@@ -1,0 +1,107 @@
+"""Evaluating a run on every set of a data directory, and showing it: a table and a plot.
+
+Sets: `heldout` (in distribution: the held-out lines of dataset.txt), `ood_difference`
+(differences above the training range) and `ood_length` (more terms than any training
+sequence). The report's top-level `next_term_accuracy` is the held-out one.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sheepop.checkpoint import atomic_write_bytes
+from sheepop.progression.data import Progressions
+from sheepop.progression.evaluate import Predictor, predict_next_terms
+from sheepop.progression.scores import score
+from sheepop.progression.stream import term_digits
+from sheepop.progression.task import TaskOptions
+
+SET_TITLES = {"heldout": "held-out (in distribution)",
+              "ood_difference": "OOD: larger differences",
+              "ood_length": "OOD: more terms"}
+
+
+def evaluate_sets(predictor: Predictor, data: Progressions, opts: TaskOptions,
+                  max_sequences: int = 0, batch_size: int = 2048) -> dict[str, Any]:
+    """Score every set; `max_sequences` > 0 keeps only the first that many of each."""
+    if data.digits != opts.digits:
+        from sheepop.errors import UserError
+        raise UserError(f"the run was trained on {opts.digits}-digit terms, the data has "
+                        f"{data.digits}-digit terms")
+    sets = {"heldout": data.heldout, **data.ood}
+    report: dict[str, Any] = {"sets": {}}
+    t0 = time.perf_counter()
+    for name, sequences in sets.items():
+        if max_sequences:
+            sequences = sequences[:max_sequences]
+        pre, written = predict_next_terms(predictor, sequences, opts, batch_size)
+        report["sets"][name] = score(pre, written, term_digits(pre.target, opts.digits))
+    report["seconds"] = round(time.perf_counter() - t0, 2)
+    held = report["sets"]["heldout"]
+    for key in ("next_term_accuracy", "digit_accuracy", "continuation_accuracy"):
+        report[key] = held[key]
+    report["engine"] = predictor.engine
+    return report
+
+
+def _pct(v: float | None) -> str:
+    return "    -" if v is None else f"{100 * v:6.2f}%"
+
+
+def table(report: dict[str, Any]) -> str:
+    """The terminal view: one summary row per set, then each set by k and by difference."""
+    lines = [f"{'set':<28}{'prefixes':>9}{'next term':>11}{'per digit':>11}"
+             f"{'rest of seq':>13}{'k=1':>9}"]
+    for name, s in report["sets"].items():
+        lines.append(f"{SET_TITLES.get(name, name):<28}{s['n_prefixes']:>9,}"
+                     f"{_pct(s['next_term_accuracy']):>11}{_pct(s['digit_accuracy']):>11}"
+                     f"{_pct(s['continuation_accuracy']):>13}"
+                     f"{_pct(s['k1_next_term_accuracy']):>9}")
+    lines.append("(k = terms given; the figures count k >= 2, k = 1 cannot know the difference; "
+                 "'rest of seq' = the whole continuation from k right)")
+    for name, s in report["sets"].items():
+        for key, title in (("by_k", "k"), ("by_difference", "difference")):
+            lines.append("")
+            lines.append(f"{SET_TITLES.get(name, name)}, by {title}")
+            lines.append(f"  {title:<12}{'n':>8}{'next term':>11}{'per digit':>11}"
+                         f"{'rest of seq':>13}")
+            for bucket, row in s[key].items():
+                lines.append(f"  {bucket:<12}{row['n']:>8,}{_pct(row['next_term_accuracy']):>11}"
+                             f"{_pct(row['digit_accuracy']):>11}"
+                             f"{_pct(row['continuation_accuracy']):>13}")
+        by_pos = " ".join(f"{100 * v:.2f}" for v in s["digit_accuracy_by_position"])
+        lines.append(f"  per-digit accuracy by position (most significant first): {by_pos}")
+    lines.append("")
+    lines.append(f"evaluated in {report['seconds']:.1f} s with the {report['engine']} engine")
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: str | Path, title: str = "") -> None:
+    """progression.png: next-term and whole-continuation accuracy against k, one line a set."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for name, s in report["sets"].items():
+        curve = s["curve"]
+        k = np.asarray(curve["k"])
+        for ax, key in zip(axes, ("next_term_accuracy", "continuation_accuracy")):
+            ax.plot(k, 100 * np.asarray(curve[key]), lw=1.2, label=SET_TITLES.get(name, name))
+    axes[0].set(xlabel="k (terms given)", ylabel="exact match (%)",
+                title="next term, greedy")
+    axes[1].set(xlabel="k (terms given)", title="the whole rest of the sequence")
+    for ax in axes:
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right")
+    if title:
+        fig.suptitle(title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

@@ -1,0 +1,146 @@
+"""Training a model on progressions through the shared trainer, and the run's task options.
+
+The model and optimizer settings come from the `progression` preset (then a TOML file, then
+`--set`), exactly as for `sheepop train`; what belongs to the task lives in the run's
+`progression.json`:
+
+    {"format": "sheepop-progression-run", "version": 1, "digits": D, "window_terms": m,
+     "reverse_digits": false, "mask_given": 2, "data": "DIR"}
+
+`model.block_size` is always m (D + 1) - 1: one term-aligned window (see `stream.py`).
+
+With a time budget and no step count, a throwaway engine times a few steps first and
+`train.steps` is set so that the cosine schedule ends when the budget does; `train.max_minutes`
+(the budget less the calibration) still stops the run if the machine gets slower.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sheepop.checkpoint import atomic_write_text
+from sheepop.config import Config
+from sheepop.data.dataset import Dataset
+from sheepop.errors import UserError
+from sheepop.progression.data import Progressions
+from sheepop.progression.stream import TermWindows, TermWindowSampler, flat_stream
+from sheepop.tokenizers.digits import DigitsTokenizer
+
+RUN_FILE = "progression.json"
+RUN_FORMAT = "sheepop-progression-run"
+
+
+@dataclass
+class TaskOptions:
+    digits: int
+    window_terms: int = 4
+    reverse_digits: bool = False
+    mask_given: int = 2
+    data: str = ""
+
+    @property
+    def block_size(self) -> int:
+        return self.window_terms * (self.digits + 1) - 1
+
+    def save(self, run_dir: str | Path) -> None:
+        atomic_write_text(Path(run_dir) / RUN_FILE, json.dumps(
+            {"format": RUN_FORMAT, "version": 1, **asdict(self)}, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> TaskOptions:
+        path = Path(run_dir) / RUN_FILE
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"{run_dir} is not a progression run (no {RUN_FILE}): train it with "
+                            "`sheepop progression train`") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(d, dict) or d.get("format") != RUN_FORMAT:
+            raise UserError(f"{path} is not a {RUN_FORMAT} file")
+        try:
+            return cls(int(d["digits"]), int(d["window_terms"]), bool(d["reverse_digits"]),
+                       int(d["mask_given"]), str(d.get("data", "")))
+        except (KeyError, TypeError, ValueError) as e:
+            raise UserError(f"{path}: missing or bad field {e}") from None
+
+
+def task_dataset(data: Progressions, opts: TaskOptions) -> tuple[Dataset, TermWindows,
+                                                                 TermWindows]:
+    """The trainer's Dataset (flat streams, for its bookkeeping) and the train/val windows."""
+    train = TermWindows(data.train, data.digits, opts.window_terms, opts.reverse_digits,
+                        opts.mask_given)
+    val = TermWindows(data.heldout, data.digits, opts.window_terms, opts.reverse_digits,
+                      opts.mask_given)
+    report = [f"data: {opts.data or 'progressions'}: {len(data.train):,} train and "
+              f"{len(data.heldout):,} held-out sequences of {data.digits}-digit terms",
+              f"windows: {opts.window_terms} terms ({opts.block_size} tokens), "
+              f"{len(train):,} train starts, digits "
+              f"{'least' if opts.reverse_digits else 'most'} significant first, loss on "
+              f"{'terms after the first ' + str(opts.mask_given) if opts.mask_given else 'all'}"]
+    dataset = Dataset(flat_stream(data.train, data.digits, opts.reverse_digits),
+                      flat_stream(data.heldout, data.digits, opts.reverse_digits),
+                      DigitsTokenizer(), report)
+    return dataset, train, val
+
+
+def seconds_per_step(cfg: Config, windows: TermWindows, steps: int = 6) -> float:
+    """Median wall time of an optimizer step of a throwaway engine (after one warm-up step)."""
+    from sheepop.train.loop import make_engine
+    engine = make_engine(cfg)
+    sampler = TermWindowSampler(windows, cfg.train.batch_size, cfg.train.seed + 1)
+    times = []
+    for i in range(steps + 1):
+        micro = [sampler.next_batch() for _ in range(cfg.train.grad_accum)]
+        t0 = time.perf_counter()
+        engine.train_step(micro, cfg.train.lr)
+        if i:
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def train(data: Progressions, cfg: Config, opts: TaskOptions, run_dir: str | Path,
+          minutes: float | None = None, resume: bool = False, progress: bool = True,
+          log=print) -> Any:
+    """Train on `data` and return the trainer's Summary (plots written into `run_dir`)."""
+    from sheepop.train.loop import setup
+    from sheepop.train.plots import write_run_plots
+    run_dir = Path(run_dir)
+    if resume:
+        saved = TaskOptions.load(run_dir)
+        if saved.digits != data.digits:
+            raise UserError(f"{run_dir} was trained on {saved.digits}-digit terms, the data has "
+                            f"{data.digits}")
+        opts = saved
+    cfg.data.tokenizer = "digits"
+    cfg.model.block_size = opts.block_size
+    dataset, train_windows, val_windows = task_dataset(data, opts)
+    if minutes and not resume:
+        cfg.validate()
+        cfg.model.vocab_size = dataset.tokenizer.vocab_size
+        t0 = time.perf_counter()
+        per_step = seconds_per_step(cfg, train_windows)
+        budget = 60 * minutes - (time.perf_counter() - t0)
+        cfg.train.steps = max(1, int(0.97 * budget / per_step))
+        cfg.train.max_minutes = budget / 60
+        log(f"calibration: {per_step * 1000:.0f} ms/step, so {cfg.train.steps:,} steps fit "
+            f"in {budget / 60:.1f} minutes")
+    trainer = setup(None, cfg, run_dir, resume=resume, log=log, progress=progress,
+                    dataset=dataset)
+    # The shared trainer cuts windows anywhere in a flat stream; this task trains on
+    # term-aligned windows with the given terms masked, so its sampler and validation windows
+    # replace the defaults (the RNG state, restored on resume, has the same form).
+    sampler = TermWindowSampler(train_windows, cfg.train.batch_size, cfg.train.seed)
+    if resume:
+        sampler.set_state(trainer.sampler.state())
+    trainer.sampler = sampler
+    trainer.eval_x, trainer.eval_y = val_windows.fixed(cfg.train.eval_batches
+                                                       * cfg.train.batch_size)
+    opts.save(run_dir)
+    summary = trainer.run()
+    write_run_plots(run_dir, cfg.train)
+    return summary
