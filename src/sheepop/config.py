@@ -40,6 +40,7 @@ class ModelConfig:
     d_ff: int = _f(0, "feed-forward hidden width (0: 4 * n_embd)")
     dropout: float = _f(0.0, "dropout on embeddings, attention weights and residual branches")
     pos_encoding: str = _f("sinusoidal", "positional encoding: sinusoidal | learned")
+    pos_scale: float = _f(0.0, "multiplier on the sinusoidal table (0: 1/sqrt(n_embd))")
     activation: str = _f("gelu", "FFN activation: gelu (exact) | gelu_tanh | relu")
     ln_eps: float = _f(1e-5, "LayerNorm epsilon")
     bias: bool = _f(True, "biases in the attention and FFN linear layers")
@@ -53,6 +54,15 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def sinusoid_scale(self) -> float:
+        """The factor on the sinusoidal table P. By default 1/sqrt(d): token embeddings start at
+        N(0, 0.02), and an unscaled P (entries of size ~1) would drown them (a model then
+        learns little beyond unigram statistics). The original transformer fixes the same
+        imbalance by multiplying the embeddings by sqrt(d); scaling P instead keeps the tied
+        output head's logits at their usual size."""
+        return self.pos_scale or self.n_embd ** -0.5
 
 
 @dataclass

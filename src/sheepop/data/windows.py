@@ -81,10 +81,18 @@ class WindowSampler:
         pairs = [window(self.tokens, int(s), self.T, self.pad_id) for s in starts]
         return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
 
-    def state(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, Any]:
+        """The current state, cheaply (the order array is replaced, never changed in place)."""
         state: dict[str, Any] = {"rng": self.rng.bit_generator.state}
         if self.starts is not None:
-            state.update(order=self.order.tolist(), cursor=self.cursor, epoch=self.epoch)
+            state.update(order=self.order, cursor=self.cursor, epoch=self.epoch)
+        return state
+
+    def state(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+        """A JSON-able state: the current one, or that of an earlier `snapshot()`."""
+        state = dict(snapshot or self.snapshot())
+        if "order" in state:
+            state["order"] = np.asarray(state["order"]).tolist()
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:

@@ -100,6 +100,7 @@ class Trainer:
         # job's tokens/s, and rank 0's decision to stop, which every rank then follows.
         self.world_size = 1
         self.agree: Callable[[bool], bool] = bool
+        self._step_start_sampler: dict[str, Any] | None = None
 
     def evaluate(self) -> float | None:
         if self.eval_x is None:
@@ -116,7 +117,9 @@ class Trainer:
         weights = self.engine.weights()
         if not self.is_main:
             return
-        state = {"step": self.step, "engine": self.engine.name, "sampler": self.sampler.state(),
+        # Interrupted inside a step: save the sampler as it was before that step's batches.
+        sampler = self.sampler.state(self._step_start_sampler)
+        state = {"step": self.step, "engine": self.engine.name, "sampler": sampler,
                  "best_val_loss": None if math.isinf(self.best_val) else self.best_val, **info}
         checkpoint.save_checkpoint(self.run_dir, weights, self.cfg.to_dict(),
                                    self.data.tokenizer.to_json(), arrays, state)
@@ -137,8 +140,10 @@ class Trainer:
         try:
             while self.step < t.steps:
                 lr = lr_for(self.step, t)
+                self._step_start_sampler = self.sampler.snapshot()
                 micro = [self.sampler.next_batch() for _ in range(t.grad_accum)]
                 loss, norm = self.engine.train_step(micro, lr)
+                self._step_start_sampler = None
                 if not math.isfinite(loss):
                     raise UserError(f"the loss became {loss} at step {self.step + 1}: lower "
                                     "train.lr or check the data")
