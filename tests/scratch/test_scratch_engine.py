@@ -12,7 +12,7 @@ import pytest
 from sheepop.cli import main
 from sheepop.config import ModelConfig, SampleConfig, TrainConfig, build_config
 from sheepop.data.dataset import Dataset
-from sheepop.generate import generate
+from sheepop.generate import generate, generate_batch_ids
 from sheepop.model import GPT as TorchGPT
 from sheepop.model.infer import TorchLM
 from sheepop.scratch.gpt import GPT, gpt_forward
@@ -134,6 +134,27 @@ def test_generation_matches_the_torch_engine_past_the_context():
     b = [s.token for s in generate(theirs, prompt, greedy)]
     c = [s.token for s in generate(ours, prompt, greedy, use_cache=False)]
     assert a == b == c and len(a) == 25
+
+
+@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned"}])
+def test_batched_generation_with_left_padding_matches_torch_and_single_prompts(kw):
+    cfg, weights = model_pair(**kw)
+    torch_model = TorchGPT(cfg)
+    torch_model.load_numpy_weights(weights)
+    ours, theirs = NumpyLM(cfg, weights, np.float64), TorchLM(torch_model)
+    prompts = [[1, 2, 3, 4, 5], [6], [7, 8, 9]]
+    first = ours.prefill_batch(prompts)
+    np.testing.assert_allclose(first, theirs.prefill_batch(prompts), atol=1e-5)
+    np.testing.assert_allclose(ours.full_batch(prompts), first, atol=1e-12)
+    for row, prompt in zip(first, prompts):  # padding changes nothing for any row
+        np.testing.assert_allclose(row, ours.full(prompt), atol=1e-12)
+    greedy = SampleConfig(max_new_tokens=12, temperature=0.0)  # runs past block_size 10
+    batch = generate_batch_ids(ours, prompts, greedy, eos_id=3)
+    assert len({len(out) for out in batch}) == 3  # rows end at different steps (keep_rows)
+    assert batch == generate_batch_ids(theirs, prompts, greedy, eos_id=3)
+    assert batch == generate_batch_ids(ours, prompts, greedy, use_cache=False, eos_id=3)
+    for out, prompt in zip(batch, prompts):
+        assert out == [s.token for s in generate(ours, prompt, greedy, eos_id=3)]
 
 
 def test_command_line_trains_and_generates_with_the_numpy_engine(tmp_path, capsys):

@@ -64,14 +64,17 @@ class CoreCache(NamedTuple):
 
 
 def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, dropout: float = 0.0,
-                           rng: np.random.Generator | None = None
+                           rng: np.random.Generator | None = None, mask: np.ndarray | None = None
                            ) -> tuple[np.ndarray, CoreCache]:
-    """Y = Drop(softmax(Q K^T / sqrt(d_k) + M)) V for (B, H, T, d_k) queries, keys and values."""
+    """Y = Drop(softmax(Q K^T / sqrt(d_k) + M)) V for (B, H, T, d_k) queries, keys and values.
+
+    M is the causal mask (queries are the last T of the keys' positions) unless an additive
+    `mask` broadcastable to (B, H, T, T_keys) is given (batched generation with padding)."""
     T, dk = q.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(dk)
     s = q @ np.swapaxes(k, -1, -2)
     s *= s.dtype.type(scale)
-    s += causal_mask(T, k.shape[-2] - T)
+    s += causal_mask(T, k.shape[-2] - T) if mask is None else mask
     a = softmax_forward(s)
     ad, drop = dropout_forward(a, dropout, rng)
     y = ad @ v
