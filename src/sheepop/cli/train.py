@@ -56,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
         from sheepop.cli.launch import argv_from_args, launch
         return launch(args.nproc, ["train", *argv_from_args(args.train_parser, args, ("nproc",))])
     from sheepop.train.loop import setup
-    from sheepop.train.plots import write_run_plots
     cfg = config_from_args(args)
     with distributed.session(cfg.train) as job:  # one process, or this rank of a torchrun job
         trainer = setup(args.data, cfg, args.out, resume=args.resume, log=job.log,
@@ -66,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         summary = trainer.run()
     if not job.is_main:
         return 130 if summary.interrupted else 0
+    from sheepop.train.plots import write_run_plots  # rank 0 only: matplotlib is slow to load
     write_run_plots(args.out, cfg.train)
     for line in summary.lines():
         print(line)

@@ -149,11 +149,13 @@ class Ranks:
         except Exception as e:
             if not _is_comm_failure(e):
                 raise
-            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-            raise RankFailure(
-                f"rank {self.rank} of {self.world_size}: {what} failed: another rank crashed or "
-                f"did not answer within {self.timeout:g} s ({TIMEOUT_ENV}); stopping. "
-                f"[{first}]") from None
+            text = str(e).strip()
+            first = text.splitlines()[0][:300] if text else type(e).__name__
+            why = (f"another rank did not answer within {self.timeout:g} s ({TIMEOUT_ENV})"
+                   if "timed out" in text.lower() or "timeout" in text.lower() else
+                   "lost contact with another rank (it probably crashed: see its messages)")
+            raise RankFailure(f"rank {self.rank} of {self.world_size}: {what} failed: {why}; "
+                              f"stopping. [{first}]") from None
 
     def all_reduce(self, values: list[float]) -> list[float]:
         """Sums over the ranks, in float64."""

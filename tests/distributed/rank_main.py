@@ -1,0 +1,35 @@
+"""One rank of a torchrun job for the tests: `sheepop ARGS`, optionally with a fault injected.
+
+SHEEPOP_TEST_FAULT=KIND:RANK:STEP makes rank RANK, as it starts optimizer step STEP, either die
+at once (KIND=crash: SIGKILL, as the kernel's out-of-memory killer would) or stop answering
+(KIND=hang: it sleeps past every timeout). Only this helper reads the variable.
+"""
+
+import os
+import signal
+import sys
+import time
+
+from sheepop.cli import main
+from sheepop.train import distributed
+
+
+def inject(kind: str, rank: int, step: int) -> None:
+    train_step = distributed.DistributedEngine.train_step
+
+    def faulty(self, micro_batches, lr):
+        if self.ranks.rank == rank and self.step + 1 == step:
+            if kind == "crash":
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(3600)
+        return train_step(self, micro_batches, lr)
+
+    distributed.DistributedEngine.train_step = faulty
+
+
+if __name__ == "__main__":
+    fault = os.environ.get("SHEEPOP_TEST_FAULT")
+    if fault:
+        kind, rank, step = fault.split(":")
+        inject(kind, int(rank), int(step))
+    sys.exit(main(sys.argv[1:]))
