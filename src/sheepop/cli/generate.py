@@ -88,7 +88,7 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sheepop.cli.run import language_model, load_run
+    from sheepop.cli.run import language_model, load_run, never_generated
     from sheepop.generate import generate, stream_text
     from sheepop.tokenizers import IncrementalDecoder
     sample_cfg = validate(args)
@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     cfg, tokenizer, weights = load_run(args.run_dir)
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = prompt_ids(tokenizer, text)
-    lm = language_model(cfg, weights, args.engine, args.device)
+    lm = language_model(cfg, weights, args.engine, args.device,
+                        suppress=never_generated(tokenizer))
     if args.compile:
         from sheepop.model.infer import TorchLM
         lm = TorchLM(lm.model, compile=True)
