@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "sheepop.cli.eval",
     "sheepop.cli.prepare",
     "sheepop.cli.tokenizer",
+    "sheepop.cli.export",
 )
 
 

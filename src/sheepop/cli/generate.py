@@ -99,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
     lm = language_model(cfg, weights, args.engine, args.device,
                         suppress=never_generated(tokenizer))
     if args.compile:
-        from sheepop.model.infer import TorchLM
-        lm = TorchLM(lm.model, compile=True)
+        getattr(lm, "lm", lm).compile()  # the TorchLM, inside the token-suppressing wrapper
     decoder = IncrementalDecoder(tokenizer)
     out = sys.stdout
     out.write(text)

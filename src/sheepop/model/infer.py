@@ -30,13 +30,19 @@ class TorchLM:
         self.block_size = model.cfg.block_size
         self.device = next(model.parameters()).device
         self.cache = model.new_cache(batch=1)
-        self.forward = torch.compile(model, dynamic=True) if compile else model
+        self.forward = model
+        if compile:
+            self.compile()
         # Batch state: a cache of B rows, which key columns hold real tokens, and each row's
         # next position (rows count positions from their own first real token).
         self.batch_cache: KVCache | None = None
         self._key_mask: torch.Tensor | None = None
         self._next_pos: torch.Tensor | None = None
         self._padded = False
+
+    def compile(self) -> None:
+        """Run the forward pass through `torch.compile` from now on (dynamic shapes)."""
+        self.forward = torch.compile(self.model, dynamic=True)
 
     @property
     def cache_length(self) -> int:
