@@ -100,11 +100,11 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     rng = np.random.default_rng(cfg.seed)
     logits = lm.prefill(ids[-T:]) if use_cache else lm.full(ids[-T:])
     seen = _seen_mask(ids, logits.shape[-1]) if cfg.repetition_penalty != 1.0 else None
-    for _ in range(cfg.max_new_tokens):
+    for n in range(cfg.max_new_tokens):
         token, shown = next_token(logits, cfg, rng, seen)
         yield Step(token, top_tokens(shown, show_probs) if show_probs else [])
-        if eos_id is not None and token == eos_id:
-            return
+        if (eos_id is not None and token == eos_id) or n == cfg.max_new_tokens - 1:
+            return  # (no forward pass for logits nobody will read)
         ids.append(token)
         if seen is not None:
             seen[token] = True
@@ -148,7 +148,7 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
     logits = lm.prefill_batch(window) if use_cache else lm.full_batch(window)
     seen = ([_seen_mask(row, logits.shape[-1]) for row in ids]
             if cfg.repetition_penalty != 1.0 else None)
-    for _ in range(cfg.max_new_tokens):
+    for n in range(cfg.max_new_tokens):
         out: list[int | None] = [None] * len(ids)
         still = []
         for r, b in enumerate(active):
@@ -163,7 +163,7 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
         ended = yield out  # a caller may `send` prompts that end here (e.g. a stop string)
         if ended:
             still = [r for r in still if active[r] not in ended]
-        if not still:
+        if not still or n == cfg.max_new_tokens - 1:
             return
         if len(still) < len(active):
             if use_cache:
