@@ -156,17 +156,18 @@ def _extract(opts: PrepareOptions, tmp: Path, summary: Summary, spool) -> _Docs:
     docs, first_seen = _Docs(), {}
     chunksize = max(1, min(32, len(found.tasks) // (opts.workers * 8)))
     options = extract.ExtractOptions(ocr_lang=opts.ocr_lang)
-    with _bar(opts, found.total_bytes, "extract") as bar:
-        results = _map(extract.extract_file, found.tasks, opts.workers, extract.init_worker,
-                       (str(tmp), options), chunksize)
-        for n, record in enumerate(results, 1):
-            entry = _keep(record, docs, first_seen)
-            summary.add(record)
-            spool.write(json.dumps(entry, ensure_ascii=False) + "\n")
-            bar.update(record.bytes)
-            bar.set_postfix_str(f"{n}/{len(found.tasks)} files", refresh=False)
-    if opts.workers == 1:
-        extract.close_worker()
+    try:
+        with _bar(opts, found.total_bytes, "extract") as bar:
+            results = _map(extract.extract_file, found.tasks, opts.workers,
+                           extract.init_worker, (str(tmp), options), chunksize)
+            for n, record in enumerate(results, 1):
+                entry = _keep(record, docs, first_seen)
+                summary.add(record)
+                spool.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                bar.update(record.bytes)
+                bar.set_postfix_str(f"{n}/{len(found.tasks)} files", refresh=False)
+    finally:
+        extract.close_worker()  # the in-process store of --workers 1 (a no-op otherwise)
     return docs
 
 
