@@ -73,14 +73,17 @@ def _check(cfg: SampleConfig) -> None:
 
 
 def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
-               seen: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+               seen: np.ndarray | None = None, want_probs: bool = False
+               ) -> tuple[int, np.ndarray | None]:
     """One token from one row of logits, and the distribution it was drawn from.
 
-    Greedy (temperature 0) takes the argmax and reports softmax(z) as the distribution.
+    Greedy (temperature 0) takes the argmax and reports softmax(z) as the distribution (only
+    computed when `want_probs`: with a large vocabulary it costs as much as the argmax's
+    whole step on a small model).
     """
     z = logits if seen is None else penalize_repeats(logits, seen, cfg.repetition_penalty)
     if cfg.temperature <= 0:
-        return int(np.argmax(z)), softmax(z)
+        return int(np.argmax(z)), (softmax(z) if want_probs else None)
     probs = probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p)
     return draw(probs, rng), probs
 
@@ -101,8 +104,9 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     logits = lm.prefill(ids[-T:]) if use_cache else lm.full(ids[-T:])
     seen = _seen_mask(ids, logits.shape[-1]) if cfg.repetition_penalty != 1.0 else None
     for n in range(cfg.max_new_tokens):
-        token, shown = next_token(logits, cfg, rng, seen)
-        yield Step(token, top_tokens(shown, show_probs) if show_probs else [])
+        token, shown = next_token(logits, cfg, rng, seen, want_probs=show_probs > 0)
+        shown_top = top_tokens(shown, show_probs) if show_probs and shown is not None else []
+        yield Step(token, shown_top)
         if (eos_id is not None and token == eos_id) or n == cfg.max_new_tokens - 1:
             return  # (no forward pass for logits nobody will read)
         ids.append(token)
