@@ -70,10 +70,12 @@ class _Vocab:
 
 
 def _merge_counting(word: list[int], a: int, b: int, new: int, n: int,
-                    delta: dict[Merge, int]) -> list[int] | None:
+                    delta: dict[Merge, int], where: dict[Merge, set[int]],
+                    wi: int) -> list[int] | None:
     """`merge_word`, also adding to `delta` the change in pair counts (times the word's count
-    `n`). Only pairs next to a merge change: the old pairs (x, a), (a, b), (b, y) go, the new
-    (x, new), (new, y) come. None when the word holds no (a, b)."""
+    `n`) and noting word `wi` under its new pairs in `where`. Only pairs next to a merge change:
+    the old pairs (x, a), (a, b), (b, y) go, the new (x, new), (new, y) come. None when the
+    word holds no (a, b)."""
     out: list[int] = []
     i, size = 0, len(word)
     last_old = -1  # index of the last old pair already subtracted (adjacent merges share one)
@@ -86,12 +88,14 @@ def _merge_counting(word: list[int], a: int, b: int, new: int, n: int,
                     last_old = k
             if out:
                 delta[out[-1], new] += n
+                where[out[-1], new].add(wi)
             out.append(new)
             after_merge = True
             i += 2
         else:
             if after_merge:
                 delta[new, word[i]] += n
+                where[new, word[i]].add(wi)
                 after_merge = False
             out.append(word[i])
             i += 1
@@ -152,12 +156,9 @@ def train_fast(word_counts: Iterable[tuple[str, int]], n_tokens: int,
         done.add((a, b))
         delta: dict[Merge, int] = defaultdict(int)
         for wi in where.pop((a, b)):  # order does not matter: the updates commute
-            merged = _merge_counting(words[wi], a, b, new, counts[wi], delta)
+            merged = _merge_counting(words[wi], a, b, new, counts[wi], delta, where, wi)
             if merged is not None:
                 words[wi] = merged
-                for pair in zip(merged, merged[1:]):
-                    if new in pair:
-                        where[pair].add(wi)
         for pair, d in delta.items():
             if d == 0:
                 continue
