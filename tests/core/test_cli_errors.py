@@ -18,6 +18,7 @@ def run_dir(tmp_path_factory):
                  "--set", "model.n_head=2", "--set", "model.block_size=16",
                  "--set", "train.batch_size=2"])
     assert code == 0
+    assert (out / "loss.png").stat().st_size > 1000 and (out / "lr.png").stat().st_size > 1000
     return out
 
 

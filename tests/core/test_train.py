@@ -135,3 +135,23 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path):
     assert summary.interrupted and summary.steps == 7
     state = json.loads((tmp_path / "run" / "trainer.json").read_text())
     assert state["step"] == 7
+
+
+def test_bf16_autocast_on_cpu_tracks_float32(tmp_path):
+    results = {}
+    for dtype in ("float32", "bfloat16"):
+        cfg = tiny_config(steps=30, dtype=dtype, lr=1e-2)
+        trainer = setup(None, cfg, tmp_path / dtype, dataset=dataset(), progress=False,
+                        log=lambda *_: None)
+        assert trainer.engine.description.endswith(dtype)
+        trainer.run()
+        results[dtype] = [r["loss"] for r in losses(tmp_path / dtype)]
+    f32, bf16 = np.array(results["float32"]), np.array(results["bfloat16"])
+    assert abs(f32[0] - bf16[0]) < 0.02  # same weights and batch: bf16 rounding only
+    assert np.abs(f32 - bf16).max() < 0.15 and bf16[-5:].mean() < bf16[0]
+
+
+def test_float16_on_cpu_is_refused_with_a_clear_message():
+    from sheepop.errors import UserError
+    with pytest.raises(UserError, match="float16 needs CUDA"):
+        TorchEngine(tiny_config().model, TrainConfig(dtype="float16", device="cpu"))
