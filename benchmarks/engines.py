@@ -1,6 +1,7 @@
 """Step time and tokens/s of the torch and NumPy engines on the same model and batch (CPU).
 
     .venv/bin/python benchmarks/engines.py [--steps 20] [--warmup 5] [--threads 0]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/engines.py --threads 1   # one core each
 
 Both engines run full training steps through their training-loop adapters (forward, backward,
 clipping, AdamW) on the same weights and random batches, dropout 0, float32, taking turns step by
@@ -32,16 +33,19 @@ CONFIGS = {
 }
 
 
-def time_interleaved(engines, batches, steps: int, warmup: int) -> list[list[float]]:
-    """Seconds per optimizer step of each engine, the engines taking turns step by step, so
-    that a change in the machine's load affects them alike."""
-    times: list[list[float]] = [[] for _ in engines]
+def time_interleaved(engines, batches, steps: int, warmup: int
+                     ) -> list[tuple[list[float], list[float]]]:
+    """(wall seconds, CPU seconds of this process) per optimizer step of each engine, the
+    engines taking turns step by step, so that a change in the machine's load affects them
+    alike. CPU time counts every thread of the process and is less sensitive to other jobs."""
+    times: list[tuple[list[float], list[float]]] = [([], []) for _ in engines]
     for i in range(warmup + steps):
-        for engine, record in zip(engines, times):
-            t0 = time.perf_counter()
+        for engine, (wall, cpu) in zip(engines, times):
+            t0, c0 = time.perf_counter(), time.process_time()
             engine.train_step([batches[i % len(batches)]], 1e-3)
             if i >= warmup:
-                record.append(time.perf_counter() - t0)
+                wall.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
     return times
 
 
@@ -94,17 +98,17 @@ def main() -> None:
         f64 = NumpyEngine(cfg, TrainConfig(dtype="float64", grad_clip=1.0), weights)
         (t_f64,) = time_interleaved([f64], batches, max(3, args.steps // 4), 2)
         fwd, bwd = split_numpy(numpy_engine.model.params, cfg, batches)
-        print(f"\n{name}: {numpy_engine.num_params():,} parameters, {tokens} tokens/step "
-              "(ms/step: median, min)")
-        for label, t in (("torch float32", t_torch), ("numpy float32", t_numpy),
-                         ("numpy float64", t_f64)):
-            med = statistics.median(t)
-            print(f"  {label}  {med * 1e3:8.1f} {min(t) * 1e3:8.1f} ms/step "
-                  f"{tokens / med:10,.0f} tok/s")
-        ratio = statistics.median(t_numpy) / statistics.median(t_torch)
-        print(f"  numpy / torch (float32): {ratio:.2f}x median, "
-              f"{min(t_numpy) / min(t_torch):.2f}x min; numpy forward {fwd * 1e3:.1f} ms, "
-              f"backward {bwd * 1e3:.1f} ms")
+        print(f"\n{name}: {numpy_engine.num_params():,} parameters, {tokens} tokens/step")
+        print("                 wall ms/step (median, min)   CPU ms/step   tokens/s (median)")
+        for label, (wall, cpu) in (("torch float32", t_torch), ("numpy float32", t_numpy),
+                                   ("numpy float64", t_f64)):
+            med = statistics.median(wall)
+            print(f"  {label}  {med * 1e3:9.1f} {min(wall) * 1e3:9.1f}       "
+                  f"{statistics.median(cpu) * 1e3:9.1f}   {tokens / med:10,.0f}")
+        ratio = statistics.median(t_numpy[0]) / statistics.median(t_torch[0])
+        print(f"  numpy / torch (float32): {ratio:.2f}x median wall, "
+              f"{min(t_numpy[0]) / min(t_torch[0]):.2f}x min wall; numpy forward "
+              f"{fwd * 1e3:.1f} ms, backward {bwd * 1e3:.1f} ms")
 
 if __name__ == "__main__":
     main()
