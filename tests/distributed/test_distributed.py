@@ -33,6 +33,8 @@ from sheepop.train.distributed import RankSampler
 HELPER = Path(__file__).with_name("rank_main.py")
 WORDS = "the quick brown fox jumps over a lazy dog while seven sheep sleep".split()
 BLOCK, STEPS, HALF = 16, 8, 4
+# Long enough that ranks starting seconds apart on a loaded machine do not time out at start-up.
+HANG_TIMEOUT_S = 8
 SETTINGS = ["model.n_layer=1", "model.n_head=2", "model.n_embd=16", f"model.block_size={BLOCK}",
             "model.dropout=0", "train.grad_accum=2", "train.warmup_steps=2",
             f"train.decay_steps={STEPS}", "train.lr=3e-3", "train.eval_interval=4",
@@ -175,12 +177,12 @@ def test_fsdp_continues_a_one_process_checkpoint_as_one_process_would(runs):
 def test_a_failing_rank_stops_the_job_with_a_clear_error(runs, tmp_path, kind):
     start = time.perf_counter()
     proc = torchrun([str(runs["data"]), "--out", str(tmp_path / "run"), *options(2, STEPS)],
-                    fault=f"{kind}:1:3", timeout_s=3)
+                    fault=f"{kind}:1:3", timeout_s=HANG_TIMEOUT_S)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     if kind == "hang":  # rank 0's collective times out: one line says what happened
         assert ("sheepop: error: rank 0 of 2: step 3 failed: another rank did not answer "
-                "within 3 s (SHEEPOP_DIST_TIMEOUT); stopping.") in out
+                f"within {HANG_TIMEOUT_S} s (SHEEPOP_DIST_TIMEOUT); stopping.") in out
     else:  # torchrun names the rank that died; rank 0 is stopped instead of waiting
         assert "Signal 9 (SIGKILL) received by PID" in out
     assert time.perf_counter() - start < 120
