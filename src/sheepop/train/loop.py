@@ -171,7 +171,8 @@ class Trainer:
                     self.save()
         except KeyboardInterrupt:
             interrupted = True
-            bar.write(f"interrupted: saving a checkpoint of step {self.step}")
+            if self.is_main:
+                bar.write(f"interrupted: saving a checkpoint of step {self.step}")
         finally:
             bar.close()
         self.save()
