@@ -191,11 +191,12 @@ def test_memory_does_not_grow_over_steps():
     assert max(sizes) - min(sizes) < 4096, sizes  # nothing kept from step to step
 
 
-def test_float16_is_refused_with_a_clear_message():
-    from sheepop.errors import UserError
+def test_torch_only_dtypes_fall_back_to_float32_and_say_so():
     cfg = ModelConfig(vocab_size=5, block_size=4, n_layer=1, n_head=1, n_embd=4)
-    with pytest.raises(UserError, match="float32 or float64"):
-        NumpyEngine(cfg, TrainConfig(dtype="bfloat16"))
+    engine = NumpyEngine(cfg, TrainConfig(dtype="bfloat16"))
+    assert engine.model.params["tok_emb.weight"].dtype == np.float32
+    assert "bfloat16 is torch-only" in engine.description
+    assert NumpyEngine(cfg, TrainConfig(dtype="float64")).model.dtype == np.float64
 
 
 def test_the_scratch_package_never_imports_torch():

@@ -15,19 +15,17 @@ from typing import Any
 import numpy as np
 
 from sheepop.config import ModelConfig, TrainConfig
-from sheepop.errors import UserError
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import GPT, gpt_forward
 from sheepop.scratch.layers import IGNORE_INDEX
 
-DTYPES = {"auto": np.float32, "float32": np.float32, "float64": np.float64}
-
 
 def resolve_dtype(name: str) -> type:
-    if name not in DTYPES:
-        raise UserError(f"train.dtype={name}: the numpy engine computes in float32 or float64 "
-                        "(use --dtype float32)")
-    return DTYPES[name]
+    """float64 when asked for; float32 otherwise. NumPy has no bfloat16 arithmetic, and float16
+    would be slower than float32 on a CPU, so those (torch-engine) settings fall back to float32
+    (the description says so) rather than failing: a run trained by the torch engine in bf16
+    still evaluates and resumes here."""
+    return np.float64 if name == "float64" else np.float32
 
 
 class NumpyEngine:
@@ -47,7 +45,9 @@ class NumpyEngine:
 
     @property
     def description(self) -> str:
-        return f"numpy (scratch engine), {self.dtype.name}"
+        asked = self.cfg.dtype
+        note = f" (train.dtype={asked} is torch-only)" if asked in ("bfloat16", "float16") else ""
+        return f"numpy (scratch engine), {self.dtype.name}{note}"
 
     def num_params(self) -> int:
         return self.model.num_params()
