@@ -65,8 +65,10 @@ def _register_train(tasks: argparse._SubParsersAction) -> None:
     t.add_argument("--seed", type=int, help="train.seed")
     t.add_argument("--window-terms", type=int, default=4, metavar="M",
                    help="terms per training window (the model sees the last M-1 terms)")
-    t.add_argument("--reverse-digits", action="store_true",
-                   help="write each term least significant digit first inside the model")
+    t.add_argument("--digit-order", choices=("reversed", "written"), default="reversed",
+                   help="order of each term's digits inside the model: reversed = least "
+                        "significant first, so every carry is already written when it is "
+                        "needed (the files and the scores keep the written order)")
     t.add_argument("--loss-on", choices=("predicted", "all"), default="predicted",
                    help="predicted: no loss on each window's first two (unpredictable) terms")
     t.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
@@ -92,6 +94,9 @@ def _register_eval(tasks: argparse._SubParsersAction) -> None:
     e.add_argument("--max-sequences", type=int, default=0,
                    help="evaluate only the first N sequences of each set (0: all)")
     e.add_argument("--batch-size", type=int, default=2048, help="prefixes per forward pass")
+    e.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (0: torch's default; 1 is much faster on a busy "
+                        "machine)")
     e.set_defaults(func=run_eval)
 
 
@@ -136,7 +141,7 @@ def run_train(args: argparse.Namespace) -> int:
         cfg = build_config(args.preset, args.config, overrides)
     if args.steps is not None and minutes:
         cfg.train.max_minutes, minutes = minutes, None  # a fixed step count, capped in time
-    opts = TaskOptions(data.digits, args.window_terms, args.reverse_digits,
+    opts = TaskOptions(data.digits, args.window_terms, args.digit_order == "reversed",
                        2 if args.loss_on == "predicted" else 0, str(Path(args.data)))
     summary = train(data, cfg, opts, args.out, minutes, args.resume,
                     progress=not args.no_progress)
@@ -153,8 +158,11 @@ def run_eval(args: argparse.Namespace) -> int:
     from sheepop.progression.evaluate import Predictor
     from sheepop.progression.report import evaluate_sets, plot, table
     from sheepop.progression.task import TaskOptions
-    if args.max_sequences < 0 or args.batch_size < 1:
-        raise UserError("--max-sequences must be >= 0 and --batch-size >= 1")
+    if args.max_sequences < 0 or args.batch_size < 1 or args.threads < 0:
+        raise UserError("--max-sequences and --threads must be >= 0 and --batch-size >= 1")
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
     opts = TaskOptions.load(args.run_dir)
     cfg, _, weights = load_run(args.run_dir)
     data = load_progressions(args.data)

@@ -34,18 +34,21 @@ def evaluate_sets(predictor: Predictor, data: Progressions, opts: TaskOptions,
         raise UserError(f"the run was trained on {opts.digits}-digit terms, the data has "
                         f"{data.digits}-digit terms")
     sets = {"heldout": data.heldout, **data.ood}
+    largest_seen = max(int(s.max()) for s in data.train)
     report: dict[str, Any] = {"sets": {}}
     t0 = time.perf_counter()
     for name, sequences in sets.items():
         if max_sequences:
             sequences = sequences[:max_sequences]
         pre, written = predict_next_terms(predictor, sequences, opts, batch_size)
-        report["sets"][name] = score(pre, written, term_digits(pre.target, opts.digits))
+        report["sets"][name] = score(pre, written, term_digits(pre.target, opts.digits),
+                                     largest_seen)
     report["seconds"] = round(time.perf_counter() - t0, 2)
     held = report["sets"]["heldout"]
     for key in ("next_term_accuracy", "digit_accuracy", "continuation_accuracy"):
         report[key] = held[key]
     report["engine"] = predictor.engine
+    report["largest_training_term"] = largest_seen
     return report
 
 
@@ -65,13 +68,16 @@ def table(report: dict[str, Any]) -> str:
     lines.append("(k = terms given; the figures count k >= 2, k = 1 cannot know the difference; "
                  "'rest of seq' = the whole continuation from k right)")
     for name, s in report["sets"].items():
-        for key, title in (("by_k", "k"), ("by_difference", "difference")):
+        for key, title in (("by_k", "k"), ("by_difference", "difference"),
+                           ("by_value", "term to predict")):
+            if key not in s:
+                continue
             lines.append("")
             lines.append(f"{SET_TITLES.get(name, name)}, by {title}")
-            lines.append(f"  {title:<12}{'n':>8}{'next term':>11}{'per digit':>11}"
+            lines.append(f"  {title:<16}{'n':>8}{'next term':>11}{'per digit':>11}"
                          f"{'rest of seq':>13}")
             for bucket, row in s[key].items():
-                lines.append(f"  {bucket:<12}{row['n']:>8,}{_pct(row['next_term_accuracy']):>11}"
+                lines.append(f"  {bucket:<16}{row['n']:>8,}{_pct(row['next_term_accuracy']):>11}"
                              f"{_pct(row['digit_accuracy']):>11}"
                              f"{_pct(row['continuation_accuracy']):>13}")
         by_pos = " ".join(f"{100 * v:.2f}" for v in s["digit_accuracy_by_position"])
@@ -98,7 +104,8 @@ def plot(report: dict[str, Any], path: str | Path, title: str = "") -> None:
     for ax in axes:
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3,
+               bbox_to_anchor=(0.5, -0.06), frameon=False)
     if title:
         fig.suptitle(title)
     buf = io.BytesIO()

@@ -52,8 +52,11 @@ def _summary(mask: np.ndarray, exact: np.ndarray, digit_hits: np.ndarray, contin
             "continuation_accuracy": float(continues[mask].mean())}
 
 
-def score(pre: Prefixes, predicted: np.ndarray, truth: np.ndarray) -> dict[str, Any]:
-    """All the figures of one set, from predicted and true digit ids (N, D)."""
+def score(pre: Prefixes, predicted: np.ndarray, truth: np.ndarray,
+          largest_seen: int | None = None) -> dict[str, Any]:
+    """All the figures of one set, from predicted and true digit ids (N, D). With
+    `largest_seen` (the largest term of the training data) the headline prefixes are also
+    split by whether the term to predict is within the values seen in training."""
     predicted, truth = np.asarray(predicted), np.asarray(truth)
     digits = truth.shape[1]
     hits = predicted == truth
@@ -71,6 +74,13 @@ def score(pre: Prefixes, predicted: np.ndarray, truth: np.ndarray) -> dict[str, 
         "k1_next_term_accuracy": _summary(pre.k == 1, exact, digit_hits, continues,
                                           digits)["next_term_accuracy"],
     }
+    if largest_seen is not None:
+        beyond = pre.target > largest_seen
+        out["by_value"] = {
+            f"<= {largest_seen}": _summary(headline & ~beyond, exact, digit_hits, continues,
+                                           digits),
+            f"> {largest_seen}": _summary(headline & beyond, exact, digit_hits, continues,
+                                          digits)}
     out["by_k"] = {}
     for lo, hi in K_BUCKETS:
         mask = (pre.k >= lo) & (pre.k <= hi)
