@@ -17,8 +17,6 @@ from sheepop.scratch.block import block_forward, ffn_forward
 from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import param_shapes
 
-torch.set_default_dtype(torch.float32)
-
 
 def t64(a) -> torch.Tensor:
     return torch.tensor(np.asarray(a, dtype=np.float64))

@@ -79,3 +79,23 @@ def test_every_code_link_names_what_it_points_to():
              if ln.target.split("#")[0].endswith(".py") and "/src/" in ln.target
              and not code_names(ln.text) and not ln.text.endswith(".py")]
     assert not vague, vague
+
+
+def test_every_scratch_layer_is_documented():
+    """Each forward of the scratch engine is linked from some page, and each backward from
+    part 9, so a layer added to the engine without its mathematics fails here."""
+    scratch = ROOT / "src" / "sheepop" / "scratch"
+    named: dict[str, set[str]] = {}
+    for link in LOCAL:
+        target = link.target.split("#")[0]
+        if "/src/sheepop/scratch/" in target:
+            for name in code_names(link.text):
+                named.setdefault(name, set()).add(link.page)
+    missing = []
+    for module in sorted(scratch.glob("*.py")):
+        for name in definitions(module):
+            if name.endswith("_forward") and name not in named:
+                missing.append(f"{module.name}: {name} is on no page")
+            if name.endswith("_backward") and "09-backprop.md" not in named.get(name, ()):
+                missing.append(f"{module.name}: {name} is not in 09-backprop.md")
+    assert not missing, missing
