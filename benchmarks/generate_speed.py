@@ -124,6 +124,8 @@ def bench(preset: str, batches: list[int], new: int, args: argparse.Namespace) -
             if twin is not lm:
                 runs["twin"] = lambda B=B: sheepop_run(twin, B, new, True)
         sheepop_run(lm, B, 4, True)  # warm-up
+        if compiled is not None:
+            sheepop_run(compiled, B, 8, True)  # a batch shape compiles once more
         if hf is not None:
             hf_run(hf, B, 4, V)
         outputs = {}

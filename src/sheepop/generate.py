@@ -77,9 +77,8 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
                ) -> tuple[int, np.ndarray | None]:
     """One token from one row of logits, and the distribution it was drawn from.
 
-    Greedy (temperature 0) takes the argmax and reports softmax(z) as the distribution (only
-    computed when `want_probs`: with a large vocabulary it costs as much as the argmax's
-    whole step on a small model).
+    Greedy (temperature 0) takes the argmax and reports softmax(z) as the distribution, only
+    when `want_probs` (a float64 softmax over a 50k vocabulary is not free).
     """
     z = logits if seen is None else penalize_repeats(logits, seen, cfg.repetition_penalty)
     if cfg.temperature <= 0:
