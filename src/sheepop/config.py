@@ -79,7 +79,8 @@ class TrainConfig:
     beta2: float = _f(0.99, "AdamW beta2")
     eps: float = _f(1e-8, "AdamW epsilon")
     grad_clip: float = _f(1.0, "clip the global gradient norm to this (0: off)")
-    dtype: str = _f("auto", "float32 | bfloat16 | float16 | auto (bf16 on capable CUDA, else fp32)")
+    dtype: str = _f("auto", "float32 | bfloat16 | float16 | float64 (numpy engine) | auto "
+                    "(bf16 on capable CUDA, else fp32)")
     device: str = _f("auto", "cpu | cuda | cuda:N | auto")
     compile: bool = _f(False, "torch.compile the model (torch engine)")
     engine: str = _f("torch", "torch | numpy")
@@ -180,8 +181,8 @@ class Config:
             (t.grad_accum >= 1, "train.grad_accum must be at least 1"),
             (t.lr > 0 and t.min_lr >= 0, "train.lr must be positive and train.min_lr >= 0"),
             (t.warmup_steps >= 0 and t.decay_steps >= 0, "warmup/decay steps must be >= 0"),
-            (t.dtype in ("auto", "float32", "bfloat16", "float16"),
-             f"train.dtype must be auto, float32, bfloat16 or float16, not '{t.dtype}'"),
+            (t.dtype in ("auto", "float32", "bfloat16", "float16", "float64"),
+             f"train.dtype must be auto, float32, bfloat16, float16 or float64, not '{t.dtype}'"),
             (t.engine in ("torch", "numpy"),
              f"train.engine must be torch or numpy, not '{t.engine}'"),
             (t.eval_batches >= 1, "train.eval_batches must be at least 1"),

@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help="random seed (train.seed)")
     p.add_argument("--engine", choices=("torch", "numpy"), help="train.engine")
     p.add_argument("--device", help="train.device: cpu, cuda, cuda:N, auto")
-    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"),
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16", "float64"),
                    help="train.dtype")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in RUN_DIR from its last checkpoint")

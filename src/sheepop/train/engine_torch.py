@@ -37,6 +37,9 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
         return torch.bfloat16 if cuda_bf16 else torch.float32
+    if name == "float64":
+        raise UserError("train.dtype=float64 is for the NumPy engine (--engine numpy); the "
+                        "torch engine trains in float32, bfloat16 or float16")
     if name == "float16" and device.type != "cuda":
         raise UserError("train.dtype=float16 needs CUDA (it uses a gradient scaler); "
                         "on CPU use bfloat16 or float32")
