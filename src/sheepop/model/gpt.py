@@ -29,9 +29,12 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = 
                   ) -> torch.Tensor:
     """L = -(1/N) sum_{t: y_t != -1} log softmax(z_t)[y_t], N = number of counted targets.
 
-    Computed in float32 even under autocast, so a bf16/fp16 forward keeps an accurate loss.
+    Half-precision logits (bf16/fp16 autocast) are promoted to float32 for an accurate loss;
+    float32 and float64 logits are used as they are.
     """
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
                            ignore_index=IGNORE_INDEX, reduction=reduction)
 
 
