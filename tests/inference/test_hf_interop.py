@@ -147,3 +147,33 @@ def test_import_refuses_pickles_and_other_models(tmp_path):
     (d / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(UserError, match="not 'gpt2'"):
         import_gpt2(d, tmp_path / "run")
+
+
+def test_import_reads_original_gpt2_names_shards_and_half_precision(tmp_path, bpe):
+    """OpenAI's GPT-2 files name weights without `transformer.` and carry causal-mask buffers;
+    big models come in shards; many are stored in bfloat16."""
+    from safetensors.torch import save_file
+    hf = hf_model(bpe.vocab_size, seed=4)
+    state = {k.removeprefix("transformer."): v.to(torch.bfloat16)
+             for k, v in hf.state_dict().items() if k != "lm_head.weight"}
+    state["h.0.attn.bias"] = torch.tril(torch.ones(1, 1, 24, 24)).to(torch.bfloat16)
+    d = tmp_path / "hf"
+    d.mkdir()
+    hf.config.to_json_file(d / "config.json")
+    names = sorted(state)
+    save_file({k: state[k].contiguous() for k in names[:9]}, d / "part1.safetensors")
+    save_file({k: state[k].contiguous() for k in names[9:]}, d / "part2.safetensors")
+    index = {"weight_map": {k: "part1.safetensors" if i < 9 else "part2.safetensors"
+                            for i, k in enumerate(names)}}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    from sheepop.tokenizers.gpt2 import export_gpt2 as vocab_merges
+    vocab_merges(bpe, d / "vocab.json", d / "merges.txt")
+    cfg = import_gpt2(d, tmp_path / "run")
+    assert cfg.model.tie_weights
+    with torch.no_grad():  # the reference: the same model with bfloat16-rounded weights
+        for p in hf.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+        ids = torch.arange(24)[None] * 5 % bpe.vocab_size
+        expected = hf(ids).logits.numpy()
+    np.testing.assert_allclose(sheepop_logits(tmp_path / "run", ids), expected, atol=1e-4,
+                               rtol=0)
