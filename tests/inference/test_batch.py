@@ -92,3 +92,16 @@ def test_seeds_give_each_row_its_own_draws(small_lm):
     assert seeded[0] == alone(small_lm, [1, 2], SampleConfig(max_new_tokens=20, seed=1))
     assert seeded[1] == alone(small_lm, [1, 2], SampleConfig(max_new_tokens=20, seed=2))
     assert seeded[0] != seeded[1]
+
+
+def test_bfloat16_cast_keeps_the_logits_close(small_lm):
+    reference = [small_lm.full(p) for p in PROMPTS]
+    small_lm.cast(torch.bfloat16)
+    assert small_lm.model.tok_emb.weight.dtype == torch.bfloat16
+    assert small_lm.cache.k.dtype == torch.bfloat16
+    batch = small_lm.prefill_batch(PROMPTS)
+    assert batch.dtype == np.float32
+    scale = max(np.abs(r).max() for r in reference)
+    for b, ref in enumerate(reference):
+        assert np.abs(batch[b] - ref).max() < 0.02 * scale  # bf16 keeps ~3 significant digits
+        assert np.abs(small_lm.prefill(PROMPTS[b]) - ref).max() < 0.02 * scale

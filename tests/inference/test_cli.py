@@ -68,3 +68,12 @@ def test_generate_with_stop_and_penalty_prints_what_stream_text_gives(run_dir, c
                                 eos_id=tok.eos_id))
     assert uncut.startswith(expected + " do") and " do" not in expected  # the stop did cut
     assert main(args[:-2] + ["--repetition-penalty", "0"]) == 2
+
+
+def test_generate_in_bfloat16(run_dir, capsys):
+    args = ["generate", str(run_dir), "--prompt", "the", "--temperature", "0",
+            "--max-new-tokens", "5", "--dtype", "bfloat16"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("the")
+    assert main(args + ["--engine", "numpy"]) == 2
+    assert "--dtype needs --engine torch" in capsys.readouterr().err

@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--compile", action="store_true", help="torch engine: run the model through "
                    "torch.compile (pays a compilation first; see docs/inference.md)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="torch engine: the weights' and KV cache's type; bfloat16 is faster on "
+                   "CPUs with bf16 instructions and on GPUs (logits may differ in the last bits)")
     p.set_defaults(func=run)
 
 
@@ -49,6 +52,7 @@ def validate(args: argparse.Namespace) -> SampleConfig:
               (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
               (args.repetition_penalty > 0, "--repetition-penalty must be > 0"),
               (not args.compile or args.engine == "torch", "--compile needs --engine torch"),
+              (args.dtype == "float32" or args.engine == "torch", "--dtype needs --engine torch"),
               (not args.stop or not args.show_probs, "--stop cannot be used with --show-probs"),
               (args.show_probs >= 0, "--show-probs must be >= 0")]
     for ok, message in checks:
@@ -98,8 +102,12 @@ def run(args: argparse.Namespace) -> int:
     ids = prompt_ids(tokenizer, text)
     lm = language_model(cfg, weights, args.engine, args.device,
                         suppress=never_generated(tokenizer))
+    torch_lm = getattr(lm, "lm", lm)  # the TorchLM, inside the token-suppressing wrapper
+    if args.dtype != "float32":
+        import torch
+        torch_lm.cast(getattr(torch, args.dtype))
     if args.compile:
-        getattr(lm, "lm", lm).compile()  # the TorchLM, inside the token-suppressing wrapper
+        torch_lm.compile()
     decoder = IncrementalDecoder(tokenizer)
     out = sys.stdout
     out.write(text)
