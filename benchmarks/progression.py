@@ -1,15 +1,16 @@
 """Progression task benchmark: train each variant for a budget, then measure exact match.
 
     python benchmarks/progression.py                      # the headline: torch, 10 minutes
-    python benchmarks/progression.py --minutes 30 --variant numpy:engine=numpy
-    python benchmarks/progression.py --steps 1500 --eval-sequences 300 \
-        --variant base: --variant reversed:reverse=1 --variant m3:terms=3
+    OPENBLAS_NUM_THREADS=1 python benchmarks/progression.py --minutes 30 --variant np:engine=numpy
+    python benchmarks/progression.py --steps 1500 --eval-sequences 300 --threads 1 \
+        --variant base: --variant written:reverse=0 --variant m3:terms=3
 
-A variant is NAME:key=value,... with keys `terms` (window terms), `reverse` (0/1), `mask`
-(given terms without loss: 2 or 0), `engine`, or any config key (`model.n_embd=64`,
-`train.lr=2e-3`). Each variant trains from the same data with the `progression` preset and is
-evaluated on every held-out prefix (and the OOD sets with --ood). One line per variant: steps,
-seconds, ms/step, next-term / per-digit / continuation accuracy; a JSON line at the end.
+A variant is NAME:key=value,... with keys `terms` (window terms), `reverse` (1: digits
+reversed, the default; 0: written order), `mask` (given terms without loss: 2 or 0), `engine`,
+or any config key (`model.n_embd=64`, `train.lr=2e-3`). Each variant trains from the same data
+with the `progression` preset and is evaluated on every held-out prefix (and the OOD sets with
+--ood). One line per variant: steps, seconds, ms/step, next-term / per-digit / continuation
+accuracy; a JSON line at the end.
 
 Timings depend on what else runs on the machine: say so when you quote them.
 """
@@ -56,7 +57,7 @@ def run_variant(name: str, keys: dict[str, str], data_dir: Path, work: Path,
     if args.steps:
         overrides.append(f"train.steps={args.steps}")
     cfg = build_config("progression", None, overrides)
-    opts = TaskOptions(data.digits, int(keys.get("terms", 4)), keys.get("reverse", "0") == "1",
+    opts = TaskOptions(data.digits, int(keys.get("terms", 4)), keys.get("reverse", "1") == "1",
                        int(keys.get("mask", 2)), str(data_dir))
     run_dir = work / name
     t0 = time.perf_counter()

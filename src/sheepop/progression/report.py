@@ -105,9 +105,9 @@ def plot(report: dict[str, Any], path: str | Path, title: str = "") -> None:
         ax.set_ylim(-2, 102)
         ax.grid(alpha=0.3)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3,
-               bbox_to_anchor=(0.5, -0.06), frameon=False)
+               bbox_to_anchor=(0.5, -0.1), frameon=False)
     if title:
-        fig.suptitle(title)
+        fig.suptitle(title, y=1.02)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
