@@ -106,6 +106,12 @@ def bench(preset: str, batches: list[int], new: int, args: argparse.Namespace) -
     gpt2_shaped = model if preset == "gpt2-small" else GPT(model_config(preset, True))
     twin = lm if gpt2_shaped is model else TorchLM(gpt2_shaped)
     hf = None if args.skip_hf else hf_model(gpt2_shaped)
+    if args.dtype != "float32":  # both libraries in the same dtype
+        dtype = getattr(torch, args.dtype)
+        for one in {id(lm): lm, id(twin): twin}.values():
+            one.cast(dtype)
+        if hf is not None:
+            hf.to(dtype)
     V = gpt2_shaped.cfg.vocab_size
     compiled = None
     if args.compile:
@@ -137,7 +143,7 @@ def bench(preset: str, batches: list[int], new: int, args: argparse.Namespace) -
             r.setdefault("twin", r["cache"])
             r["hf_same_tokens"] = agree(outputs.get("twin", outputs["cache"]), outputs["hf"])
         no_cache_new = new if preset != "gpt2-small" else args.gpt2_no_cache_tokens
-        if preset != "gpt2-small" or B == 1 or args.full:
+        if not args.skip_no_cache and (preset != "gpt2-small" or B == 1 or args.full):
             t, plain = sheepop_run(lm, B, no_cache_new, False)
             r["no_cache"], r["no_cache_new"] = B * no_cache_new / t, no_cache_new
             r["same_tokens"] = agree([c[:no_cache_new] for c in outputs["cache"]], plain)
@@ -178,12 +184,15 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--compile", action="store_true", help="also time TorchLM(compile=True)")
     p.add_argument("--skip-hf", action="store_true", help="do not time transformers")
+    p.add_argument("--skip-no-cache", action="store_true", help="do not time recomputation")
+    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                   help="weights and cache of both libraries")
     p.add_argument("--repeats", type=int, default=3,
                    help="alternating runs of each cached generation; the best one counts")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, greedy, "
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}, greedy, "
           f"one-token prompts, {args.new_tokens} new tokens")
     print("sheepop* = sheepop with the KV cache on the GPT-2-shaped weights HF runs "
           "(the same model as 'cache' for gpt2-small)")
