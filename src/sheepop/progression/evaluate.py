@@ -7,8 +7,7 @@ the last min(k, m-1) terms, each followed by a space, starting on a term boundar
 window's terms), so a prefix costs at most m (D+1) - 1 positions however long the sequence.
 
 All prefixes with the same number of context terms have the same length, so they run as one
-batch: one forward over the contexts, then D - 1 one-token steps (the torch engine keeps a KV
-cache; the NumPy engine recomputes the short window, which costs no more than a few positions).
+batch: one forward over the contexts, then D - 1 one-token steps with the engine's KV cache.
 
 Continuing the whole rest of the sequence is not run separately: with greedy decoding and the
 separator written by the harness, the model's context after k correct terms is the true one, so
@@ -34,9 +33,8 @@ class Predictor:
                  device: str = "auto"):
         self.cfg, self.engine = cfg, engine
         if engine == "numpy":
-            from sheepop.scratch.gpt import gpt_forward
-            self._np_forward = gpt_forward
-            self.params = {k: np.asarray(v, dtype=np.float32) for k, v in weights.items()}
+            from sheepop.scratch.gpt import GPT as NumpyGPT
+            self.params = NumpyGPT(cfg.model, weights).params  # checks names and shapes
         else:
             from sheepop.model import GPT
             from sheepop.train.engine_torch import resolve_device
@@ -47,11 +45,14 @@ class Predictor:
     def greedy(self, contexts: np.ndarray, n_new: int) -> np.ndarray:
         """The `n_new` tokens (B, n_new) that greedy decoding writes after each context row."""
         if self.engine == "numpy":
-            ids = np.asarray(contexts, dtype=np.int64)
+            from sheepop.scratch.infer import KVCache, forward_cached
+            x = np.asarray(contexts, dtype=np.int64)
+            cache = KVCache(self.cfg.model, len(x), x.shape[1] + n_new)
+            out = []
             for _ in range(n_new):
-                logits = self._np_forward(self.params, self.cfg.model, ids)[0]
-                ids = np.concatenate([ids, logits[:, -1].argmax(-1)[:, None]], axis=1)
-            return ids[:, contexts.shape[1]:]
+                x = forward_cached(self.params, self.cfg.model, x, cache)[:, -1].argmax(-1)[:, None]
+                out.append(x)
+            return np.concatenate(out, axis=1)
         import torch
         device = next(self.model.parameters()).device
         x = torch.from_numpy(np.ascontiguousarray(contexts, dtype=np.int64)).to(device)
