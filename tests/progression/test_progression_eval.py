@@ -11,7 +11,13 @@ from sheepop.cli.run import language_model, load_run
 from sheepop.config import SampleConfig, build_config
 from sheepop.generate import generate
 from sheepop.progression.data import Spec, load_progressions, write_dataset
-from sheepop.progression.evaluate import Predictor, predict_next_terms, prefixes, rollout
+from sheepop.progression.evaluate import (
+    Predictor,
+    predict_next_terms,
+    prefixes,
+    rollout,
+    seen_in_training,
+)
 from sheepop.progression.scores import continuation, score
 from sheepop.progression.stream import SPACE_ID, term_digits
 from sheepop.progression.task import TaskOptions, train
@@ -66,6 +72,20 @@ def test_score_of_hand_made_predictions():
                                       "continuation_accuracy": 0.0}
     assert s["curve"]["k"] == [1, 2, 3]
     assert s["curve"]["next_term_accuracy"] == [0.5, 0.0, 1.0]
+
+
+def test_windows_seen_in_training_despite_distinct_pairs():
+    train_seqs = [np.array([100, 107, 114, 121, 128]), np.array([3, 10, 17])]
+    held = [np.array([107, 114, 121, 128, 135]), np.array([2, 9, 16])]
+    opts = TaskOptions(digits=3, window_terms=4)
+    # the held-out line shares its difference and residue with the first training line, so
+    # every window but the one reaching 135 lies inside it; 2 9 16 shares d, not the residue
+    assert seen_in_training(train_seqs, held, opts).tolist() == [True, True, True, False,
+                                                                 False, False]
+    pre, _, _ = prefixes(held)
+    truth = term_digits(pre.target, 3)
+    s = score(pre, truth, truth, window_seen=seen_in_training(train_seqs, held, opts))
+    assert s["by_window"]["in training"]["n"] == 2 and s["by_window"]["never seen"]["n"] == 2
 
 
 # ----- a short real training run, shared by the tests below -----------------------------------

@@ -89,6 +89,26 @@ def prefixes(sequences: list[np.ndarray]) -> tuple[Prefixes, np.ndarray, np.ndar
     return Prefixes(seq, k.astype(np.int64), diff[seq], flat[pos]), flat, pos
 
 
+def seen_in_training(train: list[np.ndarray], sequences: list[np.ndarray], opts: TaskOptions
+                     ) -> np.ndarray:
+    """For every prefix of `sequences` (the order of `prefixes`): whether its context terms and
+    the answer occur, consecutively, in some training sequence. Distinct (first term,
+    difference) pairs do not prevent it: 107 114 121 | 128 is inside 100 107 114 121 128 ..."""
+    spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for s in train:
+        d = int(s[1] - s[0])
+        if d > 0:
+            spans.setdefault((d, int(s[0]) % d), []).append((int(s[0]), int(s[-1])))
+    pre, flat, pos = prefixes(sequences)
+    first = flat[pos - np.minimum(pre.k, opts.window_terms - 1)]
+    out = np.zeros(len(pos), dtype=bool)
+    for i, (d, lo, hi) in enumerate(zip(pre.difference.tolist(), first.tolist(),
+                                        pre.target.tolist())):
+        if d > 0:
+            out[i] = any(a <= lo and hi <= b for a, b in spans.get((d, lo % d), ()))
+    return out
+
+
 def predict_next_terms(predictor: Predictor, sequences: list[np.ndarray], opts: TaskOptions,
                        batch_size: int = 2048) -> tuple[Prefixes, np.ndarray]:
     """Every prefix and the model's D greedy tokens for it, most significant digit first

@@ -16,7 +16,7 @@ import numpy as np
 
 from sheepop.checkpoint import atomic_write_bytes
 from sheepop.progression.data import Progressions
-from sheepop.progression.evaluate import Predictor, predict_next_terms
+from sheepop.progression.evaluate import Predictor, predict_next_terms, seen_in_training
 from sheepop.progression.scores import score
 from sheepop.progression.stream import term_digits
 from sheepop.progression.task import TaskOptions
@@ -41,8 +41,9 @@ def evaluate_sets(predictor: Predictor, data: Progressions, opts: TaskOptions,
         if max_sequences:
             sequences = sequences[:max_sequences]
         pre, written = predict_next_terms(predictor, sequences, opts, batch_size)
+        seen = seen_in_training(data.train, sequences, opts)
         report["sets"][name] = score(pre, written, term_digits(pre.target, opts.digits),
-                                     largest_seen)
+                                     largest_seen, seen)
     report["seconds"] = round(time.perf_counter() - t0, 2)
     held = report["sets"]["heldout"]
     for key in ("next_term_accuracy", "digit_accuracy", "continuation_accuracy"):
@@ -69,7 +70,7 @@ def table(report: dict[str, Any]) -> str:
                  "'rest of seq' = the whole continuation from k right)")
     for name, s in report["sets"].items():
         for key, title in (("by_k", "k"), ("by_difference", "difference"),
-                           ("by_value", "term to predict")):
+                           ("by_value", "term to predict"), ("by_window", "window")):
             if key not in s:
                 continue
             lines.append("")

@@ -53,10 +53,12 @@ def _summary(mask: np.ndarray, exact: np.ndarray, digit_hits: np.ndarray, contin
 
 
 def score(pre: Prefixes, predicted: np.ndarray, truth: np.ndarray,
-          largest_seen: int | None = None) -> dict[str, Any]:
+          largest_seen: int | None = None, window_seen: np.ndarray | None = None
+          ) -> dict[str, Any]:
     """All the figures of one set, from predicted and true digit ids (N, D). With
     `largest_seen` (the largest term of the training data) the headline prefixes are also
-    split by whether the term to predict is within the values seen in training."""
+    split by whether the term to predict is within the values seen in training; with
+    `window_seen` (N,) by whether the context and answer occur verbatim in training."""
     predicted, truth = np.asarray(predicted), np.asarray(truth)
     digits = truth.shape[1]
     hits = predicted == truth
@@ -81,6 +83,11 @@ def score(pre: Prefixes, predicted: np.ndarray, truth: np.ndarray,
                                            digits),
             f"> {largest_seen}": _summary(headline & beyond, exact, digit_hits, continues,
                                           digits)}
+    if window_seen is not None:
+        out["by_window"] = {
+            "in training": _summary(headline & window_seen, exact, digit_hits, continues, digits),
+            "never seen": _summary(headline & ~window_seen, exact, digit_hits, continues,
+                                   digits)}
     out["by_k"] = {}
     for lo, hi in K_BUCKETS:
         mask = (pre.k >= lo) & (pre.k <= hi)
