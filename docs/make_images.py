@@ -126,8 +126,9 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def plot_loss(run_dir: Path, path: Path, title: str) -> dict:
-    """Training and validation loss against the step, with ln(n_vocab) for reference."""
+def plot_loss(run_dir: Path, path: Path, title: str, log: bool = False) -> dict:
+    """Training and validation loss against the step, with ln(n_vocab) for reference; `log`
+    for a loss that falls by orders of magnitude (the progression task learns it exactly)."""
     metrics, cfg = read_metrics(run_dir), run_config(run_dir)
     train = [(r["step"], r["loss"]) for r in metrics if "loss" in r]
     val = [(r["step"], r["val_loss"]) for r in metrics if "val_loss" in r]
@@ -138,6 +139,8 @@ def plot_loss(run_dir: Path, path: Path, title: str) -> dict:
     ax.axhline(math.log(cfg.model.vocab_size), ls="--", c="gray", lw=1,
                label=f"ln {cfg.model.vocab_size} (uniform)")
     ax.set(xlabel="optimizer step", ylabel="cross-entropy (nats per token)", title=title)
+    if log:
+        ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend()
     save(fig, path)
@@ -242,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_progression:
         prog = progression_run(args)
         facts["progression"] = plot_loss(prog, args.out / "loss_progression.png",
-                                         "sheepop progression train")
+                                         "sheepop progression train", log=True)
     print(json.dumps(facts))
     return 0
 
