@@ -150,16 +150,16 @@ class Trainer:
                 self.step += 1
                 elapsed = time.perf_counter() - t0
                 rate = (self.step - start_step) * tokens_per_step / max(elapsed, 1e-9)
-                record: dict[str, Any] = {"step": self.step, "loss": round(loss, 6),
-                                          "lr": lr, "grad_norm": round(norm, 6),
+                record: dict[str, Any] = {"step": self.step, "loss": _sig(loss),
+                                          "lr": lr, "grad_norm": _sig(norm),
                                           "tokens_per_sec": round(rate, 1)}
                 last = self.step == t.steps or bool(
                     t.max_minutes and self.agree(elapsed > 60 * t.max_minutes))
                 if (t.eval_interval and self.step % t.eval_interval == 0) or last:
                     self.last_val = self.evaluate()
                     if self.last_val is not None:
-                        record.update(val_loss=round(self.last_val, 6),
-                                      val_perplexity=round(math.exp(min(self.last_val, 50)), 4))
+                        record.update(val_loss=_sig(self.last_val),
+                                      val_perplexity=_sig(math.exp(min(self.last_val, 50))))
                         self.best_val = min(self.best_val, self.last_val)
                 if self.step % t.log_interval == 0 or "val_loss" in record or last:
                     self._append_metrics(record)
@@ -179,6 +179,11 @@ class Trainer:
         seconds = time.perf_counter() - t0
         rate = (self.step - start_step) * tokens_per_step / max(seconds, 1e-9)
         return Summary(self.step, seconds, loss, self.last_val, rate, interrupted, self.run_dir)
+
+
+def _sig(x: float) -> float:
+    """x to 7 significant digits: short lines, yet a loss of 3e-7 is not logged as 0."""
+    return float(f"{x:.7g}")
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
