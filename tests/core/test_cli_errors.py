@@ -129,3 +129,8 @@ def test_python_dash_m_entry_point_and_help():
     proc = subprocess.run([sys.executable, "-m", "sheepop", "train", "--help"],
                           capture_output=True, text=True, check=True)
     assert "--resume" in proc.stdout and "default: runs/default" in proc.stdout
+
+
+def test_resume_of_a_finished_run_asks_for_more_steps(capsys, run_dir):
+    fails(capsys, ["train", "--resume", "--out", str(run_dir)], "already at step 3",
+          "larger --steps")

@@ -133,6 +133,9 @@ class Trainer:
         t, m = self.cfg.train, self.cfg.model
         tokens_per_step = t.batch_size * t.grad_accum * m.block_size * self.world_size
         start_step, t0 = self.step, time.perf_counter()
+        if self.step >= t.steps:
+            raise UserError(f"the run is already at step {self.step} of train.steps={t.steps}: "
+                            "give a larger --steps to continue it")
         loss = float("nan")
         interrupted = False
         bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
