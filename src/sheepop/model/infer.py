@@ -23,12 +23,20 @@ class TorchLM:
 
     `compile=True` runs the forward pass through `torch.compile` (dynamic shapes, so a growing
     cache does not recompile at every step); the first calls pay the compilation.
+
+    On CPU the blocks' linear weights are re-stored column-major (`decode_layout`): same
+    shapes and values, so the model and its checkpoint are unchanged, but y = x W^T then reads
+    W^T row by row, the order in which the BLAS library's matrix-vector product for a single
+    token runs fastest (15-35% faster decode steps measured here; docs/inference.md).
     """
 
-    def __init__(self, model: GPT, compile: bool = False):
+    def __init__(self, model: GPT, compile: bool = False, decode_layout: bool = True):
         self.model = model.eval()
         self.block_size = model.cfg.block_size
         self.device = next(model.parameters()).device
+        self.decode_layout = decode_layout and self.device.type == "cpu"
+        if self.decode_layout:
+            _column_major(model)
         self.cache = model.new_cache(batch=1)
         self.forward = model
         if compile:
@@ -46,6 +54,8 @@ class TorchLM:
         bfloat16 halves the bytes every decode step reads, and a decode step is bound by
         reading the weights: on CPUs with bf16 instructions it is the cheap speed-up."""
         self.model.to(dtype)
+        if self.decode_layout:
+            _column_major(self.model)
         self.cache = self.model.new_cache(batch=1)
         self.batch_cache = None
 
@@ -127,3 +137,11 @@ class TorchLM:
         cache = self.batch_cache
         cache.k, cache.v = cache.k[:, keep], cache.v[:, keep]
         self._key_mask, self._next_pos = self._key_mask[keep], self._next_pos[keep]
+
+
+def _column_major(model: GPT) -> None:
+    """Store every block's linear weight W (out, in) as the row-major W^T it is multiplied by."""
+    with torch.no_grad():
+        for p in model.blocks.parameters():
+            if p.dim() == 2 and not p.t().is_contiguous():
+                p.data = p.data.t().contiguous().t()
