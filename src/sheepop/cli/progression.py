@@ -89,8 +89,8 @@ def _register_eval(tasks: argparse._SubParsersAction) -> None:
     e.add_argument("--data", required=True, metavar="DIR")
     e.add_argument("--json", action="store_true",
                    help="end with one line holding the whole report as JSON")
-    e.add_argument("--engine", choices=("torch", "numpy"),
-                   help="the engine that runs the model (default: the one it was trained with)")
+    e.add_argument("--engine", choices=("run", "torch", "numpy"), default="run",
+                   help="the engine that runs the model; run: the one it was trained with")
     e.add_argument("--device", default="auto", help="torch engine: cpu, cuda, cuda:N, auto")
     e.add_argument("--max-sequences", type=int, default=0,
                    help="evaluate only the first N sequences of each set (0: all)")
@@ -167,7 +167,8 @@ def run_eval(args: argparse.Namespace) -> int:
     opts = TaskOptions.load(args.run_dir)
     cfg, _, weights = load_run(args.run_dir)
     data = load_progressions(args.data)
-    predictor = Predictor(cfg, weights, args.engine or cfg.train.engine, args.device)
+    engine = cfg.train.engine if args.engine == "run" else args.engine
+    predictor = Predictor(cfg, weights, engine, args.device)
     report = evaluate_sets(predictor, data, opts, args.max_sequences, args.batch_size)
     report["run_dir"], report["data"] = str(args.run_dir), str(args.data)
     print(table(report))
