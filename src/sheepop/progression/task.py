@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sheepop import checkpoint
 from sheepop.checkpoint import atomic_write_text
 from sheepop.config import Config
 from sheepop.data.dataset import Dataset
@@ -116,6 +117,9 @@ def train(data: Progressions, cfg: Config, opts: TaskOptions, run_dir: str | Pat
             raise UserError(f"{run_dir} was trained on {saved.digits}-digit terms, the data has "
                             f"{data.digits}")
         opts = saved
+    elif (run_dir / checkpoint.MODEL_FILE).exists():  # say so before calibrating
+        raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
+                        "another --out")
     cfg.data.tokenizer = "digits"
     cfg.model.block_size = opts.block_size
     dataset, train_windows, val_windows = task_dataset(data, opts)
