@@ -88,5 +88,8 @@ def test_default_corpus_is_the_stdlib_in_a_fixed_order():
 
 
 def test_atomic_write_leaves_no_temporary_file(tmp_path):
+    import os
     atomic_write_text(tmp_path / "a.json", "{}")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+    (tmp_path / "b.json").write_text("{}")  # the mode an ordinary write gives
+    assert os.stat(tmp_path / "a.json").st_mode == os.stat(tmp_path / "b.json").st_mode
