@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "sheepop.cli.train",
     "sheepop.cli.generate",
     "sheepop.cli.eval",
+    "sheepop.cli.progression",
     "sheepop.cli.prepare",
     "sheepop.cli.tokenizer",
     "sheepop.cli.export",
