@@ -24,10 +24,11 @@ class TorchLM:
     `compile=True` runs the forward pass through `torch.compile` (dynamic shapes, so a growing
     cache does not recompile at every step); the first calls pay the compilation.
 
-    On CPU the blocks' linear weights are re-stored column-major (`decode_layout`): same
-    shapes and values, so the model and its checkpoint are unchanged, but y = x W^T then reads
-    W^T row by row, the order in which the BLAS library's matrix-vector product for a single
-    token runs fastest (15-35% faster decode steps measured here; docs/inference.md).
+    On CPU in float32 the blocks' linear weights are re-stored column-major (`decode_layout`):
+    same shapes and values, so the model and its checkpoint are unchanged, but y = x W^T then
+    reads W^T row by row, the order in which the BLAS library's float32 matrix-vector product
+    for a single token runs fastest (12-19% faster decode steps measured here; bfloat16 runs
+    fastest row-major, so `cast` puts them back; docs/inference.md).
     """
 
     def __init__(self, model: GPT, compile: bool = False, decode_layout: bool = True):
@@ -35,8 +36,7 @@ class TorchLM:
         self.block_size = model.cfg.block_size
         self.device = next(model.parameters()).device
         self.decode_layout = decode_layout and self.device.type == "cpu"
-        if self.decode_layout:
-            _column_major(model)
+        _set_layout(model, column_major=self._column_major_pays())
         self.cache = model.new_cache(batch=1)
         self.forward = model
         if compile:
@@ -48,14 +48,17 @@ class TorchLM:
         self._next_pos: torch.Tensor | None = None
         self._padded = False
 
+    def _column_major_pays(self) -> bool:
+        # Measured: float32 products read column-major weights faster, bfloat16 ones row-major.
+        return self.decode_layout and self.model.tok_emb.weight.dtype == torch.float32
+
     def cast(self, dtype: torch.dtype) -> None:
         """Run in `dtype` from now on (weights and KV cache; logits still come out as float32).
 
         bfloat16 halves the bytes every decode step reads, and a decode step is bound by
         reading the weights: on CPUs with bf16 instructions it is the cheap speed-up."""
         self.model.to(dtype)
-        if self.decode_layout:
-            _column_major(self.model)
+        _set_layout(self.model, column_major=self._column_major_pays())
         self.cache = self.model.new_cache(batch=1)
         self.batch_cache = None
 
@@ -139,9 +142,13 @@ class TorchLM:
         self._key_mask, self._next_pos = self._key_mask[keep], self._next_pos[keep]
 
 
-def _column_major(model: GPT) -> None:
-    """Store every block's linear weight W (out, in) as the row-major W^T it is multiplied by."""
+def _set_layout(model: GPT, column_major: bool) -> None:
+    """Store every block's linear weight W (out, in) as the row-major W^T it is multiplied by
+    (column-major W), or back as the usual row-major W."""
     with torch.no_grad():
         for p in model.blocks.parameters():
-            if p.dim() == 2 and not p.t().is_contiguous():
-                p.data = p.data.t().contiguous().t()
+            if p.dim() == 2:
+                if column_major and not p.t().is_contiguous():
+                    p.data = p.data.t().contiguous().t()
+                elif not column_major and not p.is_contiguous():
+                    p.data = p.data.contiguous()
