@@ -134,3 +134,16 @@ def test_python_dash_m_entry_point_and_help():
 def test_resume_of_a_finished_run_asks_for_more_steps(capsys, run_dir):
     fails(capsys, ["train", "--resume", "--out", str(run_dir)], "already at step 3",
           "larger --steps")
+
+
+def test_train_takes_a_tokenizer_kind(tmp_path):
+    import json
+    data = tmp_path / "t.txt"
+    data.write_text("the cat sat on the mat. " * 300)
+    assert main(["train", str(data), "--out", str(tmp_path / "r"), "--steps", "2",
+                 "--tokenizer", "bpe", "--vocab-size", "300", "--no-progress",
+                 "--set", "model.n_layer=1", "--set", "model.n_embd=16",
+                 "--set", "model.block_size=8", "--set", "train.batch_size=2"]) == 0
+    tok = json.loads((tmp_path / "r" / "tokenizer.json").read_text())
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert tok["kind"] == "bpe" and config["model"]["vocab_size"] <= 300

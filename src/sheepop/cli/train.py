@@ -26,6 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", help="train.device: cpu, cuda, cuda:N, auto")
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16", "float64"),
                    help="train.dtype")
+    p.add_argument("--tokenizer", choices=("char", "word", "bpe", "digits"),
+                   help="data.tokenizer: the kind trained on raw-text DATA (a prepared DATA "
+                        "directory brings its own)")
+    p.add_argument("--vocab-size", type=int, help="data.vocab_size for word/bpe")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -39,7 +43,8 @@ def config_from_args(args: argparse.Namespace):
     overrides = list(args.overrides)
     for key, value in (("train.steps", args.steps), ("train.seed", args.seed),
                        ("train.engine", args.engine), ("train.device", args.device),
-                       ("train.dtype", args.dtype)):
+                       ("train.dtype", args.dtype), ("data.tokenizer", args.tokenizer),
+                       ("data.vocab_size", args.vocab_size)):
         if value is not None:
             overrides.append(f"{key}={value}")
     if args.resume:
