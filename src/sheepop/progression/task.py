@@ -133,17 +133,13 @@ def train(data: Progressions, cfg: Config, opts: TaskOptions, run_dir: str | Pat
         cfg.train.max_minutes = budget / 60
         log(f"calibration: {per_step * 1000:.0f} ms/step, so {cfg.train.steps:,} steps fit "
             f"in {budget / 60:.1f} minutes")
-    trainer = setup(None, cfg, run_dir, resume=resume, log=log, progress=progress,
-                    dataset=dataset)
-    # The shared trainer cuts windows anywhere in a flat stream; this task trains on
-    # term-aligned windows with the given terms masked, so its sampler and validation windows
-    # replace the defaults (the RNG state, restored on resume, has the same form).
+    # The shared trainer would cut windows anywhere in a flat stream; this task trains on
+    # term-aligned windows with the given terms masked, so it brings its own sampler (whose
+    # state the trainer saves and restores on resume) and validation windows.
     sampler = TermWindowSampler(train_windows, cfg.train.batch_size, cfg.train.seed)
-    if resume:
-        sampler.set_state(trainer.sampler.state())
-    trainer.sampler = sampler
-    trainer.eval_x, trainer.eval_y = val_windows.fixed(cfg.train.eval_batches
-                                                       * cfg.train.batch_size)
+    eval_data = val_windows.fixed(cfg.train.eval_batches * cfg.train.batch_size)
+    trainer = setup(None, cfg, run_dir, resume=resume, log=log, progress=progress,
+                    dataset=dataset, sampler=sampler, eval_data=eval_data)
     opts.save(run_dir)
     summary = trainer.run()
     write_run_plots(run_dir, cfg.train)

@@ -79,15 +79,20 @@ class Summary:
 class Trainer:
     def __init__(self, cfg: Config, data: Dataset, run_dir: Path, engine: Engine,
                  start_step: int = 0, state: dict[str, Any] | None = None, log=print,
-                 is_main: bool = True, progress: bool = True):
+                 is_main: bool = True, progress: bool = True, sampler=None,
+                 eval_data: tuple[np.ndarray, np.ndarray] | None = None):
         self.cfg, self.data, self.run_dir, self.engine = cfg, data, run_dir, engine
         self.step, self.log, self.is_main, self.progress = start_step, log, is_main, progress
         m, t, d = cfg.model, cfg.train, cfg.data
         pad = data.tokenizer.pad_id if data.tokenizer.pad_id is not None else 0
-        self.sampler = WindowSampler(data.train, m.block_size, t.batch_size, t.seed, d.sampling,
-                                     d.stride, pad)
+        # A task may bring its own sampler (next_batch, snapshot, state, set_state) and fixed
+        # evaluation windows; by default windows are cut anywhere in the flat token stream.
+        self.sampler = sampler or WindowSampler(data.train, m.block_size, t.batch_size, t.seed,
+                                                d.sampling, d.stride, pad)
         self.eval_x = self.eval_y = None
-        if len(data.val) > 1:
+        if eval_data is not None:
+            self.eval_x, self.eval_y = eval_data
+        elif len(data.val) > 1:
             self.eval_x, self.eval_y = eval_windows(data.val, m.block_size,
                                                     t.eval_batches * t.batch_size, pad)
         self.best_val = math.inf
@@ -201,12 +206,14 @@ def _truncate_metrics(path: Path, step: int) -> None:
 def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool = False,
           log=print, is_main: bool = True, progress: bool = True,
           dataset: Dataset | None = None,
-          wrap_engine: Callable[[Engine], Engine] | None = None) -> Trainer:
+          wrap_engine: Callable[[Engine], Engine] | None = None, sampler=None,
+          eval_data: tuple[np.ndarray, np.ndarray] | None = None) -> Trainer:
     """Load data and (when resuming) the run's state; build the engine and the trainer.
 
     A task that builds its own token streams (e.g. the progression task) passes `dataset`
-    instead of `data_path`. Under torchrun, `wrap_engine` puts the engine under DDP or FSDP
-    (sheepop.train.distributed) before any optimizer state is loaded.
+    instead of `data_path`, and may pass its own `sampler` and `eval_data` windows. Under
+    torchrun, `wrap_engine` puts the engine under DDP or FSDP (sheepop.train.distributed)
+    before any optimizer state is loaded.
     """
     run_dir = Path(run_dir)
     weights = tokenizer = arrays = state = None
@@ -240,4 +247,5 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
     log(f"model: {engine.num_params():,} parameters ({cfg.model.n_layer} layers, "
         f"{cfg.model.n_head} heads, width {cfg.model.n_embd}, context {cfg.model.block_size}); "
         f"{engine.description}")
-    return Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress)
+    return Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress, sampler,
+                   eval_data)
