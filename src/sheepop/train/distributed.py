@@ -185,7 +185,12 @@ class Ranks:
                  "tokens) per step")
 
     def close(self) -> None:
+        """Tear the group down together: rank 0 may still be writing its checkpoint and plots,
+        and a rank that destroys its gloo group while a peer is still using it has been seen to
+        abort ("terminate called without an active exception")."""
         if self.dist.is_initialized():
+            with self.guard("finishing"):
+                self.dist.barrier()
             self.dist.destroy_process_group()
 
 
