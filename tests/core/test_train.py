@@ -96,7 +96,7 @@ def test_training_lowers_the_loss_and_writes_a_run(tmp_path):
         assert (tmp_path / "run" / f).exists()
 
 
-def test_resume_matches_an_uninterrupted_run_step_for_step(tmp_path):
+def test_resume_matches_an_uninterrupted_run_step_for_step(tmp_path, interrupt_after):
     straight = setup(None, tiny_config(), tmp_path / "a", dataset=dataset(), progress=False,
                      log=lambda *_: None)
     straight.run()
@@ -114,20 +114,7 @@ def test_resume_matches_an_uninterrupted_run_step_for_step(tmp_path):
     assert [r.get("val_loss") for r in a] == [r.get("val_loss") for r in b]
 
 
-def interrupt_after(trainer, n_steps: int) -> None:
-    """Make the engine raise KeyboardInterrupt (as Ctrl-C does) when step n_steps + 1 starts."""
-    real_step, calls = trainer.engine.train_step, []
-
-    def step_then_interrupt(micro, lr):
-        if len(calls) == n_steps:
-            raise KeyboardInterrupt
-        calls.append(lr)
-        return real_step(micro, lr)
-
-    trainer.engine.train_step = step_then_interrupt
-
-
-def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path):
+def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path, interrupt_after):
     trainer = setup(None, tiny_config(steps=50), tmp_path / "run", dataset=dataset(),
                     progress=False, log=lambda *_: None)
     interrupt_after(trainer, 7)

@@ -51,19 +51,6 @@ def quiet_setup(cfg, run_dir, resume=False):
                  log=lambda *_: None)
 
 
-def stop_after(trainer, n_steps: int) -> None:
-    """Raise KeyboardInterrupt (as Ctrl-C does) when step n_steps + 1 starts."""
-    real_step, done = trainer.engine.train_step, []
-
-    def step(micro, lr):
-        if len(done) == n_steps:
-            raise KeyboardInterrupt
-        done.append(lr)
-        return real_step(micro, lr)
-
-    trainer.engine.train_step = step
-
-
 def test_the_shared_loop_trains_the_numpy_engine(tmp_path):
     trainer = quiet_setup(tiny_config(steps=40, eval_interval=20, lr=1e-2), tmp_path / "run")
     assert trainer.engine.name == "numpy"
@@ -76,10 +63,10 @@ def test_the_shared_loop_trains_the_numpy_engine(tmp_path):
     assert state["engine"] == "numpy" and state["adam_step"] == 40
 
 
-def test_resume_matches_an_uninterrupted_run_with_dropout(tmp_path):
+def test_resume_matches_an_uninterrupted_run_with_dropout(tmp_path, interrupt_after):
     quiet_setup(tiny_config(), tmp_path / "a").run()
     first = quiet_setup(tiny_config(), tmp_path / "b")
-    stop_after(first, 5)
+    interrupt_after(first, 5)
     assert first.run().interrupted
     resumed = quiet_setup(tiny_config(), tmp_path / "b", resume=True)
     assert resumed.step == 5
@@ -88,10 +75,10 @@ def test_resume_matches_an_uninterrupted_run_with_dropout(tmp_path):
     assert [x["loss"] for x in a] == [x["loss"] for x in b]  # the dropout RNG is restored too
 
 
-def test_a_torch_run_resumes_in_the_numpy_engine(tmp_path):
+def test_a_torch_run_resumes_in_the_numpy_engine(tmp_path, interrupt_after):
     quiet_setup(tiny_config("torch", dropout=0.0), tmp_path / "torch").run()
     first = quiet_setup(tiny_config("torch", dropout=0.0), tmp_path / "mixed")
-    stop_after(first, 5)
+    interrupt_after(first, 5)
     first.run()
     quiet_setup(tiny_config("numpy", dropout=0.0), tmp_path / "mixed", resume=True).run()
     a, b = rows(tmp_path / "torch"), rows(tmp_path / "mixed")
