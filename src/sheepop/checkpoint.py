@@ -103,17 +103,30 @@ def _load_safetensors(data: bytes, path: Path) -> dict[str, np.ndarray]:
         raise UserError(f"{path} is not a valid safetensors file ({e})") from None
 
 
+def read_json_file(path: str | Path, fmt: str, missing: str) -> dict[str, Any]:
+    """A JSON object whose "format" is `fmt`; one clear UserError otherwise (`missing` is the
+    message when the file does not exist)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UserError(missing) from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise UserError(f"{path} is not a {fmt} file")
+    return data
+
+
 def load_config(run_dir: str | Path) -> dict[str, Any]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
     path = run_dir / CONFIG_FILE
-    try:
-        config = json.loads(_read(path, "config"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise UserError(f"{path} is not a sheepop run config")
+    config = read_json_file(path, FORMAT, f"checkpoint is missing {CONFIG_FILE} (looked for "
+                                          f"{path})")
     if config.get("version", 0) > VERSION:
         raise UserError(f"{path} has format version {config['version']}; this sheepop reads "
                         f"up to {VERSION}: upgrade sheepop")

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.checkpoint import atomic_write_text
+from sheepop.checkpoint import atomic_write_text, read_json_file
 from sheepop.errors import UserError
 from sheepop.tokenizers.digits import ALPHABET
 
@@ -228,15 +228,8 @@ def load_progressions(data_dir: str | Path) -> Progressions:
     meta_path = root / META_FILE
     if not root.is_dir():
         raise UserError(f"progression data directory not found: {root}")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{root} holds no {META_FILE}: make it with "
-                        "`sheepop progression generate --out DIR`") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{meta_path} is not valid JSON: {e}") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise UserError(f"{meta_path} is not a {FORMAT} file")
+    meta = read_json_file(meta_path, FORMAT, f"{root} holds no {META_FILE}: make it with "
+                          "`sheepop progression generate --out DIR`")
     try:
         digits, n_heldout = int(meta["digits"]), int(meta["heldout"])
     except (KeyError, TypeError, ValueError):

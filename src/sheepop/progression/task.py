@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sheepop import checkpoint
-from sheepop.checkpoint import atomic_write_text
+from sheepop.checkpoint import atomic_write_text, read_json_file
 from sheepop.config import Config
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
@@ -54,15 +54,8 @@ class TaskOptions:
     @classmethod
     def load(cls, run_dir: str | Path) -> TaskOptions:
         path = Path(run_dir) / RUN_FILE
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"{run_dir} is not a progression run (no {RUN_FILE}): train it with "
-                            "`sheepop progression train`") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"{path} is not valid JSON: {e}") from None
-        if not isinstance(d, dict) or d.get("format") != RUN_FORMAT:
-            raise UserError(f"{path} is not a {RUN_FORMAT} file")
+        d = read_json_file(path, RUN_FORMAT, f"{run_dir} is not a progression run (no "
+                           f"{RUN_FILE}): train it with `sheepop progression train`")
         try:
             return cls(int(d["digits"]), int(d["window_terms"]), bool(d["reverse_digits"]),
                        int(d["mask_given"]), str(d.get("data", "")))
