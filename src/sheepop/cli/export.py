@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "its shards, and tokenizer.json or vocab.json + merges.txt) into a new run "
                     "directory that `sheepop generate` and `sheepop eval` read. Pickle weights "
                     "(pytorch_model.bin) are refused.")
-    i.add_argument("hf_dir", metavar="HF_GPT2_DIR")
+    i.add_argument("hf_dir", metavar="HF_GPT2_DIR", help="a Hugging Face GPT-2 directory "
+                   "(config.json and model.safetensors, tokenizer files optional)")
     i.add_argument("run_dir", metavar="RUN_DIR", help="the new run directory")
     i.add_argument("--overwrite", action="store_true", help="replace a run already in RUN_DIR")
     i.set_defaults(func=run_import)
