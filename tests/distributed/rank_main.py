@@ -11,11 +11,11 @@ import sys
 import time
 
 from sheepop.cli import main
-from sheepop.train import distributed
+from sheepop.train import distributed_engine
 
 
 def inject(kind: str, rank: int, step: int) -> None:
-    train_step = distributed.DistributedEngine.train_step
+    train_step = distributed_engine.DistributedEngine.train_step
 
     def faulty(self, micro_batches, lr):
         if self.ranks.rank == rank and self.step + 1 == step:
@@ -24,7 +24,7 @@ def inject(kind: str, rank: int, step: int) -> None:
             time.sleep(3600)
         return train_step(self, micro_batches, lr)
 
-    distributed.DistributedEngine.train_step = faulty
+    distributed_engine.DistributedEngine.train_step = faulty
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from tok_samples import PROSE, VARIED
 
 from sheepop.errors import UserError
 from sheepop.tokenizers import IncrementalDecoder, decode_stream, loads, train_tokenizer
-from sheepop.tokenizers.bpe import BPETokenizer, count_words
-from sheepop.tokenizers.bpe_train import merge_word, train_fast, train_naive
+from sheepop.tokenizers.bpe import BPETokenizer
+from sheepop.tokenizers.bpe_train import count_words, merge_word, train_fast, train_naive
 from sheepop.tokenizers.pretokenize import PATTERNS, compiled, safe_chunks, split_text
 
 
@@ -163,8 +163,8 @@ def test_custom_pattern_never_drops_text():
 
 
 def test_parallel_encoding_equals_serial(code_text, bpe_tok, monkeypatch):
-    import sheepop.tokenizers.bpe as bpe_module
-    monkeypatch.setattr(bpe_module, "PARALLEL_MIN_CHARS", 4_000)
+    import sheepop.tokenizers.bpe_train as bpe_train_module
+    monkeypatch.setattr(bpe_train_module, "PARALLEL_MIN_CHARS", 4_000)
     text = code_text[:60_000]
     chunks = safe_chunks(text, 5_000)
     assert len(chunks) >= 4 and "".join(chunks) == text

@@ -115,15 +115,15 @@ def test_load_errors(tmp_path):
     (tmp_path / "bin.json").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(UserError, match="not UTF-8"):
         load(tmp_path / "bin.json")
-    with pytest.raises(UserError, match="t.json: not a valid sheepop tokenizer file .not JSON"):
+    with pytest.raises(UserError, match="t.json is not valid JSON"):
         loads("{", where="t.json")
     with pytest.raises(UserError, match="not a sheepop tokenizer file"):
         loads('{"format": "sheepop-run", "version": 1}')
     with pytest.raises(UserError, match="Hugging Face tokenizer.json"):
         loads('{"version": "1.0", "model": {}, "added_tokens": []}')
     good = json.loads(train_tokenizer("char", ["ab"]).to_json())
-    with pytest.raises(UserError, match="format version 2; this sheepop reads up to "
-                                        "version 1: upgrade"):
+    with pytest.raises(UserError, match="format version 2 is newer than this sheepop reads "
+                                        r"\(up to 1\): upgrade sheepop"):
         loads(json.dumps(dict(good, version=2)))
     with pytest.raises(UserError, match="no valid version"):
         loads(json.dumps(dict(good, version="1")))

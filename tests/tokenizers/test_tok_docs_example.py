@@ -6,8 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 from sheepop.tokenizers import train_tokenizer
-from sheepop.tokenizers.bpe import count_words
-from sheepop.tokenizers.bpe_train import initial_words, merge_word
+from sheepop.tokenizers.bpe_train import count_words, initial_words, merge_word
 from sheepop.tokenizers.pretokenize import PATTERNS
 
 CORPUS = ("low low low low low lower lower newest newest newest newest newest newest "

@@ -25,10 +25,12 @@ from typing import IO, Any
 import numpy as np
 
 from sheepop.errors import UserError
+from sheepop.files import DocumentFormat, atomic_open, read_document
 from sheepop.tokenizers import Tokenizer, load
 
 FORMAT = "sheepop-shards"
 VERSION = 1
+META_DOCUMENT = DocumentFormat(FORMAT, VERSION, "sheepop data file")
 TRAIN_FILE = "train.bin"
 VAL_FILE = "val.bin"
 TOKENIZER_FILE = "tokenizer.json"
@@ -76,9 +78,11 @@ class TokenWriter:
 
 def write_meta(path: str | Path, header: dict[str, Any], files: Iterable[dict[str, Any]],
                summary: dict[str, Any]) -> None:
-    """meta.json, streamed: `header`, then "files" (one line each; an iterable, so a million
-    files never sit in memory as one JSON string), then "summary"."""
-    with open(path, "w", encoding="utf-8") as f:
+    """meta.json, streamed and atomic: "format" and "version", then `header`, then "files"
+    (one line each; an iterable, so a million files never sit in memory as one JSON string),
+    then "summary"."""
+    header = {"format": FORMAT, "version": VERSION, **header}
+    with atomic_open(path, "w") as f:
         f.write("{\n")
         for key, value in header.items():
             f.write(f" {json.dumps(key)}: {json.dumps(value, ensure_ascii=False)},\n")
@@ -87,8 +91,6 @@ def write_meta(path: str | Path, header: dict[str, Any], files: Iterable[dict[st
             f.write(("," if n else "") + "\n  " + json.dumps(entry, ensure_ascii=False))
         f.write("\n ],\n")
         f.write(f' "summary": {json.dumps(summary, ensure_ascii=False, indent=1)}\n}}\n')
-        f.flush()
-        os.fsync(f.fileno())
 
 
 @dataclass
@@ -99,21 +101,16 @@ class PreparedData:
     meta: dict
 
 
-def _read_meta(path: Path) -> dict | None:
-    try:
-        meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
 def is_prepared_dir(path: str | Path) -> bool:
-    """True when `path` is a directory holding a meta.json with format "sheepop-shards"."""
+    """True when `path` is a directory holding a readable "sheepop-shards" meta.json."""
     path = Path(path)
-    if not path.is_dir():
+    if not (path / META_FILE).is_file():
         return False
-    meta = _read_meta(path)
-    return meta is not None and meta.get("format") == FORMAT
+    try:
+        read_document(path / META_FILE, META_DOCUMENT)
+    except UserError:
+        return False
+    return True
 
 
 def _tokens(path: Path, dtype: np.dtype, expected: Any, where: str) -> np.ndarray:
@@ -140,20 +137,8 @@ def open_prepared(path: str | Path) -> PreparedData:
         raise UserError(f"data directory not found: {where}")
     if not path.is_dir():
         raise UserError(f"{where} is not a directory prepared by `sheepop prepare`")
-    if not (path / META_FILE).is_file():
-        raise UserError(f"{where}: no meta.json (not a directory made by `sheepop prepare`)")
-    meta = _read_meta(path)
-    if meta is None:
-        raise UserError(f"{where}: meta.json is not valid JSON (corrupt)")
-    if meta.get("format") != FORMAT:
-        raise UserError(f"{where}: meta.json is not a sheepop data file "
-                        f"(format {meta.get('format')!r}, expected {FORMAT!r})")
-    version = meta.get("version")
-    if type(version) is not int or version < 1:
-        raise UserError(f"{where}: meta.json has no valid version number")
-    if version > VERSION:
-        raise UserError(f"{where}: data format version {version} is newer than this sheepop "
-                        f"reads ({VERSION}): upgrade sheepop")
+    meta = read_document(path / META_FILE, META_DOCUMENT,
+                         f"{where}: no meta.json (not a directory made by `sheepop prepare`)")
     dtype = _DTYPES.get(meta.get("dtype"))  # type: ignore[arg-type]
     if dtype is None:
         raise UserError(f"{where}: meta.json dtype must be uint16 or uint32, "

@@ -12,19 +12,18 @@ weights are read: a `pytorch_model.bin` is a pickle, which could run code.
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 from safetensors.numpy import save as st_save
 from safetensors.torch import load as st_load_torch
 
 from sheepop import checkpoint
 from sheepop.config import Config
 from sheepop.errors import UserError
+from sheepop.files import atomic_write_bytes, atomic_write_text, read_bytes, read_json
 from sheepop.interop.gpt2 import (
     check_gpt2_shaped,
     from_hf_weights,
@@ -40,16 +39,7 @@ INDEX = "model.safetensors.index.json"
 
 
 def _write_json(path: Path, data: Any) -> None:
-    checkpoint.atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-
-
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{what} not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e})") from None
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 # ----- export ---------------------------------------------------------------------------------
@@ -70,7 +60,7 @@ def export_gpt2(run_dir: str | Path, out_dir: str | Path) -> list[str]:
     weights = to_hf_weights(checkpoint.load_weights(run_dir), cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
     # transformers insists on the "format" metadata of a safetensors file.
-    checkpoint.atomic_write_bytes(out_dir / WEIGHTS, st_save(weights, metadata={"format": "pt"}))
+    atomic_write_bytes(out_dir / WEIGHTS, st_save(weights, metadata={"format": "pt"}))
     _write_json(out_dir / "config.json", hf_config(cfg, tokenizer.bos_id, tokenizer.eos_id))
     _write_json(out_dir / "generation_config.json",
                 {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id})
@@ -103,7 +93,7 @@ def import_gpt2(hf_dir: str | Path, run_dir: str | Path, overwrite: bool = False
         raise UserError(f"Hugging Face model directory not found: {hf_dir}")
     if (run_dir / checkpoint.CONFIG_FILE).exists() and not overwrite:
         raise UserError(f"{run_dir} already holds a run; choose a new directory")
-    hf = _read_json(hf_dir / "config.json", "config.json")
+    hf = read_json(hf_dir / "config.json", what="config.json")
     if not isinstance(hf, dict):
         raise UserError(f"{hf_dir / 'config.json'} is not a JSON object")
     model_cfg = model_config_from_hf(hf, str(hf_dir / "config.json"))
@@ -124,7 +114,7 @@ def _read_weights(hf_dir: Path) -> dict[str, np.ndarray]:
     if (hf_dir / WEIGHTS).exists():
         files = [hf_dir / WEIGHTS]
     elif (hf_dir / INDEX).exists():
-        index = _read_json(hf_dir / INDEX, INDEX)
+        index = read_json(hf_dir / INDEX, what=INDEX)
         shards = sorted(set(index.get("weight_map", {}).values())) if isinstance(index, dict) \
             else []
         if not shards:
@@ -138,12 +128,8 @@ def _read_weights(hf_dir: Path) -> dict[str, np.ndarray]:
         raise UserError(f"{hf_dir} has no {WEIGHTS}")
     state: dict[str, np.ndarray] = {}
     for path in files:
-        try:
-            tensors = st_load_torch(path.read_bytes())
-        except FileNotFoundError:
-            raise UserError(f"weight file not found: {path}") from None
-        except (SafetensorError, ValueError, json.JSONDecodeError) as e:
-            raise UserError(f"{path} is not a valid safetensors file ({e})") from None
+        tensors = checkpoint.parse_safetensors(read_bytes(path, what="weight file"), path,
+                                               load=st_load_torch)
         # float16 / bfloat16 checkpoints become float32, sheepop's checkpoint dtype.
         state.update({k: v.to(torch.float32).numpy() for k, v in tensors.items()})
     return state
@@ -152,10 +138,10 @@ def _read_weights(hf_dir: Path) -> dict[str, np.ndarray]:
 def _import_tokenizer(hf_dir: Path) -> Tokenizer:
     """The directory's byte-level BPE: from tokenizer.json (its pre-split pattern and special
     tokens kept) or else GPT-2's vocab.json + merges.txt."""
-    from sheepop.tokenizers.gpt2 import import_gpt2 as import_vocab_merges
+    from sheepop.tokenizers.gpt2 import check_vocab, from_gpt2, import_gpt2, parse_merges
     tj_path = hf_dir / "tokenizer.json"
     if tj_path.exists():
-        tj = _read_json(tj_path, "tokenizer.json")
+        tj = read_json(tj_path, what="tokenizer.json")
         model = tj.get("model") if isinstance(tj, dict) else None
         if not isinstance(model, dict) or model.get("type") != "BPE" \
                 or not isinstance(model.get("vocab"), dict):
@@ -164,14 +150,11 @@ def _import_tokenizer(hf_dir: Path) -> Tokenizer:
         added = [t for t in tj.get("added_tokens", []) if isinstance(t, dict)]
         vocab = {**model["vocab"], **{t.get("content"): t.get("id") for t in added}}
         specials = [t["content"] for t in added if t.get("special")]
-        with tempfile.TemporaryDirectory() as tmp:
-            vocab_path, merges_path = Path(tmp) / "vocab.json", Path(tmp) / "merges.txt"
-            vocab_path.write_text(json.dumps(vocab), encoding="utf-8")
-            merges_path.write_text("\n".join(merges) + "\n", encoding="utf-8")
-            return import_vocab_merges(vocab_path, merges_path, specials,
-                                       _split_pattern(tj) or "gpt2-exact")
+        where = str(tj_path)
+        return from_gpt2(check_vocab(vocab, where), parse_merges("\n".join(merges), where),
+                         specials, _split_pattern(tj) or "gpt2-exact", where, where)
     if (hf_dir / "vocab.json").exists() and (hf_dir / "merges.txt").exists():
-        return import_vocab_merges(hf_dir / "vocab.json", hf_dir / "merges.txt")
+        return import_gpt2(hf_dir / "vocab.json", hf_dir / "merges.txt")
     raise UserError(f"{hf_dir} has no tokenizer (tokenizer.json, or vocab.json + merges.txt)")
 
 

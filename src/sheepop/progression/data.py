@@ -24,19 +24,25 @@ drawn again; meta.json says how often).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sheepop.checkpoint import atomic_write_text, read_json_file
 from sheepop.errors import UserError
+from sheepop.files import (
+    DocumentFormat,
+    atomic_write_text,
+    read_bytes,
+    read_document,
+    write_document,
+)
 from sheepop.tokenizers.digits import ALPHABET
 
 FORMAT = "sheepop-progressions"
 VERSION = 1
+META_DOCUMENT = DocumentFormat(FORMAT, VERSION, "sheepop-progressions data file")
 DATASET_FILE = "dataset.txt"
 VOCAB_FILE = "vocab.txt"
 META_FILE = "meta.json"
@@ -190,7 +196,7 @@ def write_dataset(out_dir: str | Path, spec: Spec) -> dict[str, Any]:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a directory")
     n_heldout = max(1, round(spec.count * spec.heldout))
-    meta = {"format": FORMAT, "version": VERSION, "digits": digits, "spec": asdict(spec),
+    meta = {"digits": digits, "spec": asdict(spec),
             "count": spec.count, "train": spec.count - n_heldout, "heldout": n_heldout,
             "split": f"the last {n_heldout} lines of {DATASET_FILE} are held out",
             "files": {"dataset": DATASET_FILE, **OOD_FILES}, **notes}
@@ -200,8 +206,8 @@ def write_dataset(out_dir: str | Path, spec: Spec) -> dict[str, Any]:
         atomic_write_text(out / file, "".join(format_sequence(s, digits) + "\n"
                                               for s in ood[name]))
     atomic_write_text(out / VOCAB_FILE, "".join(c + "\n" for c in ALPHABET))
-    atomic_write_text(out / META_FILE, json.dumps(meta, indent=2) + "\n")
-    return meta
+    write_document(out / META_FILE, META_DOCUMENT, meta)
+    return {"format": FORMAT, "version": VERSION, **meta}
 
 
 def parse_sequences(text: str, digits: int, where: str) -> list[np.ndarray]:
@@ -228,8 +234,8 @@ def load_progressions(data_dir: str | Path) -> Progressions:
     meta_path = root / META_FILE
     if not root.is_dir():
         raise UserError(f"progression data directory not found: {root}")
-    meta = read_json_file(meta_path, FORMAT, f"{root} holds no {META_FILE}: make it with "
-                          "`sheepop progression generate --out DIR`")
+    meta = read_document(meta_path, META_DOCUMENT, f"{root} holds no {META_FILE}: make it "
+                         "with `sheepop progression generate --out DIR`")
     try:
         digits, n_heldout = int(meta["digits"]), int(meta["heldout"])
     except (KeyError, TypeError, ValueError):
@@ -237,13 +243,10 @@ def load_progressions(data_dir: str | Path) -> Progressions:
 
     def read(file: str) -> list[np.ndarray]:
         path = root / file
-        try:
-            text = path.read_text(encoding="ascii")
-        except FileNotFoundError:
-            raise UserError(f"{path} is missing") from None
-        except UnicodeDecodeError:
-            raise UserError(f"{path} holds characters other than digits and spaces") from None
-        return parse_sequences(text, digits, str(path))
+        data = read_bytes(path, f"{path} is missing")
+        if not data.isascii():
+            raise UserError(f"{path} holds characters other than digits and spaces")
+        return parse_sequences(data.decode("ascii"), digits, str(path))
 
     sequences = read(DATASET_FILE)
     if not 0 < n_heldout < len(sequences):

@@ -12,19 +12,18 @@ Vocabulary sizes always count the special tokens.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from sheepop.errors import UserError
+from sheepop.files import parse_document, read_text
 from sheepop.tokenizers.base import (
     BOS,
     EOS,
-    FORMAT,
     PAD,
+    TOKENIZER_FILE,
     UNK,
-    VERSION,
     IncrementalDecoder,
     Tokenizer,
     decode_stream,
@@ -73,25 +72,9 @@ def train_tokenizer(kind: str, texts: Iterable[str], vocab_size: int = 0,
         raise
 
 
-def loads(json_text: str, where: str = "tokenizer") -> Tokenizer:
+def loads(json_text: str | bytes, where: str = "tokenizer") -> Tokenizer:
     """A tokenizer from the text of its JSON file; `where` names it in error messages."""
-    try:
-        data = json.loads(json_text)
-    except (json.JSONDecodeError, TypeError) as e:
-        raise UserError(f"{where}: not a valid sheepop tokenizer file (not JSON: {e})") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        hint = ""
-        if isinstance(data, dict) and "model" in data and "added_tokens" in data:
-            hint = "; it looks like a Hugging Face tokenizer.json, which sheepop exports but " \
-                   "does not load (use `sheepop tokenizer import --gpt2` for GPT-2 files)"
-        raise UserError(f"{where}: not a sheepop tokenizer file (no \"format\": \"{FORMAT}\")"
-                        f"{hint}")
-    version = data.get("version")
-    if type(version) is not int or version < 1:
-        raise UserError(f"{where}: tokenizer file has no valid version number")
-    if version > VERSION:
-        raise UserError(f"{where}: tokenizer file has format version {version}; this sheepop "
-                        f"reads up to version {VERSION}: upgrade sheepop")
+    data = parse_document(json_text, TOKENIZER_FILE, where, hint=_foreign_hint)
     kind = data.get("kind")
     if kind not in _CLASSES:
         raise UserError(f"{where}: unknown tokenizer kind {kind!r} "
@@ -99,17 +82,13 @@ def loads(json_text: str, where: str = "tokenizer") -> Tokenizer:
     return tokenizer_class(kind)._from_payload(data, where)
 
 
+def _foreign_hint(data: Any) -> str:
+    if isinstance(data, dict) and "model" in data and "added_tokens" in data:
+        return ("; it looks like a Hugging Face tokenizer.json, which sheepop exports but "
+                "does not load (use `sheepop tokenizer import --gpt2` for GPT-2 files)")
+    return ""
+
+
 def load(path: str | Path) -> Tokenizer:
     """The tokenizer saved at `path`, of whichever kind the file holds."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise UserError(f"tokenizer file not found: {path}") from None
-    except IsADirectoryError:
-        raise UserError(f"tokenizer path is a directory, not a file: {path}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a sheepop tokenizer file (not UTF-8 text)") from None
-    except OSError as e:
-        raise UserError(f"cannot read tokenizer file {path}: {e.strerror}") from None
-    return loads(text, where=str(path))
+    return loads(read_text(path, what="tokenizer file"), where=str(path))

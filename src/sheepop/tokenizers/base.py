@@ -19,7 +19,6 @@ File format, one JSON object:
 from __future__ import annotations
 
 import codecs
-import json
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
@@ -28,11 +27,12 @@ from typing import Any, ClassVar
 
 import regex
 
-from sheepop.checkpoint import atomic_write_text
 from sheepop.errors import UserError
+from sheepop.files import DocumentFormat, atomic_write_text, document_text
 
 FORMAT = "sheepop-tokenizer"
 VERSION = 1
+TOKENIZER_FILE = DocumentFormat(FORMAT, VERSION, "sheepop tokenizer file")
 
 BOS = "<|bos|>"
 EOS = "<|eos|>"
@@ -216,12 +216,11 @@ class Tokenizer(ABC):
 
     # ----- the file ---------------------------------------------------------------------------
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "kind": self.kind,
-                "special_tokens": dict(self.special_tokens), **self._payload()}
-
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n"
+        """The tokenizer's file (see the module docstring), as text."""
+        body = {"kind": self.kind, "special_tokens": dict(self.special_tokens),
+                **self._payload()}
+        return document_text(TOKENIZER_FILE, body, indent=1)
 
     def save(self, path: str | Path) -> None:
         """Write the tokenizer's JSON file atomically (temporary name, then rename)."""

@@ -16,8 +16,8 @@ imported GPT-2 tokenizer keeps GPT-2's own ids. Vocabulary sizes count the speci
 
 from __future__ import annotations
 
+import json
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
 from typing import Any
@@ -28,7 +28,6 @@ from sheepop.tokenizers.base import (
     BOS,
     EOS,
     PAD,
-    SpecialMatcher,
     Tokenizer,
     bad_file,
     read_specials,
@@ -48,8 +47,6 @@ from sheepop.tokenizers.pretokenize import (
 BPE_SPECIALS = (BOS, EOS, PAD)
 CACHE_LIMIT = 200_000
 """Distinct words remembered by the encoder; the cache is emptied when it is full."""
-PARALLEL_MIN_CHARS = 1 << 20
-"""Below this much text, starting processes costs more than it saves."""
 
 
 class BPETokenizer(Tokenizer):
@@ -81,41 +78,14 @@ class BPETokenizer(Tokenizer):
     def train(cls, texts: Iterable[str], vocab_size: int, pattern: str = DEFAULT_PATTERN,
               special_tokens: Sequence[str] = BPE_SPECIALS, backend: str = "sheepop",
               trainer: str = "fast", workers: int = 1, progress: bool = False) -> BPETokenizer:
-        """Learn merges until `vocab_size` ids (256 bytes + merges + specials) or no pair left.
-        `workers` processes count the words (1: this process only; 0: one per CPU);
-        backend "hf" counts and merges through Hugging Face `tokenizers` instead."""
+        """Learn merges until `vocab_size` ids (256 bytes + merges + specials) or no pair left
+        (see bpe_train.py: `workers` processes count the words, 1: this process only, 0: one
+        per CPU; backend "hf" counts and merges through Hugging Face `tokenizers` instead)."""
         special_tokens = list(special_tokens)
-        if len(set(special_tokens)) != len(special_tokens) or not all(special_tokens):
-            raise UserError("bpe special tokens must be distinct, non-empty strings")
-        base = 256 + len(special_tokens)
-        if vocab_size < base:
-            raise UserError(f"bpe vocab_size {vocab_size} is smaller than the base alphabet "
-                            f"(256 bytes + {len(special_tokens)} special tokens = {base})")
         pattern = resolve_pattern(pattern)
-        n_tokens = vocab_size - len(special_tokens)
-        if backend == "hf":
-            from sheepop.tokenizers.hf import train_merges_hf
-            merged = train_merges_hf(texts, n_tokens, pattern, special_tokens, progress)
-            return cls.from_merged_bytes(merged, special_tokens, pattern)
-        if backend != "sheepop":
-            raise UserError(f"unknown bpe training backend {backend!r} (sheepop or hf)")
-        if trainer not in ("fast", "naive"):
-            raise UserError(f"unknown bpe trainer {trainer!r} (fast or naive)")
-        counts = count_words(texts, pattern, special_tokens, workers)
-        if not counts:
-            raise UserError("cannot train a bpe tokenizer on an empty corpus")
-        if trainer == "naive":
-            merges = bpe_train.train_naive(counts.items(), n_tokens)
-        else:
-            merges = _train_with_progress(counts, n_tokens, progress)
-        tokens: list[bytes | None] = [bytes([b]) for b in range(256)]
-        ids = {t: i for i, t in enumerate(tokens)}
-        for a, b in merges:  # replay: the same ids the trainer gave
-            joined = tokens[a] + tokens[b]  # type: ignore[operator]
-            if joined not in ids:
-                ids[joined] = len(tokens)
-                tokens.append(joined)
-        return cls._with_specials(tokens, merges, special_tokens, pattern)
+        merged = bpe_train.train_merges(texts, vocab_size, pattern, special_tokens, backend,
+                                        trainer, workers, progress)
+        return cls.from_merged_bytes(merged, special_tokens, pattern)
 
     @classmethod
     def from_merged_bytes(cls, merged: Sequence[tuple[bytes, bytes]],
@@ -174,10 +144,10 @@ class BPETokenizer(Tokenizer):
                      workers: int = 1) -> list[list[int]]:
         """Encode many texts; with workers != 1 (0 = one per CPU), in several processes."""
         texts = list(texts)
-        workers = resolve_workers(workers)
-        if workers == 1 or sum(map(len, texts)) < PARALLEL_MIN_CHARS:
+        workers, min_chars = resolve_workers(workers), bpe_train.PARALLEL_MIN_CHARS
+        if workers == 1 or sum(map(len, texts)) < min_chars:
             return [self.encode(t, add_bos=add_bos, add_eos=add_eos) for t in texts]
-        batches = list(batched(texts, max(PARALLEL_MIN_CHARS // 4, 1)))
+        batches = list(batched(texts, max(min_chars // 4, 1)))
         jobs = [(batch, add_bos, add_eos) for batch in batches]
         results = map_ordered(_encode_batch_in_worker, jobs, workers,
                               initializer=_init_worker, initargs=(self.to_json(),))
@@ -186,11 +156,11 @@ class BPETokenizer(Tokenizer):
     def encode_parallel(self, text: str, workers: int = 0) -> list[int]:
         """`encode(text)` for one large text, cut at word boundaries and spread over processes.
         Gives exactly the ids of `encode(text)`."""
-        workers = resolve_workers(workers)
-        if workers == 1 or len(text) < PARALLEL_MIN_CHARS or any(
+        workers, min_chars = resolve_workers(workers), bpe_train.PARALLEL_MIN_CHARS
+        if workers == 1 or len(text) < min_chars or any(
                 "\n" in t for t in self.special_tokens):
             return self.encode(text)
-        chunks = safe_chunks(text, max(len(text) // (4 * workers), PARALLEL_MIN_CHARS // 4))
+        chunks = safe_chunks(text, max(len(text) // (4 * workers), min_chars // 4))
         if len(chunks) == 1:
             return self.encode(text)
         results = map_ordered(_encode_batch_in_worker, [([c], False, False) for c in chunks],
@@ -211,12 +181,6 @@ class BPETokenizer(Tokenizer):
     def _str_to_id(self, token: str) -> int | None:
         data = str_to_token(token)
         return None if data is None else self._ids.get(data)
-
-    def token_bytes(self, i: int) -> bytes:
-        """The bytes of token `i` (a special token's bytes are its UTF-8 text)."""
-        i = self.check_id(i)
-        data = self.tokens[i]
-        return data if data is not None else self._special_by_id[i].encode("utf-8")
 
     # ----- the file ---------------------------------------------------------------------------
 
@@ -265,55 +229,14 @@ class BPETokenizer(Tokenizer):
         return cls(tokens, merges, specials, pattern)
 
 
-# ----- helpers: counting words for training, worker processes -----------------------------------
-
-def count_words(texts: Iterable[str], pattern: str, special_tokens: Sequence[str],
-                workers: int = 1) -> Counter[str]:
-    """How often each distinct pre-split word occurs (special tokens cut out first)."""
-    texts = [t for t in texts if t]
-    total = sum(map(len, texts))
-    workers = resolve_workers(workers)
-    if workers == 1 or total < PARALLEL_MIN_CHARS:
-        return _count_in_worker((texts, pattern, tuple(special_tokens)))
-    # Large texts are cut at word boundaries so that the workers get even shares.
-    pieces = [c for t in texts for c in safe_chunks(t, total // (2 * workers) + 1)]
-    if any("\n" in s for s in special_tokens):
-        pieces = texts
-    jobs = [(b, pattern, tuple(special_tokens)) for b in batched(pieces, total // workers + 1)]
-    counts: Counter[str] = Counter()
-    for part in map_ordered(_count_in_worker, jobs, workers):
-        counts.update(part)
-    return counts
-
-
-def _count_in_worker(job: tuple[list[str], str, tuple[str, ...]]) -> Counter[str]:
-    texts, pattern, specials = job
-    splitter = SpecialMatcher({t: k for k, t in enumerate(specials)})
-    regex_ = compiled(pattern)
-    counts: Counter[str] = Counter()
-    for text in texts:
-        for piece, special in splitter.split(text):
-            if special is None:
-                counts.update(split_text(regex_, piece))
-    return counts
-
-
-def _train_with_progress(counts: Counter[str], n_tokens: int,
-                         progress: bool) -> list[tuple[int, int]]:
-    if not progress:
-        return bpe_train.train_fast(counts.items(), n_tokens)
-    from tqdm import tqdm
-    with tqdm(total=max(n_tokens - 256, 0), desc="bpe merges", unit="merge") as bar:
-        return bpe_train.train_fast(counts.items(), n_tokens, on_merge=lambda _: bar.update())
-
+# ----- encoding in worker processes ---------------------------------------------------------
 
 _WORKER_TOKENIZER: BPETokenizer | None = None
 
 
 def _init_worker(json_text: str) -> None:
     global _WORKER_TOKENIZER
-    from sheepop.tokenizers import loads
-    _WORKER_TOKENIZER = loads(json_text)  # type: ignore[assignment]
+    _WORKER_TOKENIZER = BPETokenizer._from_payload(json.loads(json_text), "worker")
 
 
 def _encode_batch_in_worker(job: tuple[list[str], bool, bool]) -> list[array]:

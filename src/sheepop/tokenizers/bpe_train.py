@@ -18,15 +18,98 @@ contained the merged pair (subtract their old pairs, add their new ones), and fi
 pair with a heap whose entries may be stale: an entry records a count that is never below the
 pair's true count, so when the top entry's count is current it is the true best; otherwise it
 is pushed back with the true count. Counts that grow get a fresh entry at once.
+
+`train_merges` is the whole of training from a corpus: it cuts out the special tokens, pre-splits
+and counts the words (`count_words`, in several processes for a large corpus), runs a trainer,
+and returns the merges as byte pairs, from which `BPETokenizer.train` builds the tokenizer.
+Backend "hf" hands the counting and merging to Hugging Face `tokenizers` (bpe_train_hf.py).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+
+from sheepop.errors import UserError
+from sheepop.tokenizers.base import SpecialMatcher
+from sheepop.tokenizers.parallel import batched, map_ordered, resolve_workers
+from sheepop.tokenizers.pretokenize import compiled, safe_chunks, split_text
 
 Merge = tuple[int, int]
+PARALLEL_MIN_CHARS = 1 << 20
+"""Below this much text, starting processes costs more than it saves."""
+
+
+def train_merges(texts: Iterable[str], vocab_size: int, pattern: str,
+                 special_tokens: Sequence[str], backend: str = "sheepop", trainer: str = "fast",
+                 workers: int = 1, progress: bool = False) -> list[tuple[bytes, bytes]]:
+    """The merges (byte pairs, in rank order) that fill `vocab_size` ids: 256 bytes + merges +
+    `special_tokens`; fewer when no pair is left. `pattern` is the pre-split regex."""
+    if len(set(special_tokens)) != len(special_tokens) or not all(special_tokens):
+        raise UserError("bpe special tokens must be distinct, non-empty strings")
+    base = 256 + len(special_tokens)
+    if vocab_size < base:
+        raise UserError(f"bpe vocab_size {vocab_size} is smaller than the base alphabet "
+                        f"(256 bytes + {len(special_tokens)} special tokens = {base})")
+    n_tokens = vocab_size - len(special_tokens)
+    if backend == "hf":
+        from sheepop.tokenizers.bpe_train_hf import train_merges_hf
+        return train_merges_hf(texts, n_tokens, pattern, special_tokens, progress)
+    if backend != "sheepop":
+        raise UserError(f"unknown bpe training backend {backend!r} (sheepop or hf)")
+    if trainer not in ("fast", "naive"):
+        raise UserError(f"unknown bpe trainer {trainer!r} (fast or naive)")
+    counts = count_words(texts, pattern, special_tokens, workers)
+    if not counts:
+        raise UserError("cannot train a bpe tokenizer on an empty corpus")
+    if trainer == "naive":
+        merges = train_naive(counts.items(), n_tokens)
+    else:
+        merges = _train_with_progress(counts, n_tokens, progress)
+    vocab = _Vocab()
+    for a, b in merges:  # replay, to name each merge by its tokens' bytes
+        vocab.join(a, b)
+    return [(vocab.tokens[a], vocab.tokens[b]) for a, b in merges]
+
+
+def count_words(texts: Iterable[str], pattern: str, special_tokens: Sequence[str],
+                workers: int = 1) -> Counter[str]:
+    """How often each distinct pre-split word occurs (special tokens cut out first)."""
+    texts = [t for t in texts if t]
+    total = sum(map(len, texts))
+    workers = resolve_workers(workers)
+    if workers == 1 or total < PARALLEL_MIN_CHARS:
+        return _count_in_worker((texts, pattern, tuple(special_tokens)))
+    # Large texts are cut at word boundaries so that the workers get even shares.
+    pieces = [c for t in texts for c in safe_chunks(t, total // (2 * workers) + 1)]
+    if any("\n" in s for s in special_tokens):
+        pieces = texts
+    jobs = [(b, pattern, tuple(special_tokens)) for b in batched(pieces, total // workers + 1)]
+    counts: Counter[str] = Counter()
+    for part in map_ordered(_count_in_worker, jobs, workers):
+        counts.update(part)
+    return counts
+
+
+def _count_in_worker(job: tuple[list[str], str, tuple[str, ...]]) -> Counter[str]:
+    texts, pattern, specials = job
+    splitter = SpecialMatcher({t: k for k, t in enumerate(specials)})
+    regex_ = compiled(pattern)
+    counts: Counter[str] = Counter()
+    for text in texts:
+        for piece, special in splitter.split(text):
+            if special is None:
+                counts.update(split_text(regex_, piece))
+    return counts
+
+
+def _train_with_progress(counts: Counter[str], n_tokens: int, progress: bool) -> list[Merge]:
+    if not progress:
+        return train_fast(counts.items(), n_tokens)
+    from tqdm import tqdm
+    with tqdm(total=max(n_tokens - 256, 0), desc="bpe merges", unit="merge") as bar:
+        return train_fast(counts.items(), n_tokens, on_merge=lambda _: bar.update())
 
 
 def initial_words(word_counts: Iterable[tuple[str, int]]) -> tuple[list[list[int]], list[int]]:

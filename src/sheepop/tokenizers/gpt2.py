@@ -11,49 +11,35 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from sheepop.checkpoint import atomic_write_text
 from sheepop.errors import UserError
+from sheepop.files import atomic_write_text, read_json, read_text
 from sheepop.tokenizers.bpe import BPETokenizer
 from sheepop.tokenizers.pretokenize import PATTERNS, str_to_token, token_to_str
 
 GPT2_SPECIALS = ("<|endoftext|>",)
 
 
-def _read_text(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{what} not found: {path}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: {what} is not UTF-8 text") from None
-    except OSError as e:
-        raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
-
-
-def read_vocab(path: str | Path) -> dict[str, int]:
-    path = Path(path)
-    try:
-        vocab = json.loads(_read_text(path, "vocab.json"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: vocab.json is not valid JSON ({e})") from None
+def check_vocab(vocab: Any, where: str) -> dict[str, int]:
+    """`vocab` (parsed vocab.json) if it maps token names to the ids 0..n-1, each once."""
     if not isinstance(vocab, dict) or not all(
             isinstance(k, str) and type(v) is int for k, v in vocab.items()):
-        raise UserError(f"{path}: vocab.json must map token strings to integer ids")
+        raise UserError(f"{where}: vocab.json must map token strings to integer ids")
     if sorted(vocab.values()) != list(range(len(vocab))):
-        raise UserError(f"{path}: vocab.json ids must be exactly 0..{len(vocab) - 1}, each once")
+        raise UserError(f"{where}: vocab.json ids must be exactly 0..{len(vocab) - 1}, each once")
     return vocab
 
 
-def read_merges(path: str | Path) -> list[tuple[str, str]]:
-    path = Path(path)
+def parse_merges(text: str, where: str) -> list[tuple[str, str]]:
+    """The (left, right) pairs of merges.txt's text, in rank order."""
     merges = []
-    for n, line in enumerate(_read_text(path, "merges.txt").splitlines(), start=1):
+    for n, line in enumerate(text.splitlines(), start=1):
         if (n == 1 and line.startswith("#version")) or not line.strip():
             continue
         parts = line.split(" ")
         if len(parts) != 2 or not all(parts):
-            raise UserError(f"{path}:{n}: a merge line must be two tokens separated by one "
+            raise UserError(f"{where}:{n}: a merge line must be two tokens separated by one "
                             f"space, got {line!r}")
         merges.append((parts[0], parts[1]))
     return merges
@@ -62,17 +48,25 @@ def read_merges(path: str | Path) -> list[tuple[str, str]]:
 def import_gpt2(vocab_path: str | Path, merges_path: str | Path,
                 special_tokens: Sequence[str] | None = None,
                 pattern: str = "gpt2-exact") -> BPETokenizer:
-    """A sheepop BPE tokenizer from GPT-2-format files, with GPT-2's ids.
+    """A sheepop BPE tokenizer from GPT-2-format files, with GPT-2's ids (see `from_gpt2`)."""
+    vocab = check_vocab(read_json(vocab_path, what="vocab.json"), str(vocab_path))
+    pairs = parse_merges(read_text(merges_path, what="merges.txt"), str(merges_path))
+    return from_gpt2(vocab, pairs, special_tokens, pattern, str(vocab_path), str(merges_path))
 
-    `special_tokens`: names in vocab.json to treat as special (default: <|endoftext|> when
+
+def from_gpt2(vocab: dict[str, int], pairs: Sequence[tuple[str, str]],
+              special_tokens: Sequence[str] | None = None, pattern: str = "gpt2-exact",
+              vocab_where: str = "vocab.json", merges_where: str = "merges.txt"
+              ) -> BPETokenizer:
+    """A sheepop BPE tokenizer from GPT-2's vocabulary and merges, with GPT-2's ids.
+
+    `special_tokens`: names in the vocabulary to treat as special (default: <|endoftext|> when
     present). Any other name that is not a byte-level token is an error."""
-    vocab = read_vocab(vocab_path)
-    pairs = read_merges(merges_path)
     if special_tokens is None:
         special_tokens = [t for t in GPT2_SPECIALS if t in vocab]
     missing = [t for t in special_tokens if t not in vocab]
     if missing:
-        raise UserError(f"{vocab_path}: special token {missing[0]!r} is not in vocab.json")
+        raise UserError(f"{vocab_where}: special token {missing[0]!r} is not in vocab.json")
     specials = {t: vocab[t] for t in special_tokens}
     tokens: list[bytes | None] = [None] * len(vocab)
     for name, i in vocab.items():
@@ -80,21 +74,21 @@ def import_gpt2(vocab_path: str | Path, merges_path: str | Path,
             continue
         data = str_to_token(name)
         if data is None:
-            raise UserError(f"{vocab_path}: token {name!r} (id {i}) is not a byte-level token; "
-                            "name it with --special if it is a special token")
+            raise UserError(f"{vocab_where}: token {name!r} (id {i}) is not a byte-level "
+                            "token; name it with --special if it is a special token")
         tokens[i] = data
     ids = {t: i for i, t in enumerate(tokens) if t is not None}
     if len(ids) != len(vocab) - len(specials):
-        raise UserError(f"{vocab_path}: two tokens have the same bytes")
+        raise UserError(f"{vocab_where}: two tokens have the same bytes")
     absent = [b for b in range(256) if bytes([b]) not in ids]
     if absent:
-        raise UserError(f"{vocab_path}: the single-byte token for byte {absent[0]} is missing "
+        raise UserError(f"{vocab_where}: the single-byte token for byte {absent[0]} is missing "
                         "(a byte-level vocabulary needs all 256)")
     merges = []
     for n, (left, right) in enumerate(pairs, start=1):
         a, b = ids.get(str_to_token(left) or b""), ids.get(str_to_token(right) or b"")
         if a is None or b is None or tokens[a] + tokens[b] not in ids:  # type: ignore
-            raise UserError(f"{merges_path}: merge {n} ({left} {right}) does not join two "
+            raise UserError(f"{merges_where}: merge {n} ({left} {right}) does not join two "
                             "tokens of vocab.json into a token of vocab.json")
         merges.append((a, b))
     return BPETokenizer(tokens, merges, specials, PATTERNS.get(pattern, pattern))

@@ -1,29 +1,29 @@
-"""Hugging Face `tokenizers`: export a sheepop BPE tokenizer to its JSON format, and train
-merges through it (the optional `--backend hf`).
+"""Hugging Face `tokenizers`: export a sheepop BPE tokenizer to its tokenizer.json format.
 
 The exported file reproduces sheepop's encoding step by step: special tokens are "added tokens"
 matched whole; the pre-tokenizer is a `Split` on sheepop's own pattern followed by `ByteLevel`
 (which only maps bytes to printable characters, `use_regex=false`); the model is BPE with the
 same vocabulary (byte-level names) and the same merges in the same rank order; the decoder is
-`ByteLevel`. `tokenizers.Tokenizer.from_file(path)` then gives the very same ids.
+`ByteLevel`. `tokenizers.Tokenizer.from_file(path)` then gives the very same ids. (Training
+through Hugging Face's trainer is bpe_train_hf.py; importing a Hugging Face directory's
+tokenizer is sheepop.interop.hf.)
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sheepop.checkpoint import atomic_write_text
 from sheepop.errors import UserError
-from sheepop.tokenizers.base import SpecialMatcher, Tokenizer
-from sheepop.tokenizers.pretokenize import str_to_token, token_to_str
+from sheepop.files import atomic_write_text
+from sheepop.tokenizers.base import Tokenizer
+from sheepop.tokenizers.bpe import BPETokenizer
+from sheepop.tokenizers.pretokenize import token_to_str
 
 
 def to_hf_dict(tok: Tokenizer) -> dict[str, Any]:
     """The Hugging Face tokenizer.json content for a byte-level BPE tokenizer."""
-    from sheepop.tokenizers.bpe import BPETokenizer
     if not isinstance(tok, BPETokenizer):
         raise UserError(f"only bpe tokenizers can be exported to Hugging Face format "
                         f"(this one is {tok.kind})")
@@ -59,48 +59,3 @@ def to_hf_dict(tok: Tokenizer) -> dict[str, Any]:
 def export_hf(tok: Tokenizer, path: str | Path) -> None:
     """Write `tok` as a Hugging Face tokenizer.json (atomically)."""
     atomic_write_text(path, json.dumps(to_hf_dict(tok), ensure_ascii=False, indent=1) + "\n")
-
-
-def _ordinary_pieces(texts: Iterable[str], special_tokens: Sequence[str]) -> Iterator[str]:
-    """The corpus with special tokens cut out, as sheepop's own trainer sees it."""
-    matcher = SpecialMatcher({t: k for k, t in enumerate(special_tokens)})
-    for text in texts:
-        for piece, special in matcher.split(text):
-            if special is None:
-                yield piece
-
-
-def train_merges_hf(texts: Iterable[str], n_tokens: int, pattern: str,
-                    special_tokens: Sequence[str], progress: bool = False
-                    ) -> list[tuple[bytes, bytes]]:
-    """Merges (as byte pairs, in rank order) learned by Hugging Face's BPE trainer on the
-    same pre-split, up to `n_tokens` tokens (256 bytes included). Its tie-break differs from
-    sheepop's, so the merges can differ where two pairs have the same count."""
-    try:
-        from tokenizers import Regex, models, pre_tokenizers, trainers
-        from tokenizers import Tokenizer as HFTokenizer
-    except ImportError:
-        raise UserError("--backend hf needs the `tokenizers` package "
-                        "(pip install tokenizers)") from None
-    hf = HFTokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    trainer = trainers.BpeTrainer(vocab_size=n_tokens, show_progress=progress,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    pieces = _ordinary_pieces(texts, special_tokens)
-    first = next(pieces, None)
-    if first is None:
-        raise UserError("cannot train a bpe tokenizer on an empty corpus")
-    hf.train_from_iterator(_chain(first, pieces), trainer=trainer)
-    merges = json.loads(hf.to_str())["model"]["merges"]
-    out = []
-    for m in merges:
-        left, right = m.split(" ") if isinstance(m, str) else m
-        out.append((str_to_token(left), str_to_token(right)))
-    return out  # type: ignore[return-value]
-
-
-def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
-    yield first
-    yield from rest
