@@ -4,44 +4,75 @@ Every field has a default and a one-line help text (shown by `sheepop train --he
 `Config.validate()` turns every impossible combination into one clear `UserError`.
 Both engines read the same `ModelConfig`, so a checkpoint's `config.json` means the same thing
 to each of them.
+
+One owner per setting: the allowed values of each choice below are the only list of them (the
+command line's `choices=`, the help texts and `validate()` read them from here, so a new kind is
+a one-line change); `model.vocab_size` is derived from the tokenizer (`resolve_vocab_size`);
+the `[sample]` section is what `sheepop generate` uses, its flags override it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from sheepop.errors import UserError
+from sheepop.presets import PRESETS
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+# The allowed values of every setting that is one of a list.
+ENGINES = ("torch", "numpy")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+INFERENCE_DTYPES = ("float32", "bfloat16")  # `sheepop generate --dtype`: weights and KV cache
+POS_ENCODINGS = ("sinusoidal", "learned")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+NORMS = ("layernorm",)
+FFNS = ("mlp",)
+TOKENIZER_KINDS = ("char", "word", "bpe", "digits")
+SAMPLING_MODES = ("random", "chunks")
 
-def _f(default: Any, help: str, **kw: Any) -> Any:
-    """A dataclass field that carries its help text."""
+# What config.json's sections mean ("config_version"; a file without it is version 1).
+# 2: `sheepop generate` reads [sample]. A version-1 file's [sample] holds defaults nothing ever
+# read (temperature 1.0), so it is ignored on load and the run generates as it always did.
+CONFIG_VERSION = 2
+VERSION_KEY = "config_version"
+
+
+def _f(default: Any, help: str, choices: tuple[str, ...] = (), **kw: Any) -> Any:
+    """A dataclass field that carries its help text and, for a choice, the allowed values
+    (`{choices}` in the help is replaced by them, else they are appended)."""
+    if choices:
+        listed = " | ".join(choices)
+        help = help.format(choices=listed) if "{choices}" in help else f"{help}: {listed}"
+    meta = {"help": help, "choices": choices}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
+        return field(default_factory=lambda: type(default)(default), metadata=meta, **kw)
+    return field(default=default, metadata=meta, **kw)
 
 
 @dataclass
 class ModelConfig:
-    vocab_size: int = _f(0, "vocabulary size (0: taken from the tokenizer)")
+    vocab_size: int = _f(0, "vocabulary size (0: taken from the tokenizer; another value must "
+                         "equal the tokenizer's)")
     block_size: int = _f(128, "context length T in tokens")
     n_layer: int = _f(4, "number of transformer blocks")
     n_head: int = _f(4, "attention heads per block (1: the single-head model)")
     n_embd: int = _f(128, "model width d")
     d_ff: int = _f(0, "feed-forward hidden width (0: 4 * n_embd)")
     dropout: float = _f(0.0, "dropout on embeddings, attention weights and residual branches")
-    pos_encoding: str = _f("sinusoidal", "positional encoding: sinusoidal | learned")
+    pos_encoding: str = _f("sinusoidal", "positional encoding", POS_ENCODINGS)
     pos_scale: float = _f(0.0, "multiplier on the sinusoidal table (0: 1/sqrt(n_embd))")
-    activation: str = _f("gelu", "FFN activation: gelu (exact) | gelu_tanh | relu")
+    activation: str = _f("gelu", "FFN activation (gelu: the exact erf form)", ACTIVATIONS)
+    norm: str = _f("layernorm", "normalisation before attention, FFN and head", NORMS)
+    ffn: str = _f("mlp", "feed-forward kind (mlp: act(x W_fc^T) W_proj^T, act = activation)",
+                  FFNS)
     ln_eps: float = _f(1e-5, "LayerNorm epsilon")
     bias: bool = _f(True, "biases in the attention and FFN linear layers")
     tie_weights: bool = _f(True, "share the token embedding with the output head")
@@ -79,11 +110,11 @@ class TrainConfig:
     beta2: float = _f(0.99, "AdamW beta2")
     eps: float = _f(1e-8, "AdamW epsilon")
     grad_clip: float = _f(1.0, "clip the global gradient norm to this (0: off)")
-    dtype: str = _f("auto", "float32 | bfloat16 | float16 | float64 (numpy engine) | auto "
-                    "(bf16 on capable CUDA, else fp32)")
+    dtype: str = _f("auto", "{choices} (float64: numpy engine; auto: bf16 on capable CUDA, "
+                    "else fp32)", DTYPES)
     device: str = _f("auto", "cpu | cuda | cuda:N | auto")
     compile: bool = _f(False, "torch.compile the model (torch engine)")
-    engine: str = _f("torch", "torch | numpy")
+    engine: str = _f("torch", "the engine that trains", ENGINES)
     seed: int = _f(1337, "random seed (weights, batches, dropout)")
     eval_interval: int = _f(200, "evaluate on the val split every N steps (0: only at the end)")
     eval_batches: int = _f(20, "batches per evaluation")
@@ -97,18 +128,25 @@ class TrainConfig:
 
 @dataclass
 class DataConfig:
-    tokenizer: str = _f("char", "tokenizer kind when training one: char | word | bpe | digits")
+    tokenizer: str = _f("char", "tokenizer kind when training one", TOKENIZER_KINDS)
     vocab_size: int = _f(0, "tokenizer vocabulary size for word/bpe (0: the kind's default)")
     max_bytes: int = _f(8_000_000, "read at most this many bytes of raw text")
+    text_field: str = _f("text", "JSON Lines / Parquet: the key or column holding the text; "
+                         "a dotted path (meta.body) for a nested field")
     val_fraction: float = _f(0.1, "fraction of the tokens held out for validation")
-    sampling: str = _f("random", "random windows | chunks (stride, last chunk padded)")
+    sampling: str = _f("random", "{choices}: random windows, or chunks (stride, last chunk "
+                       "padded)", SAMPLING_MODES)
     stride: int = _f(0, "chunks mode: step between window starts (0: block_size)")
 
 
 @dataclass
 class SampleConfig:
+    """How `sheepop generate` samples (a run's [sample] section; its flags override it)."""
     max_new_tokens: int = _f(200, "tokens to generate")
-    temperature: float = _f(1.0, "softmax temperature (0: greedy)")
+    # 0.8, not 1: slightly sharper than the model's own distribution, which reads better from
+    # the small models trained here; it is also what `sheepop generate` has always used.
+    temperature: float = _f(0.8, "softmax temperature (0: greedy; 1: the model's own "
+                            "distribution; 0.8 reads better from small models)")
     top_k: int = _f(0, "keep the k most likely tokens (0: all)")
     top_p: float = _f(1.0, "keep the smallest set whose probability reaches p (1: all)")
     seed: int = _f(1337, "sampling seed")
@@ -126,41 +164,60 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
 
-    def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}
+    def to_dict(self) -> dict[str, Any]:
+        """The sections, and the version of their meaning (what a run's config.json holds)."""
+        return {VERSION_KEY: CONFIG_VERSION,
+                **{name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "config") -> Config:
         cfg = cls()
-        cfg.update(d, where)
+        version = d.get(VERSION_KEY, CONFIG_VERSION)
+        if not isinstance(version, int) or version > CONFIG_VERSION:
+            raise UserError(f"{where}: {VERSION_KEY} is {version!r}, this sheepop reads up to "
+                            f"{CONFIG_VERSION}: upgrade sheepop")
+        cfg.update({k: v for k, v in d.items() if k != VERSION_KEY}, where)
         return cfg
 
-    def update(self, d: dict[str, Any], where: str = "config") -> None:
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any], where: str) -> Config:
+        """A run's config.json (its format keys and any other entries are not sections)."""
+        sections = {k: v for k, v in saved.items() if k in SECTIONS}
+        version = saved.get(VERSION_KEY, 1)
+        if isinstance(version, int) and version < 2:  # [sample] was never read: defaults
+            sections.pop("sample", None)
+        return cls.from_dict({VERSION_KEY: version, **sections}, where)
+
+    def update(self, d: dict[str, Any], where: str = "config",
+               only: tuple[str, ...] | None = None) -> None:
+        """Set every `section.key` of a nested dict; sections outside `only` are skipped."""
         for section, values in d.items():
             if section not in SECTIONS:
                 raise UserError(f"{where}: unknown config section '{section}' "
                                 f"(known: {', '.join(SECTIONS)})")
             if not isinstance(values, dict):
                 raise UserError(f"{where}: section '{section}' must be a table of keys")
+            if only is not None and section not in only:
+                continue
             for key, value in values.items():
                 self.set(f"{section}.{key}", value, where)
 
     def set(self, dotted: str, value: Any, where: str = "--set") -> None:
-        """Set `section.key` to `value`, converting strings to the field's type."""
+        """Set `section.key` to `value`: a typed value (a flag's, a TOML file's) or a string
+        (`--set`), converted to the field's type."""
+        f = config_field(dotted, where)
         section, _, key = dotted.partition(".")
-        if section not in SECTIONS or not key:
-            raise UserError(f"{where}: '{dotted}' must be section.key with section one of "
-                            f"{', '.join(SECTIONS)}")
-        obj = getattr(self, section)
-        names = {f.name: f for f in fields(obj)}
-        if key not in names:
-            raise UserError(f"{where}: unknown config key '{dotted}' (known in [{section}]: "
-                            f"{', '.join(names)})")
-        setattr(obj, key, _convert(value, names[key], dotted, where))
+        setattr(getattr(self, section), key, _convert(value, f, dotted, where))
 
     def validate(self) -> Config:
-        m, t, d = self.model, self.train, self.data
-        checks = [
+        m, t, d, s = self.model, self.train, self.data, self.sample
+        checks = [(getattr(getattr(self, section), f.name) in f.metadata["choices"],
+                   f"{section}.{f.name} must be one of {', '.join(f.metadata['choices'])}, not "
+                   f"'{getattr(getattr(self, section), f.name)}'")
+                  for section, cls in SECTIONS.items() for f in fields(cls)
+                  if f.metadata["choices"]]
+        checks += [
+            (m.vocab_size >= 0, "model.vocab_size must be >= 0 (0: taken from the tokenizer)"),
             (m.n_layer >= 1, "model.n_layer must be at least 1"),
             (m.n_head >= 1, "model.n_head must be at least 1"),
             (m.n_embd >= 1, "model.n_embd must be at least 1"),
@@ -169,28 +226,25 @@ class Config:
             (m.block_size >= 1, "model.block_size must be at least 1"),
             (m.d_ff >= 0, "model.d_ff must be >= 0"),
             (0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)"),
-            (m.pos_encoding in ("sinusoidal", "learned"),
-             f"model.pos_encoding must be sinusoidal or learned, not '{m.pos_encoding}'"),
             (m.pos_encoding != "sinusoidal" or m.n_embd % 2 == 0,
              "model.n_embd must be even for sinusoidal positions"),
-            (m.activation in ("gelu", "gelu_tanh", "relu"),
-             f"model.activation must be gelu, gelu_tanh or relu, not '{m.activation}'"),
             (m.ln_eps > 0, "model.ln_eps must be positive"),
             (t.steps >= 1, "train.steps must be at least 1"),
             (t.batch_size >= 1, "train.batch_size must be at least 1"),
             (t.grad_accum >= 1, "train.grad_accum must be at least 1"),
             (t.lr > 0 and t.min_lr >= 0, "train.lr must be positive and train.min_lr >= 0"),
             (t.warmup_steps >= 0 and t.decay_steps >= 0, "warmup/decay steps must be >= 0"),
-            (t.dtype in ("auto", "float32", "bfloat16", "float16", "float64"),
-             f"train.dtype must be auto, float32, bfloat16, float16 or float64, not '{t.dtype}'"),
-            (t.engine in ("torch", "numpy"),
-             f"train.engine must be torch or numpy, not '{t.engine}'"),
             (t.eval_batches >= 1, "train.eval_batches must be at least 1"),
             (t.log_interval >= 1, "train.log_interval must be at least 1"),
             (0.0 <= d.val_fraction < 1.0, "data.val_fraction must be in [0, 1)"),
-            (d.sampling in ("random", "chunks"),
-             f"data.sampling must be random or chunks, not '{d.sampling}'"),
             (d.stride >= 0, "data.stride must be >= 0"),
+            (s.max_new_tokens >= 0, f"sample.max_new_tokens must be >= 0, not {s.max_new_tokens}"),
+            (s.temperature >= 0, f"sample.temperature must be >= 0 (0: greedy), not "
+                                 f"{s.temperature}"),
+            (s.top_k >= 0, f"sample.top_k must be >= 0 (0: off), not {s.top_k}"),
+            (0 < s.top_p <= 1, f"sample.top_p must be in (0, 1] (1: off), not {s.top_p}"),
+            (s.repetition_penalty > 0, f"sample.repetition_penalty must be > 0 (1: off), not "
+                                       f"{s.repetition_penalty}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -198,9 +252,36 @@ class Config:
         return self
 
 
+def resolve_vocab_size(model: ModelConfig, tokenizer_vocab: int, where: str) -> None:
+    """`model.vocab_size` is derived from the tokenizer: 0 takes `tokenizer_vocab`, a value set
+    by the user must equal it (a saved run's does), anything else is a `UserError`."""
+    if model.vocab_size not in (0, tokenizer_vocab):
+        raise UserError(f"model.vocab_size is {model.vocab_size} but {where} has "
+                        f"{tokenizer_vocab} ids: leave model.vocab_size at 0 (taken from the "
+                        "tokenizer), or size a trained tokenizer with data.vocab_size")
+    model.vocab_size = tokenizer_vocab
+
+
+def config_field(dotted: str, where: str = "--set") -> dataclasses.Field:
+    """The dataclass field of `section.key` (its type, default, help and choices)."""
+    section, _, key = dotted.partition(".")
+    if section not in SECTIONS or not key:
+        raise UserError(f"{where}: '{dotted}' must be section.key with section one of "
+                        f"{', '.join(SECTIONS)}")
+    names = {f.name: f for f in fields(SECTIONS[section])}
+    if key not in names:
+        raise UserError(f"{where}: unknown config key '{dotted}' (known in [{section}]: "
+                        f"{', '.join(names)})")
+    return names[key]
+
+
+def field_type(f: dataclasses.Field) -> type:
+    return f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool,
+                                                    "str": str}[str(f.type)]
+
+
 def _convert(value: Any, f: dataclasses.Field, dotted: str, where: str) -> Any:
-    kind = f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool,
-                                                   "str": str}[str(f.type)]
+    kind = field_type(f)
     try:
         if kind is bool:
             if isinstance(value, bool):
@@ -210,6 +291,8 @@ def _convert(value: Any, f: dataclasses.Field, dotted: str, where: str) -> Any:
                 return True
             if text in ("0", "false", "no", "off"):
                 return False
+            raise ValueError(value)
+        if isinstance(value, bool) and kind is not str:  # True is an int to Python, not to us
             raise ValueError(value)
         if kind is int:
             if isinstance(value, float) and not value.is_integer():
@@ -225,83 +308,41 @@ def _convert(value: Any, f: dataclasses.Field, dotted: str, where: str) -> Any:
         raise UserError(f"{where}: {dotted} expects {kind.__name__}, got {value!r}") from None
 
 
-# Presets: whole configurations a user starts from; anything can be overridden after.
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    # The `make run` default: trains for a few minutes on 2 CPU cores.
-    "tiny": {
-        "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.0},
-        "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "min_lr": 2e-4,
-                  "warmup_steps": 100, "eval_interval": 250, "eval_batches": 10,
-                  "checkpoint_interval": 500},
-    },
-    # The classic character-level configuration (6 layers, 6 heads, 384 wide, context 256).
-    "baby": {
-        "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2},
-        "train": {"steps": 5000, "batch_size": 64, "lr": 1e-3, "min_lr": 1e-4,
-                  "warmup_steps": 100, "beta2": 0.99, "eval_interval": 250},
-    },
-    # GPT-2 small's shape, for GPU users.
-    "gpt2-small": {
-        "model": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024,
-                  "dropout": 0.0, "pos_encoding": "learned", "activation": "gelu_tanh",
-                  "tie_weights": True, "bias": True},
-        "train": {"steps": 5000, "batch_size": 12, "grad_accum": 40, "lr": 6e-4, "min_lr": 6e-5,
-                  "warmup_steps": 200, "beta2": 0.95, "eval_interval": 500},
-        "data": {"tokenizer": "bpe", "vocab_size": 50257},
-    },
-    # The arithmetic-progression task (sheepop.progression): the classic single-head sketch;
-    # `sheepop progression train` sets block_size from the digits and the window's terms.
-    # One thread: at this size a second one costs more than it gives (docs/progression.md).
-    "progression": {
-        "model": {"n_layer": 2, "n_head": 1, "n_embd": 64, "block_size": 23, "dropout": 0.0,
-                  "pos_encoding": "sinusoidal", "activation": "relu", "tie_weights": False},
-        "train": {"steps": 3000, "batch_size": 128, "lr": 3e-3, "min_lr": 3e-4,
-                  "warmup_steps": 100, "eval_interval": 500, "eval_batches": 4,
-                  "checkpoint_interval": 2000, "threads": 1},
-        "data": {"tokenizer": "digits"},
-    },
-}
-
-
-def register_preset(name: str, values: dict[str, dict[str, Any]]) -> None:
-    """Add a preset (used by task modules such as the progression task)."""
-    PRESETS[name] = values
+def read_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"config file not found: {path}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"config file {path} is not valid TOML: {e}") from None
 
 
 def build_config(preset: str | None = None, config_file: str | Path | None = None,
-                 overrides: list[str] | None = None, base: Config | None = None) -> Config:
-    """Defaults (or `base`), then the preset, then the TOML file, then each `--set`, in order."""
+                 overrides: list[str] | None = None, base: Config | None = None,
+                 values: dict[str, Any] | None = None,
+                 only: tuple[str, ...] | None = None) -> Config:
+    """Defaults (or `base`), then the preset, then the TOML file, then each `--set KEY=VALUE`
+    string, then the typed `values` ({"train.steps": 100}: command-line flags), in order.
+    With `only`, the file's other tables are skipped and `--set` refuses other sections."""
     cfg = base if base is not None else Config()
     if preset is not None:
         if preset not in PRESETS:
             raise UserError(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
         cfg.update(PRESETS[preset], f"preset {preset}")
     if config_file is not None:
-        path = Path(config_file)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"config file not found: {path}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"config file {path} is not valid TOML: {e}") from None
-        cfg.update(data, str(path))
+        cfg.update(read_toml(config_file), str(config_file), only)
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep:
             raise UserError(f"--set expects section.key=value, got '{item}'")
+        if only is not None and key.strip().partition(".")[0] not in only:
+            raise UserError(f"--set {key.strip()}: only {', '.join(only)} settings can be set "
+                            "here")
         cfg.set(key.strip(), value.strip())
+    for key, value in (values or {}).items():
+        cfg.set(key, value, "command line")
     return cfg
-
-
-def model_config_from_json(text: str, where: str) -> ModelConfig:
-    """Read the `model` section of a checkpoint's config.json."""
-    try:
-        d = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{where} is not valid JSON: {e}") from None
-    cfg = Config()
-    cfg.update({"model": d.get("model", {})}, where)
-    return cfg.model
 
 
 def describe_fields() -> str:

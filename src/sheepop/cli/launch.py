@@ -20,7 +20,8 @@ from sheepop.errors import UserError
 def argv_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
                    drop: tuple[str, ...] = ()) -> list[str]:
     """The command-line arguments that parse back to `args` (options left at their default are
-    left out), without the options whose dest is in `drop`."""
+    left out), without the options whose dest is in `drop`. Typed values (the config flags'
+    ints, floats and choices) are written with str(), which parses back to the same value."""
     positionals: list[str] = []
     options: list[str] = []
     for action in parser._actions:

@@ -5,31 +5,39 @@ from __future__ import annotations
 
 import argparse
 
-from sheepop.cli.common import add_config_options, run_config
-from sheepop.config import build_config, describe_fields
+from sheepop.cli.common import (
+    HelpFormatter,
+    add_config_flag,
+    add_config_options,
+    flag_values,
+    run_config,
+)
+from sheepop.config import Config, build_config, describe_fields
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train", help="train a model",
-        description="Train a GPT. DATA is a directory made by `sheepop prepare`, a text file or "
-                    "a folder of text files; without DATA, the Python standard library source of "
-                    "this interpreter (capped at data.max_bytes) is used.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        description="Train a GPT. DATA is a directory made by `sheepop prepare`, or a file or "
+                    "folder read as `sheepop prepare` reads it (text, code, HTML, PDF, images, "
+                    "JSON Lines, Parquet; capped at data.max_bytes); without DATA, the Python "
+                    "standard library source of this interpreter is used. Flags that name a "
+                    "config key set it after the preset, --config and --set.",
+        formatter_class=HelpFormatter)
     p.add_argument("data", nargs="?", metavar="DATA", help="training data (default: the "
                    "standard library source)")
     p.add_argument("--out", default="runs/default", metavar="RUN_DIR",
                    help="run directory for checkpoints, metrics and plots")
-    p.add_argument("--steps", type=int, help="optimizer steps (train.steps)")
-    p.add_argument("--seed", type=int, help="random seed (train.seed)")
-    p.add_argument("--engine", choices=("torch", "numpy"), help="train.engine")
-    p.add_argument("--device", help="train.device: cpu, cuda, cuda:N, auto")
-    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16", "float64"),
-                   help="train.dtype")
-    p.add_argument("--tokenizer", choices=("char", "word", "bpe", "digits"),
-                   help="data.tokenizer: the kind trained on raw-text DATA (a prepared DATA "
-                        "directory brings its own)")
-    p.add_argument("--vocab-size", type=int, help="data.vocab_size for word/bpe")
+    add_config_flag(p, "--steps", "train.steps")
+    add_config_flag(p, "--seed", "train.seed")
+    add_config_flag(p, "--engine", "train.engine")
+    add_config_flag(p, "--device", "train.device")
+    add_config_flag(p, "--dtype", "train.dtype")
+    add_config_flag(p, "--tokenizer", "data.tokenizer",
+                    help="the tokenizer kind trained on raw-text DATA (a prepared DATA directory "
+                         "brings its own)")
+    add_config_flag(p, "--vocab-size", "data.vocab_size")
+    add_config_flag(p, "--text-field", "data.text_field", metavar="FIELD")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -39,17 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, train_parser=p)
 
 
-def config_from_args(args: argparse.Namespace):
-    overrides = list(args.overrides)
-    for key, value in (("train.steps", args.steps), ("train.seed", args.seed),
-                       ("train.engine", args.engine), ("train.device", args.device),
-                       ("train.dtype", args.dtype), ("data.tokenizer", args.tokenizer),
-                       ("data.vocab_size", args.vocab_size)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
+def config_from_args(args: argparse.Namespace) -> Config:
+    """Preset (or the run's saved config with --resume), file, --set, then the typed flags."""
     if args.resume:
-        return run_config(args.out, overrides, args.config)
-    return build_config(args.preset, args.config, overrides)
+        return run_config(args.out, args.overrides, args.config, flag_values(args))
+    return build_config(args.preset, args.config, args.overrides, values=flag_values(args))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,23 +16,23 @@ With a time budget and no step count, a throwaway engine times a few steps first
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from sheepop import checkpoint
-from sheepop.checkpoint import atomic_write_text, read_json_file
-from sheepop.config import Config
+from sheepop.config import Config, resolve_vocab_size
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
+from sheepop.files import DocumentFormat, read_document, write_document
 from sheepop.progression.data import Progressions
 from sheepop.progression.stream import TermWindows, TermWindowSampler, flat_stream
 from sheepop.tokenizers.digits import DigitsTokenizer
 
 RUN_FILE = "progression.json"
 RUN_FORMAT = "sheepop-progression-run"
+RUN_DOCUMENT = DocumentFormat(RUN_FORMAT, 1, "sheepop progression run file")
 
 
 @dataclass
@@ -48,14 +48,13 @@ class TaskOptions:
         return self.window_terms * (self.digits + 1) - 1
 
     def save(self, run_dir: str | Path) -> None:
-        atomic_write_text(Path(run_dir) / RUN_FILE, json.dumps(
-            {"format": RUN_FORMAT, "version": 1, **asdict(self)}, indent=2) + "\n")
+        write_document(Path(run_dir) / RUN_FILE, RUN_DOCUMENT, asdict(self))
 
     @classmethod
     def load(cls, run_dir: str | Path) -> TaskOptions:
         path = Path(run_dir) / RUN_FILE
-        d = read_json_file(path, RUN_FORMAT, f"{run_dir} is not a progression run (no "
-                           f"{RUN_FILE}): train it with `sheepop progression train`")
+        d = read_document(path, RUN_DOCUMENT, f"{run_dir} is not a progression run (no "
+                          f"{RUN_FILE}): train it with `sheepop progression train`")
         try:
             return cls(int(d["digits"]), int(d["window_terms"]), bool(d["reverse_digits"]),
                        int(d["mask_given"]), str(d.get("data", "")))
@@ -118,7 +117,7 @@ def train(data: Progressions, cfg: Config, opts: TaskOptions, run_dir: str | Pat
     dataset, train_windows, val_windows = task_dataset(data, opts)
     if minutes and not resume:
         cfg.validate()
-        cfg.model.vocab_size = dataset.tokenizer.vocab_size
+        resolve_vocab_size(cfg.model, dataset.tokenizer.vocab_size, "the digits tokenizer")
         t0 = time.perf_counter()
         per_step = seconds_per_step(cfg, train_windows)
         budget = 60 * minutes - (time.perf_counter() - t0)

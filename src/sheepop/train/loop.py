@@ -26,7 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from sheepop import checkpoint
-from sheepop.config import Config
+from sheepop.config import Config, resolve_vocab_size
 from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError
@@ -229,7 +229,7 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
                         "another --out")
     cfg.validate()
     data = dataset if dataset is not None else load_dataset(data_path, cfg.data, tokenizer)
-    cfg.model.vocab_size = data.tokenizer.vocab_size
+    resolve_vocab_size(cfg.model, data.tokenizer.vocab_size, "the tokenizer")
     cfg.validate()
     for line in data.report:
         log(line)

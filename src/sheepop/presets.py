@@ -1,0 +1,45 @@
+"""Presets: whole configurations a user starts from (`--preset NAME`); anything can be
+overridden after them (`sheepop.config.build_config` applies preset, TOML file, `--set`, flags).
+
+Each is a nested dict of config sections, `{"model": {...}, "train": {...}, "data": {...}}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    # The `make run` default: trains for a few minutes on 2 CPU cores.
+    "tiny": {
+        "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.0},
+        "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "min_lr": 2e-4,
+                  "warmup_steps": 100, "eval_interval": 250, "eval_batches": 10,
+                  "checkpoint_interval": 500},
+    },
+    # The classic character-level configuration (6 layers, 6 heads, 384 wide, context 256).
+    "baby": {
+        "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2},
+        "train": {"steps": 5000, "batch_size": 64, "lr": 1e-3, "min_lr": 1e-4,
+                  "warmup_steps": 100, "beta2": 0.99, "eval_interval": 250},
+    },
+    # GPT-2 small's shape, for GPU users.
+    "gpt2-small": {
+        "model": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024,
+                  "dropout": 0.0, "pos_encoding": "learned", "activation": "gelu_tanh",
+                  "tie_weights": True, "bias": True},
+        "train": {"steps": 5000, "batch_size": 12, "grad_accum": 40, "lr": 6e-4, "min_lr": 6e-5,
+                  "warmup_steps": 200, "beta2": 0.95, "eval_interval": 500},
+        "data": {"tokenizer": "bpe", "vocab_size": 50257},
+    },
+    # The arithmetic-progression task (sheepop.progression): the classic single-head sketch;
+    # `sheepop progression train` sets block_size from the digits and the window's terms.
+    # One thread: at this size a second one costs more than it gives (docs/progression.md).
+    "progression": {
+        "model": {"n_layer": 2, "n_head": 1, "n_embd": 64, "block_size": 23, "dropout": 0.0,
+                  "pos_encoding": "sinusoidal", "activation": "relu", "tie_weights": False},
+        "train": {"steps": 3000, "batch_size": 128, "lr": 3e-3, "min_lr": 3e-4,
+                  "warmup_steps": 100, "eval_interval": 500, "eval_batches": 4,
+                  "checkpoint_interval": 2000, "threads": 1},
+        "data": {"tokenizer": "digits"},
+    },
+}
