@@ -30,8 +30,7 @@ import torch
 
 from sheepop.config import ModelConfig, SampleConfig, build_config
 from sheepop.generate import generate, generate_batch_ids
-from sheepop.model import GPT
-from sheepop.model.infer import TorchLM
+from sheepop.model import GPT, TorchLM
 
 VOCAB = {"baby": 65, "gpt2-small": 50257}
 

@@ -29,10 +29,9 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from sheepop.cli.run import load_run  # noqa: E402
 from sheepop.config import build_config  # noqa: E402
+from sheepop.inference import load  # noqa: E402
 from sheepop.progression.data import Spec, load_progressions, write_dataset  # noqa: E402
-from sheepop.progression.evaluate import Predictor  # noqa: E402
 from sheepop.progression.report import evaluate_sets, plot, table  # noqa: E402
 from sheepop.progression.task import TaskOptions, train  # noqa: E402
 
@@ -64,11 +63,10 @@ def run_variant(name: str, keys: dict[str, str], data_dir: Path, work: Path,
     summary = train(data, cfg, opts, run_dir, None if args.steps else args.minutes,
                     progress=False, log=lambda *_: None)
     seconds = time.perf_counter() - t0
-    cfg, _, weights = load_run(run_dir)
-    predictor = Predictor(cfg, weights, cfg.train.engine, "cpu")
+    model = load(run_dir, cfg.train.engine, "cpu")
     if not args.ood:
         data.ood = {}
-    report = evaluate_sets(predictor, data, opts, args.eval_sequences)
+    report = evaluate_sets(model, data, opts, args.eval_sequences)
     if args.verbose:
         print(table(report))
     if args.plot:

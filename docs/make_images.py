@@ -173,11 +173,11 @@ def plot_positional(path: Path, n: int = 128, d: int = 128) -> None:
 def load_model(run_dir: Path, threads: int):
     import torch
 
-    from sheepop.cli.run import load_run
+    from sheepop.inference import read_run
     from sheepop.model.gpt import GPT
     if threads:
         torch.set_num_threads(threads)
-    cfg, tokenizer, weights = load_run(run_dir)
+    cfg, tokenizer, weights = read_run(run_dir)
     model = GPT(cfg.model)
     model.load_numpy_weights(weights)
     return model.eval(), tokenizer

@@ -9,8 +9,9 @@ generation runs past the context the window slides (the cache is refilled from t
 
 Every step of every sequence computes logits = f(last min(n, block_size) tokens) and draws the
 next token from its own `numpy.random.Generator`, so a prompt generated inside a batch gets the
-same tokens as generated alone. `stream_text` and `generate_texts` add text: pieces streamed
-as they become certain, and stop strings.
+same tokens as generated alone. The tokens a model lists in `never_generate` (set by
+sheepop.inference: padding, BOS, unknown) get probability 0 in every loop. sheepop.text_stream
+turns these tokens into text: pieces streamed as they become certain, and stop strings.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from sheepop.sample import draw, penalize_repeats, probabilities, softmax, top_t
 
 class LanguageModel(Protocol):
     block_size: int
+    never_generate: Sequence[int]  # ids never drawn (optional: a model without it has none)
 
     def prefill(self, ids: Sequence[int]) -> np.ndarray:
         """Start a fresh cache holding `ids`; return the logits (V,) after the last of them."""
@@ -43,6 +45,7 @@ class LanguageModel(Protocol):
 
 class BatchLanguageModel(Protocol):
     block_size: int
+    never_generate: Sequence[int]
 
     def prefill_batch(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
         """Start a fresh batch cache holding `rows` (left-padded); logits (B, V) after each."""
@@ -72,14 +75,23 @@ def _check(cfg: SampleConfig) -> None:
         raise ValueError(f"repetition_penalty must be > 0, got {cfg.repetition_penalty}")
 
 
+def never_generated(lm: LanguageModel | BatchLanguageModel) -> list[int]:
+    """The ids `lm` must never produce (set by sheepop.inference from the tokenizer)."""
+    return list(getattr(lm, "never_generate", ()))
+
+
 def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
-               seen: np.ndarray | None = None, want_probs: bool = False
-               ) -> tuple[int, np.ndarray | None]:
+               seen: np.ndarray | None = None, want_probs: bool = False,
+               never: Sequence[int] = ()) -> tuple[int, np.ndarray | None]:
     """One token from one row of logits, and the distribution it was drawn from.
 
-    Greedy (temperature 0) takes the argmax and reports softmax(z) as the distribution, only
-    when `want_probs` (a float64 softmax over a 50k vocabulary is not free).
+    The `never` ids get logit -inf first (probability 0). Greedy (temperature 0) takes the
+    argmax and reports softmax(z) as the distribution, only when `want_probs` (a float64
+    softmax over a 50k vocabulary is not free).
     """
+    if never:
+        logits = np.array(logits, copy=True)
+        logits[never] = -np.inf
     z = logits if seen is None else penalize_repeats(logits, seen, cfg.repetition_penalty)
     if cfg.temperature <= 0:
         return int(np.argmax(z)), (softmax(z) if want_probs else None)
@@ -102,8 +114,9 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     rng = np.random.default_rng(cfg.seed)
     logits = lm.prefill(ids[-T:]) if use_cache else lm.full(ids[-T:])
     seen = _seen_mask(ids, logits.shape[-1]) if cfg.repetition_penalty != 1.0 else None
+    never = never_generated(lm)
     for n in range(cfg.max_new_tokens):
-        token, shown = next_token(logits, cfg, rng, seen, want_probs=show_probs > 0)
+        token, shown = next_token(logits, cfg, rng, seen, show_probs > 0, never)
         shown_top = top_tokens(shown, show_probs) if show_probs and shown is not None else []
         yield Step(token, shown_top)
         if (eos_id is not None and token == eos_id) or n == cfg.max_new_tokens - 1:
@@ -151,12 +164,13 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
     logits = lm.prefill_batch(window) if use_cache else lm.full_batch(window)
     seen = ([_seen_mask(row, logits.shape[-1]) for row in ids]
             if cfg.repetition_penalty != 1.0 else None)
+    never = never_generated(lm)
     for n in range(cfg.max_new_tokens):
         out: list[int | None] = [None] * len(ids)
         still = []
         for r, b in enumerate(active):
             row_seen = seen[b] if seen is not None else None
-            token, _ = next_token(logits[r], cfg, rngs[b], row_seen)
+            token, _ = next_token(logits[r], cfg, rngs[b], row_seen, never=never)
             out[b] = token
             ids[b].append(token)
             if seen is not None:
@@ -190,109 +204,3 @@ def generate_batch_ids(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
             if token is not None:
                 outputs[b].append(token)
     return outputs
-
-
-# ----- text: streamed pieces and stop strings -------------------------------------------------
-
-class TextDecoder(Protocol):
-    """Ids -> text one token at a time (e.g. `sheepop.tokenizers.IncrementalDecoder`)."""
-
-    def step(self, token_id: int) -> str: ...
-
-    def flush(self) -> str: ...
-
-
-class StopStrings:
-    """Cuts a stream of text at the first stop string, which is not part of the output.
-
-    Text that could be the beginning of a stop string is held back until the next pieces
-    decide; everything before it is released at once.
-    """
-
-    def __init__(self, stops: Sequence[str] = ()):
-        self.stops = [s for s in stops if s]
-        self.pending = ""
-        self.stopped = False
-
-    def feed(self, text: str) -> str:
-        """The text now certain to be output; sets `stopped` once a stop string appears."""
-        if self.stopped:
-            return ""
-        self.pending += text
-        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
-        if hits:
-            out, self.pending, self.stopped = self.pending[:min(hits)], "", True
-            return out
-        hold = 0
-        for s in self.stops:  # the longest tail of pending that begins some stop string
-            for k in range(min(len(s) - 1, len(self.pending)), hold, -1):
-                if self.pending.endswith(s[:k]):
-                    hold = k
-                    break
-        cut = len(self.pending) - hold
-        out, self.pending = self.pending[:cut], self.pending[cut:]
-        return out
-
-    def flush(self) -> str:
-        """What was held back, once generation has ended without a stop string."""
-        out, self.pending = ("" if self.stopped else self.pending), ""
-        return out
-
-
-def stream_text(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
-                decoder: TextDecoder, stop: Sequence[str] = (), eos_id: int | None = None,
-                use_cache: bool = True) -> Iterator[str]:
-    """Yield the generated text in pieces as soon as they are certain.
-
-    Generation ends at `eos_id` (not shown), after `cfg.max_new_tokens`, or at the first of
-    the `stop` strings (cut off, not shown). Concatenated, the pieces are the decoded new tokens
-    up to that point.
-    """
-    cut = StopStrings(stop)
-    for step in generate(lm, prompt, cfg, use_cache, eos_id):
-        if eos_id is not None and step.token == eos_id:
-            break
-        piece = cut.feed(decoder.step(step.token))
-        if piece:
-            yield piece
-        if cut.stopped:
-            return
-    tail = cut.feed(decoder.flush())
-    tail += cut.flush()
-    if tail:
-        yield tail
-
-
-def generate_texts(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]], cfg: SampleConfig,
-                   decoders: Sequence[TextDecoder], stop: Sequence[str] = (),
-                   eos_id: int | None = None, use_cache: bool = True,
-                   seeds: Sequence[int] | None = None) -> list[str]:
-    """The text generated after each prompt, all prompts in one batch (see `stream_text`)."""
-    if len(decoders) != len(prompts):
-        raise ValueError(f"{len(decoders)} decoders for {len(prompts)} prompts")
-    cuts = [StopStrings(stop) for _ in prompts]
-    texts = [""] * len(prompts)
-    done = [False] * len(prompts)
-    steps = generate_batch(lm, prompts, cfg, use_cache, eos_id, seeds)
-    step = next(steps, None)
-    while step is not None:
-        ended = set()
-        for b, token in enumerate(step):
-            if token is None or done[b]:
-                continue
-            if eos_id is not None and token == eos_id:
-                done[b] = True
-                continue
-            texts[b] += cuts[b].feed(decoders[b].step(token))
-            if cuts[b].stopped:
-                done[b] = True
-                ended.add(b)
-        try:
-            step = steps.send(ended)
-        except StopIteration:
-            step = None
-    for b, cut in enumerate(cuts):
-        if not cut.stopped:
-            texts[b] += cut.feed(decoders[b].flush())
-            texts[b] += cut.flush()
-    return texts

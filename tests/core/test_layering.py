@@ -8,9 +8,18 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "sheepop"
 
 # Each package's rank; a module may import only packages of a lower or equal rank.
-RANK = {"core": 0, "tokenizers": 1, "data": 2, "model": 3, "scratch": 3, "interop": 4,
-        "train": 5, "progression": 6, "cli": 7}
-CORE = {"config", "errors", "checkpoint", "schedule", "sample", "generate", "positional"}
+RANK = {"core": 0, "tokenizers": 1, "data": 2, "model": 3, "scratch": 3, "inference": 4,
+        "interop": 4, "train": 5, "progression": 6, "cli": 7}
+CORE = {"config", "presets", "errors", "files", "checkpoint", "schedule", "sample", "generate",
+        "positional", "arch", "text_stream"}
+ENGINES = {"model", "scratch"}
+# One place builds a model for inference (sheepop.inference); the trainer builds its own.
+ENGINE_USERS = {"inference", "train"}
+
+
+def package_of_file(path: Path) -> str:
+    top = path.relative_to(SRC).parts[0].removesuffix(".py")
+    return "core" if top in CORE or top == "__init__" else top
 
 
 def package_of(module: str) -> str | None:
@@ -36,7 +45,7 @@ MODULES = sorted(p for p in SRC.rglob("*.py") if p.name != "__main__.py")
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
 def test_imports_point_down_the_flow_of_data(path):
     rel = path.relative_to(SRC)
-    here = "core" if len(rel.parts) == 1 else rel.parts[0]
+    here = package_of_file(path)
     for module in imports(path):
         there = package_of(module)
         if there is None or there == here:
@@ -45,8 +54,19 @@ def test_imports_point_down_the_flow_of_data(path):
         assert {here, there} != {"model", "scratch"}, f"{rel}: the engines import each other"
 
 
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_only_the_inference_module_and_the_trainer_import_an_engine(path):
+    here = package_of_file(path)
+    if here in ENGINES | ENGINE_USERS:
+        return
+    engines = {m for m in imports(path) if package_of(m) in ENGINES}
+    assert not engines, f"{path.relative_to(SRC)} imports {engines}: go through sheepop.inference"
+
+
 def test_the_numpy_engine_and_the_shared_core_never_import_torch():
-    for path in [*SRC.joinpath("scratch").rglob("*.py"), *(SRC / f"{m}.py" for m in CORE)]:
+    paths = [p for p in MODULES if package_of_file(p) in ("scratch", "core")]
+    assert len(paths) > 20  # (the rule reaches the packages of the core, e.g. sheepop.arch)
+    for path in paths:
         assert not {m for m in imports(path) if m.split(".")[0] == "torch"}, path
 
 
@@ -54,3 +74,62 @@ def test_no_module_is_past_400_lines():
     long = {str(p.relative_to(SRC)): n for p in MODULES
             if (n := len(p.read_text().splitlines())) > 420}
     assert not long
+
+
+def _module_name(path: Path) -> str:
+    parts = ("sheepop", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)  # a package is its __init__
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the sheepop modules it imports, anywhere in it (inside functions too).
+    `from a.b import c` points at a.b.c when that is a module, else at a.b."""
+    names = {_module_name(p) for p in SRC.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in SRC.rglob("*.py"):
+        here, targets = _module_name(path), set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names
+                            else node.module for a in node.names}
+        while any(t not in names and "." in t for t in targets):  # `import a.b.name` -> a.b
+            targets = {t if t in names or "." not in t else t.rpartition(".")[0] for t in targets}
+        graph[here] = {t for t in targets if t in names and t != here}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None (depth-first search, three colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_find_cycle_reports_the_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_anywhere():
+    graph = import_graph()
+    assert "sheepop.tokenizers.bpe" in graph["sheepop.tokenizers.hf"]  # the graph sees imports
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])

@@ -4,8 +4,7 @@ import torch
 
 from sheepop.config import ModelConfig, SampleConfig
 from sheepop.generate import generate
-from sheepop.model import GPT
-from sheepop.model.infer import TorchLM
+from sheepop.model import GPT, TorchLM
 from sheepop.positional import sinusoidal_table
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from sheepop.checkpoint import atomic_write_text
 from sheepop.config import Config, build_config, describe_fields
-from sheepop.data.corpus import read_texts, stdlib_files
+from sheepop.data.corpus import stdlib_files, stdlib_texts
 from sheepop.data.windows import WindowSampler, chunk_starts, eval_windows, window
 from sheepop.errors import UserError
 from sheepop.sample import draw, probabilities
@@ -81,7 +81,7 @@ def test_default_corpus_is_the_stdlib_in_a_fixed_order():
     assert files == sorted(files, key=lambda p: p.parts) or files == stdlib_files()
     assert any(f.name == "os.py" for f in files)
     assert not any("site-packages" in f.parts for f in files)
-    texts, report = read_texts(None, 200_000)
+    texts, report = stdlib_texts(200_000)
     assert report.files_read == len(texts) and report.truncated
     assert 190_000 <= report.bytes_read <= 200_000
     assert "read" in report.summary() and "MB" in report.summary()

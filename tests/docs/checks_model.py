@@ -10,10 +10,14 @@ import numpy as np
 import torch
 
 from sheepop.config import ModelConfig
+from sheepop.model import attention as torch_attention
+from sheepop.model import ffn as torch_ffn
 from sheepop.model import gpt as torch_gpt
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L
-from sheepop.scratch.block import block_forward, ffn_forward
+from sheepop.scratch.block import block_forward
+from sheepop.scratch.ffn import ffn_forward
+from sheepop.scratch.norm import layernorm_forward
 from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import param_shapes
 
@@ -49,8 +53,8 @@ def attention(v):
     q, k, _ = att.split_heads(cache.qkv.x @ w_qkv.T, H)
     scores = q[0] @ np.swapaxes(k[0], -1, -2) * cache.core.scale + att.causal_mask(T)
     # torch: both attention paths, the explicit one returning its weights
-    module = torch_gpt.CausalSelfAttention(ModelConfig(n_embd=d, n_head=H, bias=False,
-                                                       block_size=T)).double()
+    module = torch_attention.CausalSelfAttention(ModelConfig(n_embd=d, n_head=H, bias=False,
+                                                             block_size=T)).double()
     with torch.no_grad():
         module.qkv.weight.copy_(t64(w_qkv))
         module.proj.weight.copy_(t64(w_proj))
@@ -71,15 +75,15 @@ def activations(v):
     out = {"Phi": L.gelu_forward(x)[1].cdf}
     for name in ("gelu", "gelu_tanh", "relu"):
         y, _ = L.ACTIVATIONS[name][0](x)  # scratch
-        close(torch_gpt.ACTIVATIONS[name](t64(x)), y, 1e-12)  # torch
+        close(torch_ffn.ACTIVATIONS[name](t64(x)), y, 1e-12)  # torch
         out[name] = y
     return out
 
 
 def _ffn_module(v, activation: str) -> torch.nn.Module:
     w_fc = np.asarray(v["w_fc"], dtype=np.float64)
-    module = torch_gpt.FeedForward(ModelConfig(n_embd=w_fc.shape[1], d_ff=w_fc.shape[0],
-                                               activation=activation)).double()
+    module = torch_ffn.MLP(ModelConfig(n_embd=w_fc.shape[1], d_ff=w_fc.shape[0],
+                                       activation=activation)).double()
     with torch.no_grad():
         for name in ("fc.weight", "fc.bias", "proj.weight", "proj.bias"):
             key = "w_" + name.split(".")[0] if name.endswith("weight") else \
@@ -105,7 +109,7 @@ def layernorm(v):
     x = np.asarray(v["x"], dtype=np.float64)
     gamma, beta = np.asarray(v["gamma"], float), np.asarray(v["beta"], float)
     eps = float(v["eps"])
-    y, cache = L.layernorm_forward(x.copy(), gamma, beta, eps)  # scratch
+    y, cache = layernorm_forward(x.copy(), gamma, beta, eps)  # scratch
     ln = torch.nn.LayerNorm(x.shape[1], eps=eps).double()  # torch, as Block.ln1 and GPT.ln_f
     with torch.no_grad():
         ln.weight.copy_(t64(gamma))
@@ -172,8 +176,8 @@ def forward_pass(v):
 
 
 def _positions(cfg: ModelConfig) -> np.ndarray:
-    from sheepop.scratch.gpt import positions
-    return positions({}, cfg, 0, cfg.block_size, np.float64)[0]
+    from sheepop.scratch.positions import sinusoidal_positions_forward
+    return sinusoidal_positions_forward({}, cfg, slice(0, cfg.block_size), np.float64)[0]
 
 
 def parameter_count(v):

@@ -14,7 +14,7 @@ from sheepop.data.ingest.normalize import normalize_text
 from sheepop.data.windows import chunk_starts, window
 from sheepop.model.gpt import GPT
 from sheepop.positional import sinusoidal_table
-from sheepop.scratch.gpt import positions
+from sheepop.scratch.positions import sinusoidal_positions_forward
 from sheepop.scratch.layers import embedding_forward
 from sheepop.tokenizers import train_tokenizer
 
@@ -90,8 +90,8 @@ def sinusoidal(v):
     P = sinusoidal_table(n, d)
     cfg = ModelConfig(vocab_size=3, n_embd=d, n_layer=1, n_head=1, block_size=n)
     scale = cfg.sinusoid_scale
-    scratch_rows, _ = positions({}, cfg, 0, n, np.float64)  # the scratch engine's s * P
-    torch_rows = GPT(cfg).positions(0, n)
+    scratch_rows, _ = sinusoidal_positions_forward({}, cfg, slice(0, n), np.float64)  # s * P
+    torch_rows = GPT(cfg).pos_emb.table[:n]
     np.testing.assert_allclose(torch_rows.numpy(), scratch_rows, atol=1e-7)
     i = np.arange(d // 2)
     return {"P": P, "scale": scale, "sP": scratch_rows,
@@ -116,7 +116,8 @@ def scale_balance(v):
     d = int(v["d"])
     cfg = ModelConfig(vocab_size=3, n_embd=d, block_size=128)
     unscaled = float(np.mean(sinusoidal_table(cfg.block_size, d) ** 2))
-    scaled = float(np.mean(positions({}, cfg, 0, cfg.block_size, np.float64)[0] ** 2))
+    scaled = float(np.mean(sinusoidal_positions_forward({}, cfg, slice(0, cfg.block_size),
+                                                        np.float64)[0] ** 2))
     e2 = float(v["embedding_std"]) ** 2
     return {"unscaled_mean_square": unscaled, "scale": cfg.sinusoid_scale,
             "scaled_mean_square": scaled, "embedding_mean_square": e2,

@@ -9,18 +9,18 @@ import numpy as np
 import torch
 from checks_model import close, forward_pass_params, t64, torch_model
 
+from sheepop.arch.kv_cache import KVCache, cache_shape
+from sheepop.arch.params import decays
 from sheepop.config import ModelConfig, SampleConfig
 from sheepop.generate import generate
 from sheepop.model.gpt import GPT as TorchGPT
 from sheepop.model.gpt import cross_entropy as torch_cross_entropy
-from sheepop.model.kv_cache import KVCache as TorchKVCache
 from sheepop.sample import draw, penalize_repeats, probabilities
 from sheepop.schedule import lr_at, lr_for
 from sheepop.scratch import layers as L
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import gpt_backward, gpt_forward
-from sheepop.scratch.infer import KVCache as ScratchKVCache
-from sheepop.scratch.init import decays
+from sheepop.scratch.gpt import new_cache
 from sheepop.train.engine_torch import decay_groups
 
 
@@ -105,7 +105,7 @@ def decay_flags(v):
     model = TorchGPT(cfg)
     decayed = {id(p) for p in decay_groups(model, 0.1)[0]["params"]}  # torch
     torch_flags = {n: id(p) in decayed for n, p in model.named_parameters()}
-    flags = {n: decays(n, np.zeros(p.shape)) for n, p in model.named_parameters()}  # scratch
+    flags = {n: decays(p.shape) for n, p in model.named_parameters()}  # shared rule
     assert flags == torch_flags
     return {"decayed": [n for n in v["names"] if flags[n]],
             "not_decayed": [n for n in v["names"] if not flags[n]]}
@@ -158,10 +158,10 @@ def repetition(v):
 def kv_cache(v):
     from sheepop.config import build_config
     cfg = build_config(v["preset"]).model
-    torch_cache = TorchKVCache(cfg.n_layer, 1, cfg.n_head, cfg.block_size, cfg.head_dim,
-                               device="meta")  # sizes only, no memory
+    shape = cache_shape(cfg, 1)  # as GPT.new_cache allocates it; "meta": sizes only, no memory
+    torch_cache = KVCache(torch.zeros(shape, device="meta"), torch.zeros(shape, device="meta"))
     torch_bytes = (torch_cache.k.numel() + torch_cache.v.numel()) * 4
-    scratch_cache = ScratchKVCache(cfg, 1, dtype=np.float32)
+    scratch_cache = new_cache(cfg, 1, dtype=np.float32)
     scratch_bytes = scratch_cache.k.nbytes + scratch_cache.v.nbytes
     assert torch_bytes == scratch_bytes
     return {"bytes_per_token": scratch_bytes // cfg.block_size, "bytes_full": scratch_bytes,

@@ -2,8 +2,7 @@ import pytest
 import torch
 
 from sheepop.config import ModelConfig
-from sheepop.model import GPT
-from sheepop.model.infer import TorchLM
+from sheepop.model import GPT, TorchLM
 
 
 @pytest.fixture(autouse=True)

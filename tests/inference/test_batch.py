@@ -6,9 +6,8 @@ import torch
 
 from sheepop.config import ModelConfig, SampleConfig
 from sheepop.generate import generate, generate_batch, generate_batch_ids
-from sheepop.model import GPT
-from sheepop.model.batch import left_pad
-from sheepop.model.infer import TorchLM
+from sheepop.arch.batch import left_pad
+from sheepop.model import GPT, TorchLM
 
 PROMPTS = [[3], [5, 9, 2, 7, 7, 1, 30], [11, 4], [8, 8, 8, 8, 8]]
 
@@ -89,8 +88,10 @@ def test_seeds_give_each_row_its_own_draws(small_lm):
     same = generate_batch_ids(small_lm, [[1, 2], [1, 2]], sc)
     assert same[0] == same[1]
     seeded = generate_batch_ids(small_lm, [[1, 2], [1, 2]], sc, seeds=[1, 2])
-    assert seeded[0] == alone(small_lm, [1, 2], SampleConfig(max_new_tokens=20, seed=1))
-    assert seeded[1] == alone(small_lm, [1, 2], SampleConfig(max_new_tokens=20, seed=2))
+    assert seeded[0] == alone(small_lm, [1, 2],
+                              SampleConfig(max_new_tokens=20, temperature=1.0, seed=1))
+    assert seeded[1] == alone(small_lm, [1, 2],
+                              SampleConfig(max_new_tokens=20, temperature=1.0, seed=2))
     assert seeded[0] != seeded[1]
 
 

@@ -6,9 +6,9 @@ import torch
 
 from sheepop import checkpoint
 from sheepop.cli import main
-from sheepop.cli.run import language_model, never_generated
 from sheepop.config import Config, ModelConfig, SampleConfig
-from sheepop.generate import stream_text
+from sheepop.text_stream import stream_text
+from sheepop.inference import build
 from sheepop.model import GPT
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 from sheepop.tokenizers import load as load_tokenizer
@@ -59,7 +59,7 @@ def test_generate_with_stop_and_penalty_prints_what_stream_text_gives(run_dir, c
     printed = capsys.readouterr().out
     tok = load_tokenizer(run_dir / "tokenizer.json")
     cfg = Config.from_dict({"model": checkpoint.load_config(run_dir)["model"]})
-    lm = language_model(cfg, checkpoint.load_weights(run_dir), suppress=never_generated(tok))
+    lm = build(cfg, checkpoint.load_weights(run_dir), tok).lm
     sc = SampleConfig(max_new_tokens=40, temperature=0.9, repetition_penalty=1.2)
     expected = "".join(stream_text(lm, tok.encode("the cat"), sc, IncrementalDecoder(tok),
                                    stop=[" do"], eos_id=tok.eos_id))

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from sheepop.config import SampleConfig
-from sheepop.generate import StopStrings, generate, generate_texts, stream_text
+from sheepop.generate import generate
+from sheepop.text_stream import StopStrings, generate_texts, stream_text
 from sheepop.sample import penalize_repeats
 from sheepop.tokenizers import IncrementalDecoder
 from sheepop.tokenizers.char import CharTokenizer

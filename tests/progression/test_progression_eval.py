@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 from sheepop.cli import main
-from sheepop.cli.run import language_model, load_run
 from sheepop.config import SampleConfig, build_config
 from sheepop.generate import generate
+from sheepop.inference import build, read_run
 from sheepop.progression.data import Spec, load_progressions, write_dataset
 from sheepop.progression.evaluate import (
-    Predictor,
     predict_next_terms,
     prefixes,
     rollout,
@@ -119,13 +118,12 @@ def test_a_short_training_run_lowers_the_loss(trained):
 
 def test_batched_greedy_matches_the_shared_generation_loop(trained):
     root, data, opts, _ = trained
-    cfg, _, weights = load_run(root / "run")
-    predictor = Predictor(cfg, weights, "torch", "cpu")
-    lm = language_model(cfg, weights, "torch", "cpu")
+    cfg, tokenizer, weights = read_run(root / "run")
+    lm = build(cfg, weights, tokenizer, "torch", "cpu").lm
     rng = np.random.default_rng(0)
     contexts = rng.integers(0, 10, size=(6, 12))
     contexts[:, 3::4] = SPACE_ID
-    batched = predictor.greedy(contexts, 3)
+    batched = lm.greedy(contexts, 3)
     greedy = SampleConfig(max_new_tokens=3, temperature=0.0)
     for row, out in zip(contexts, batched):
         assert [s.token for s in generate(lm, row.tolist(), greedy)] == out.tolist()
@@ -133,10 +131,11 @@ def test_batched_greedy_matches_the_shared_generation_loop(trained):
 
 def test_numpy_engine_predicts_the_same_tokens(trained):
     root, data, opts, _ = trained
-    cfg, _, weights = load_run(root / "run")
+    cfg, tokenizer, weights = read_run(root / "run")
     seqs = data.heldout[:10]
-    _, torch_out = predict_next_terms(Predictor(cfg, weights, "torch", "cpu"), seqs, opts)
-    _, numpy_out = predict_next_terms(Predictor(cfg, weights, "numpy"), seqs, opts)
+    _, torch_out = predict_next_terms(build(cfg, weights, tokenizer, "torch", "cpu").lm, seqs,
+                                      opts)
+    _, numpy_out = predict_next_terms(build(cfg, weights, tokenizer, "numpy").lm, seqs, opts)
     assert np.array_equal(torch_out, numpy_out)
 
 

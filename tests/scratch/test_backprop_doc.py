@@ -20,7 +20,10 @@ from sheepop.positional import sinusoidal_table
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
-from sheepop.scratch.block import block_backward, block_forward, ffn_backward, ffn_forward
+from sheepop.scratch import norm as N
+from sheepop.scratch import positions as P
+from sheepop.scratch.block import block_backward, block_forward
+from sheepop.scratch.ffn import ffn_backward, ffn_forward
 from sheepop.scratch.gpt import gpt_backward, gpt_forward
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "backprop.md"
@@ -70,14 +73,15 @@ def embedding(v):
 
 def learned_positions(v):
     T = v["dy"].shape[1]
-    _, c = L.learned_positions_forward(v["P"], int(v["start"]), T)
-    return {"dP": L.learned_positions_backward(v["dy"], c)}
+    start = int(v["start"])
+    _, c = P.learned_positions_forward(v["P"], slice(start, start + T))
+    return {"dP": P.learned_positions_backward(v["dy"], c)}
 
 
 def layernorm(v):
     x = v["x"]
-    y, c = L.layernorm_forward(x, v["gamma"], v["beta"], float(v["eps"]))
-    dx, dgamma, dbeta = L.layernorm_backward(v["dy"], c)
+    y, c = N.layernorm_forward(x, v["gamma"], v["beta"], float(v["eps"]))
+    dx, dgamma, dbeta = N.layernorm_backward(v["dy"], c)
     mu = x.mean(-1)
     g = v["dy"] * v["gamma"]
     return {"mu": mu, "var": ((x - mu[:, None]) ** 2).mean(-1), "rstd": c.rstd[:, 0],

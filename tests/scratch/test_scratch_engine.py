@@ -14,9 +14,9 @@ from sheepop.config import ModelConfig, SampleConfig, TrainConfig, build_config
 from sheepop.data.dataset import Dataset
 from sheepop.generate import generate, generate_batch_ids
 from sheepop.model import GPT as TorchGPT
-from sheepop.model.infer import TorchLM
-from sheepop.scratch.gpt import GPT, gpt_forward
-from sheepop.scratch.infer import KVCache, NumpyLM, forward_cached
+from sheepop.model import TorchLM
+from sheepop.scratch.gpt import GPT, gpt_forward, new_cache
+from sheepop.scratch.lm import NumpyLM
 from sheepop.tokenizers import train_tokenizer
 from sheepop.train.engine_numpy import NumpyEngine
 from sheepop.train.loop import setup
@@ -101,9 +101,10 @@ def test_kv_cache_gives_the_logits_of_a_full_forward(kw):
     params = GPT(cfg, weights, np.float64).params
     ids = np.random.default_rng(1).integers(0, 13, (2, 9))
     full = gpt_forward(params, cfg, ids)[0]
-    cache = KVCache(cfg, batch=2, dtype=np.float64)
-    prompt = forward_cached(params, cfg, ids[:, :4], cache, last_only=False)
-    steps = [forward_cached(params, cfg, ids[:, t:t + 1], cache)[:, 0] for t in range(4, 9)]
+    cache = new_cache(cfg, batch=2, dtype=np.float64)
+    prompt = gpt_forward(params, cfg, ids[:, :4], cache=cache)[0]
+    steps = [gpt_forward(params, cfg, ids[:, t:t + 1], cache=cache, last_only=True)[0][:, 0]
+             for t in range(4, 9)]
     np.testing.assert_allclose(prompt, full[:, :4], rtol=0, atol=1e-12)
     np.testing.assert_allclose(np.stack(steps, 1), full[:, 4:], rtol=0, atol=1e-12)
     assert cache.length == 9

@@ -8,6 +8,8 @@ from scratch_gradcheck import check
 
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L
+from sheepop.scratch import norm as N
+from sheepop.scratch import positions as P
 
 TOL = 1e-6
 
@@ -36,11 +38,11 @@ def test_learned_positions(start):
 
     def forward():
         x = np.zeros((3, 5, 4))
-        return x + L.learned_positions_forward(table, start, 5)[0]
+        return x + P.learned_positions_forward(table, slice(start, start + 5))[0]
 
-    _, cache = L.learned_positions_forward(table, start, 5)
+    _, cache = P.learned_positions_forward(table, slice(start, start + 5))
     dout = rand(rng, 3, 5, 4)
-    check(forward, {"table": table}, {"table": L.learned_positions_backward(dout, cache)}, dout)
+    check(forward, {"table": table}, {"table": P.learned_positions_backward(dout, cache)}, dout)
 
 
 @pytest.mark.parametrize("shape,bias", [((4, 3), True), ((2, 5, 3), True), ((2, 5, 3), False)])
@@ -64,16 +66,16 @@ def test_layernorm(shape):
     rng = np.random.default_rng(4)
     x = rand(rng, *shape) * 3 + 1
     gamma, beta = rand(rng, shape[-1]), rand(rng, shape[-1])
-    out, cache = L.layernorm_forward(x, gamma, beta, 1e-5)
+    out, cache = N.layernorm_forward(x, gamma, beta, 1e-5)
     dout = rand(rng, *out.shape)
-    dx, dg, db = L.layernorm_backward(dout, cache)
-    check(lambda: L.layernorm_forward(x, gamma, beta, 1e-5)[0],
+    dx, dg, db = N.layernorm_backward(dout, cache)
+    check(lambda: N.layernorm_forward(x, gamma, beta, 1e-5)[0],
           {"x": x, "gamma": gamma, "beta": beta}, {"x": dx, "gamma": dg, "beta": db}, dout)
 
 
 def test_layernorm_forward_values():
     x = np.array([[1.0, 2.0, 3.0, 6.0]])
-    y, _ = L.layernorm_forward(x, np.ones(4), np.zeros(4), 0.0)
+    y, _ = N.layernorm_forward(x, np.ones(4), np.zeros(4), 0.0)
     # mean 3, biased variance (4 + 1 + 0 + 9) / 4 = 3.5
     np.testing.assert_allclose(y, (x - 3.0) / np.sqrt(3.5), rtol=1e-14)
 
@@ -173,3 +175,35 @@ def test_self_attention(n_head, bias):
     inputs = {"x": x, **{k: v for k, v in params.items() if v is not None}}
     grads = {"x": dx, **grads}
     check(forward, inputs, grads, dout)
+
+
+def test_self_attention_with_a_rotation_of_queries_and_keys():
+    """The hook a rotary position kind uses (`rotate`): a per-position rotation of each pair of
+    features of Q and K, here angle = position (one frequency); its backward rotates back."""
+    rng = np.random.default_rng(13)
+    B, T, d, H = 2, 5, 8, 2
+    x = rand(rng, B, T, d)
+    w_qkv, w_proj = rand(rng, 3 * d, d) * 0.5, rand(rng, d, d) * 0.5
+    cos, sin = np.cos(np.arange(T))[:, None], np.sin(np.arange(T))[:, None]
+
+    def turn(a, sign):
+        even, odd = a[..., 0::2], a[..., 1::2]
+        out = np.empty_like(a)
+        out[..., 0::2] = even * cos - sign * odd * sin
+        out[..., 1::2] = sign * even * sin + odd * cos
+        return out
+
+    rotate = (lambda q, k: (turn(q, 1), turn(k, 1), None),
+              lambda dq, dk, _: (turn(dq, -1), turn(dk, -1)))  # R^T = R(-angle)
+
+    def forward():
+        return att.self_attention_forward(x, w_qkv, None, w_proj, None, H, rotate=rotate)[0]
+
+    out, cache = att.self_attention_forward(x, w_qkv, None, w_proj, None, H, rotate=rotate)
+    plain, _ = att.self_attention_forward(x, w_qkv, None, w_proj, None, H)
+    assert np.allclose(out[:, 0], plain[:, 0])  # position 0: no rotation, and it sees only itself
+    assert not np.allclose(out, plain)
+    dout = rand(rng, B, T, d)
+    dx, grads = att.self_attention_backward(dout, cache)
+    check(forward, {"x": x, "w_qkv": w_qkv, "w_proj": w_proj},
+          {"x": dx, "w_qkv": grads["qkv.weight"], "w_proj": grads["proj.weight"]}, dout)

@@ -9,7 +9,8 @@ import pytest
 from scratch_gradcheck import check
 
 from sheepop.config import ModelConfig
-from sheepop.scratch.block import block_backward, block_forward, ffn_backward, ffn_forward
+from sheepop.scratch.block import block_backward, block_forward
+from sheepop.scratch.ffn import ffn_backward, ffn_forward
 from sheepop.scratch.gpt import GPT, gpt_backward, gpt_forward
 from sheepop.scratch.init import init_params, param_shapes
 from sheepop.scratch.special import normal_cdf

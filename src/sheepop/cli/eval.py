@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 
+from sheepop.config import ENGINES
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -18,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, metavar="PATH",
                    help="a text file, a folder of text, or a prepared data directory (its val "
                         "split)")
-    p.add_argument("--engine", choices=("torch", "numpy"), default="torch")
+    p.add_argument("--engine", choices=ENGINES, default="torch")
     p.add_argument("--max-windows", type=int, default=2000,
                    help="evaluate at most this many windows (evenly spread)")
     p.add_argument("--batch-size", type=int, default=16)
@@ -26,21 +28,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sheepop.cli.run import load_run
     from sheepop.data.dataset import load_dataset
     from sheepop.data.windows import eval_windows
-    from sheepop.train.loop import make_engine
-    cfg, tokenizer, weights = load_run(args.run_dir)
+    from sheepop.inference import load
+    model = load(args.run_dir, args.engine)
+    cfg, tokenizer = model.config, model.tokenizer
     cfg.data.val_fraction = 0.0
     data = load_dataset(args.data, cfg.data, tokenizer)
     tokens = data.val if len(data.val) > 1 else data.train
     pad = tokenizer.pad_id if tokenizer.pad_id is not None else 0
     x, y = eval_windows(np.asarray(tokens), cfg.model.block_size, args.max_windows, pad)
-    cfg.train.engine = args.engine
-    engine = make_engine(cfg, weights)
     total, count = 0.0, 0
     for i in range(0, len(x), args.batch_size):
-        s, n = engine.eval_loss(x[i:i + args.batch_size], y[i:i + args.batch_size])
+        s, n = model.loss_sum(x[i:i + args.batch_size], y[i:i + args.batch_size])
         total, count = total + s, count + n
     loss = total / max(count, 1)
     print(f"{count:,} tokens in {len(x)} windows: loss {loss:.4f} nats/token, "

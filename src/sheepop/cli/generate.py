@@ -5,28 +5,42 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sheepop.config import SampleConfig
+from sheepop.cli.common import (
+    HelpFormatter,
+    add_config_flag,
+    add_set_option,
+    flag_values,
+    run_config,
+)
+from sheepop.config import ENGINES, INFERENCE_DTYPES, SampleConfig
 from sheepop.errors import UserError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    d = SampleConfig()
     p = sub.add_parser(
         "generate", help="generate text from a trained model",
         description="Continue a prompt with a trained model. Output is streamed as it is "
-                    "produced. --temperature 0 is greedy decoding.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                    "produced. The sampling settings are the run's [sample] section (set at "
+                    "train time with --set sample.KEY=VALUE or a [sample] table), then "
+                    "--config's [sample] table, then --set, then the flags below; a flag not "
+                    "given changes nothing. --temperature 0 is greedy decoding.",
+        formatter_class=HelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train`")
     p.add_argument("--prompt", default="", help="text to continue ('-' reads stdin; empty: "
                    "start from the tokenizer's BOS/EOS token)")
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=d.top_k, help="0 = no top-k filter")
-    p.add_argument("--top-p", type=float, default=d.top_p, help="1 = no nucleus filter")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--repetition-penalty", type=float, default=d.repetition_penalty,
-                   metavar="THETA", help="divide the positive logits (multiply the negative) of "
-                   "tokens already in the context by THETA; 1 = off, 1.1-1.3 discourages loops")
+    run_value = "the run's {key}; default {default}"
+    add_config_flag(p, "--max-new-tokens", "sample.max_new_tokens", note=run_value)
+    add_config_flag(p, "--temperature", "sample.temperature", note=run_value)
+    add_config_flag(p, "--top-k", "sample.top_k", note=run_value)
+    add_config_flag(p, "--top-p", "sample.top_p", note=run_value)
+    add_config_flag(p, "--seed", "sample.seed", note=run_value)
+    add_config_flag(p, "--repetition-penalty", "sample.repetition_penalty", metavar="THETA",
+                    help="divide the positive logits (multiply the negative) of tokens already "
+                         "in the context by THETA; 1 = off, 1.1-1.3 discourages loops",
+                    note=run_value)
+    p.add_argument("--config", metavar="FILE", help="a TOML file whose [sample] table applies "
+                   "(its other tables are the run's own, fixed by training)")
+    add_set_option(p, "sample.top_k=40", "only sample.* keys")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop when TEXT appears, without printing it (repeatable; escapes such "
                    "as \\n are understood)")
@@ -35,31 +49,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-probs", type=int, default=0, metavar="K",
                    help="after each token, print the K most likely next tokens and their "
                         "probabilities")
-    p.add_argument("--engine", choices=("torch", "numpy"), default="torch")
+    p.add_argument("--engine", choices=ENGINES, default="torch",
+                   help="the engine that runs the model")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--compile", action="store_true", help="torch engine: run the model through "
                    "torch.compile (pays a compilation first; see docs/inference.md)")
-    p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+    p.add_argument("--dtype", choices=INFERENCE_DTYPES, default="float32",
                    help="torch engine: the weights' and KV cache's type; bfloat16 is faster on "
                    "CPUs with bf16 instructions and on GPUs (logits may differ in the last bits)")
     p.set_defaults(func=run)
 
 
 def validate(args: argparse.Namespace) -> SampleConfig:
-    checks = [(args.max_new_tokens >= 0, "--max-new-tokens must be >= 0"),
-              (args.temperature >= 0, "--temperature must be >= 0"),
-              (args.top_k >= 0, "--top-k must be >= 0"),
-              (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
-              (args.repetition_penalty > 0, "--repetition-penalty must be > 0"),
-              (not args.compile or args.engine == "torch", "--compile needs --engine torch"),
+    """The sampling settings: the run's [sample], then --config, --set and the flags."""
+    checks = [(not args.compile or args.engine == "torch", "--compile needs --engine torch"),
               (args.dtype == "float32" or args.engine == "torch", "--dtype needs --engine torch"),
               (not args.stop or not args.show_probs, "--stop cannot be used with --show-probs"),
               (args.show_probs >= 0, "--show-probs must be >= 0")]
     for ok, message in checks:
         if not ok:
             raise UserError(message)
-    return SampleConfig(args.max_new_tokens, args.temperature, args.top_k, args.top_p, args.seed,
-                        args.repetition_penalty)
+    cfg = run_config(args.run_dir, args.overrides, args.config, flag_values(args),
+                     only=("sample",))
+    return cfg.validate().sample
 
 
 def stop_strings(raw: list[str]) -> list[str]:
@@ -92,22 +104,16 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sheepop.cli.run import language_model, load_run, never_generated
-    from sheepop.generate import generate, stream_text
+    from sheepop.generate import generate
+    from sheepop.inference import load
+    from sheepop.text_stream import stream_text
     from sheepop.tokenizers import IncrementalDecoder
     sample_cfg = validate(args)
     stops = stop_strings(args.stop)
-    cfg, tokenizer, weights = load_run(args.run_dir)
+    model = load(args.run_dir, args.engine, args.device, args.dtype, args.compile)
+    tokenizer, lm = model.tokenizer, model.lm
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = prompt_ids(tokenizer, text)
-    lm = language_model(cfg, weights, args.engine, args.device,
-                        suppress=never_generated(tokenizer))
-    torch_lm = getattr(lm, "lm", lm)  # the TorchLM, inside the token-suppressing wrapper
-    if args.dtype != "float32":
-        import torch
-        torch_lm.cast(getattr(torch, args.dtype))
-    if args.compile:
-        torch_lm.compile()
     decoder = IncrementalDecoder(tokenizer)
     out = sys.stdout
     out.write(text)

@@ -14,11 +14,13 @@ def _default_workers() -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "prepare", help="turn files (text, code, HTML, PDF, images) into training data",
+        "prepare", help="turn files (text, code, HTML, PDF, images, JSON Lines, Parquet) "
+                           "into training data",
         description="Read INPUT files and folders (text and Markdown in any common encoding, "
-                    "HTML, source code, PDF, images by OCR), normalise and deduplicate the "
-                    "documents, train or load a tokenizer and write DATA_DIR (train.bin, "
-                    "val.bin, tokenizer.json, meta.json) for `sheepop train DATA_DIR`. "
+                    "HTML, source code, PDF, images by OCR; JSON Lines (.jsonl, .jsonl.gz, "
+                    ".jsonl.zst) and Parquet with one document per line or row), normalise and "
+                    "deduplicate the documents, train or load a tokenizer and write DATA_DIR "
+                    "(train.bin, val.bin, tokenizer.json, meta.json) for `sheepop train DATA_DIR`. "
                     "Prints what was used and what was skipped, and why. Exit status 2 only "
                     "when nothing usable was found.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -38,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="worker processes for extraction and tokenization")
     p.add_argument("--ocr-lang", default="eng", metavar="LANG",
                    help="Tesseract language(s) for images, e.g. eng or eng+fra")
+    p.add_argument("--text-field", default="text", metavar="FIELD",
+                   help="JSON Lines / Parquet: the key or column holding each document's text; "
+                        "a dotted path (meta.body) for a nested field")
     p.add_argument("--val-fraction", type=float, default=0.1, metavar="F",
                    help="fraction of documents held out for validation")
     p.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
@@ -57,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         inputs=list(args.inputs), out=args.out, tokenizer=args.tokenizer,
         vocab_size=args.vocab_size, include=list(args.include), exclude=list(args.exclude),
         hidden=args.hidden, workers=args.workers, ocr_lang=args.ocr_lang,
+        text_field=args.text_field,
         val_fraction=args.val_fraction, seed=args.seed, overwrite=args.overwrite,
         tokenizer_sample_mb=args.tokenizer_sample_mb,
         progress=False if args.no_progress else None)

@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from sheepop.cli.common import add_config_options
+from sheepop.cli.common import HelpFormatter, add_config_flag, add_config_options
+from sheepop.config import ENGINES
 from sheepop.errors import UserError
 
 DEFAULT_MINUTES = 10.0
@@ -30,7 +31,7 @@ def _register_generate(tasks: argparse._SubParsersAction) -> None:
         description="Write dataset.txt (one progression a line, D-digit terms separated by "
                     "single spaces; the last lines held out), ood_difference.txt, "
                     "ood_length.txt, vocab.txt and meta.json into DIR.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     g.add_argument("--out", required=True, metavar="DIR")
     g.add_argument("--count", type=int, default=d.count, help="in-distribution sequences")
     g.add_argument("--seed", type=int, default=d.seed)
@@ -56,13 +57,15 @@ def _register_train(tasks: argparse._SubParsersAction) -> None:
                     "sinusoidal positions) on term-aligned windows of the training sequences. "
                     f"Without --steps it trains for --minutes (default {DEFAULT_MINUTES:g}), "
                     "the learning-rate schedule fitted to that time.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     t.add_argument("data", metavar="DIR", help="a directory made by `progression generate`")
     t.add_argument("--out", required=True, metavar="RUN_DIR")
-    t.add_argument("--minutes", type=float, help="training time budget")
-    t.add_argument("--steps", type=int, help="optimizer steps (instead of a time budget)")
-    t.add_argument("--engine", choices=("torch", "numpy"), help="train.engine")
-    t.add_argument("--seed", type=int, help="train.seed")
+    t.add_argument("--minutes", type=float, help="training time budget (without --steps: "
+                   f"{DEFAULT_MINUTES:g})")
+    add_config_flag(t, "--steps", "train.steps", help="optimizer steps (instead of a time "
+                    "budget)")
+    add_config_flag(t, "--engine", "train.engine")
+    add_config_flag(t, "--seed", "train.seed")
     t.add_argument("--window-terms", type=int, default=4, metavar="M",
                    help="terms per training window (the model sees the last M-1 terms)")
     t.add_argument("--digit-order", choices=("reversed", "written"), default="reversed",
@@ -84,12 +87,12 @@ def _register_eval(tasks: argparse._SubParsersAction) -> None:
                     "accuracy, by k (terms given) and by difference, on the held-out sequences "
                     "and on each out-of-distribution file. Writes progression.png and "
                     "progression_eval.json into RUN_DIR.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.add_argument("--data", required=True, metavar="DIR")
     e.add_argument("--json", action="store_true",
                    help="end with one line holding the whole report as JSON")
-    e.add_argument("--engine", choices=("run", "torch", "numpy"), default="run",
+    e.add_argument("--engine", choices=("run", *ENGINES), default="run",
                    help="the engine that runs the model; run: the one it was trained with")
     e.add_argument("--device", default="auto", help="torch engine: cpu, cuda, cuda:N, auto")
     e.add_argument("--max-sequences", type=int, default=0,
@@ -115,7 +118,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from sheepop.cli.common import run_config
+    from sheepop.cli.common import flag_values, run_config
     from sheepop.config import build_config, describe_fields
     from sheepop.progression.data import load_progressions
     from sheepop.progression.task import TaskOptions, train
@@ -128,18 +131,13 @@ def run_train(args: argparse.Namespace) -> int:
     if args.window_terms < 3:
         raise UserError("--window-terms must be at least 3 (two terms given, one predicted)")
     data = load_progressions(args.data)
-    overrides = list(args.overrides)
-    for key, value in (("train.engine", args.engine), ("train.seed", args.seed),
-                       ("train.steps", args.steps)):
-        if value is not None:
-            overrides.append(f"{key}={value}")
     minutes = args.minutes
     if args.steps is None and minutes is None and not args.resume:
         minutes = DEFAULT_MINUTES
     if args.resume:
-        cfg = run_config(args.out, overrides, args.config)
+        cfg = run_config(args.out, args.overrides, args.config, flag_values(args))
     else:
-        cfg = build_config(args.preset, args.config, overrides)
+        cfg = build_config(args.preset, args.config, args.overrides, values=flag_values(args))
     if args.steps is not None and minutes:
         cfg.train.max_minutes, minutes = minutes, None  # a fixed step count, capped in time
     opts = TaskOptions(data.digits, args.window_terms, args.digit_order == "reversed",
@@ -154,9 +152,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from sheepop.checkpoint import atomic_write_text
-    from sheepop.cli.run import load_run
+    from sheepop.inference import build, read_run
     from sheepop.progression.data import load_progressions
-    from sheepop.progression.evaluate import Predictor
     from sheepop.progression.report import evaluate_sets, plot, table
     from sheepop.progression.task import TaskOptions
     if args.max_sequences < 0 or args.batch_size < 1 or args.threads < 0:
@@ -165,11 +162,11 @@ def run_eval(args: argparse.Namespace) -> int:
         import torch
         torch.set_num_threads(args.threads)
     opts = TaskOptions.load(args.run_dir)
-    cfg, _, weights = load_run(args.run_dir)
+    cfg, tokenizer, weights = read_run(args.run_dir)
     data = load_progressions(args.data)
     engine = cfg.train.engine if args.engine == "run" else args.engine
-    predictor = Predictor(cfg, weights, engine, args.device)
-    report = evaluate_sets(predictor, data, opts, args.max_sequences, args.batch_size)
+    model = build(cfg, weights, tokenizer, engine, args.device)
+    report = evaluate_sets(model, data, opts, args.max_sequences, args.batch_size)
     report["run_dir"], report["data"] = str(args.run_dir), str(args.data)
     print(table(report))
     plot(report, Path(args.run_dir) / "progression.png", title=str(args.run_dir))

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from sheepop.arch import IGNORE_INDEX
 from sheepop.errors import UserError
 
-IGNORE_INDEX = -1
 
 
 def chunk_starts(n_tokens: int, block_size: int, stride: int) -> np.ndarray:

@@ -1,28 +1,31 @@
 """The GPT of docs/architecture.md in PyTorch: a decoder-only, pre-norm transformer.
 
-    h0 = Drop(E[x] + P[:T])            P: s * sinusoidal table (s = 1/sqrt(d)) or learned
-    h  = h + Drop(Attn(LN1(h)))        for each block
-    h  = h + Drop(FFN(LN2(h)))
-    logits = LN_f(h) W_head^T (+ b_head)         W_head = E when tied
+    h0 = Drop(E[x] + P[pos])           positions: model.pos_encoding (positions.py)
+    h  = h + Drop(Attn(Norm1(h)))      for each block (attention.py, norm.py)
+    h  = h + Drop(FFN(Norm2(h)))       (ffn.py)
+    logits = Norm_f(h) W_head^T (+ b_head)       W_head = E when tied
 
-Parameter names match the NumPy engine (sheepop.scratch) and the checkpoint format exactly.
+Each layer kind is one unit chosen by the config; parameter names match the NumPy engine
+(sheepop.scratch) and the checkpoint format exactly. Initialisation follows the shared rule
+`sheepop.arch.params.init_rule`.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from sheepop.arch import IGNORE_INDEX
+from sheepop.arch.kv_cache import KVCache, cache_shape
+from sheepop.arch.params import init_rule
 from sheepop.config import ModelConfig
 from sheepop.errors import UserError
-from sheepop.model.kv_cache import KVCache
-from sheepop.positional import sinusoidal_table
-
-IGNORE_INDEX = -1
+from sheepop.model.attention import CausalSelfAttention
+from sheepop.model.ffn import make_ffn
+from sheepop.model.norm import make_norm
+from sheepop.model.positions import Pos, Positions, make_positions
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
@@ -38,107 +41,23 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = 
                            ignore_index=IGNORE_INDEX, reduction=reduction)
 
 
-class CausalSelfAttention(nn.Module):
-    """softmax(Q K^T / sqrt(d_k) + M) V per head, M = -inf above the diagonal; then W_proj."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
-        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
-        self.attn_drop = nn.Dropout(cfg.dropout)
-        self.use_sdpa = True  # False: the explicit masked-softmax path (same output)
-
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                return_weights: bool = False, attn_mask: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`attn_mask`: boolean (B, 1, T, T_keys), True where a query may see a key; None is
-        the plain causal mask."""
-        B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
-        past = 0
-        if cache is not None:
-            past = cache.length
-            k, v = cache.update(layer, k, v)
-        weights = None
-        if self.use_sdpa and not return_weights:
-            # Queries sit at positions past..past+T-1; keys at 0..past+T-1. One query at the
-            # end of an unpadded cache sees every key: no mask at all (the fast decode step).
-            mask, is_causal = attn_mask, False
-            if mask is None and T > 1:  # (branches, not a bool expression: torch.compile
-                if past > 0:            # with dynamic shapes needs a plain bool is_causal)
-                    mask = _causal_mask(T, past, x.device)
-                else:
-                    is_causal = True
-            p = self.attn_drop.p if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                               is_causal=is_causal)
-        else:
-            allowed = attn_mask if attn_mask is not None else _causal_mask(T, past, x.device)
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-            weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-            y = self.attn_drop(weights) @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.proj(y), weights
-
-
-def _causal_mask(T: int, past: int, device: torch.device) -> torch.Tensor:
-    """Boolean (T, past+T): query i (absolute position past+i) may see key j <= past+i."""
-    q_pos = torch.arange(past, past + T, device=device)[:, None]
-    k_pos = torch.arange(past + T, device=device)[None, :]
-    return k_pos <= q_pos
-
-
-def _padded_causal_mask(T: int, past: int, key_mask: torch.Tensor) -> torch.Tensor:
-    """Boolean (B, 1, T, past+T): causal, and padding keys (key_mask False) hidden.
-
-    A padding query would see no key at all (an all -inf row, NaN after softmax), so every
-    query may always see itself; real queries never see a padding key, so what padding
-    positions compute never reaches a real token.
-    """
-    causal = _causal_mask(T, past, key_mask.device)
-    self_key = torch.arange(past + T, device=key_mask.device)[None, :] == \
-        torch.arange(past, past + T, device=key_mask.device)[:, None]
-    return (causal & key_mask[:, None, None, :past + T]) | self_key
-
-
-ACTIVATIONS = {
-    "gelu": lambda x: F.gelu(x),                        # x * Phi(x), Phi the normal CDF (erf)
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-    "relu": F.relu,
-}
-
-
-class FeedForward(nn.Module):
-    """FFN(x) = act(x W_fc^T + b_fc) W_proj^T + b_proj."""
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.fc = nn.Linear(cfg.n_embd, cfg.ffn_dim, bias=cfg.bias)
-        self.proj = nn.Linear(cfg.ffn_dim, cfg.n_embd, bias=cfg.bias)
-        self.act = ACTIVATIONS[cfg.activation]
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(self.act(self.fc(x)))
-
-
 class Block(nn.Module):
     """Pre-norm block: x1 = x + Drop(Attn(LN1(x))); x2 = x1 + Drop(FFN(LN2(x1)))."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.ln1 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps)
+        self.ln1 = make_norm(cfg)
         self.attn = CausalSelfAttention(cfg)
-        self.ln2 = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps)
-        self.ffn = FeedForward(cfg)
+        self.ln2 = make_norm(cfg)
+        self.ffn = make_ffn(cfg)
         self.resid_drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, layer: int = 0,
-                return_weights: bool = False, attn_mask: torch.Tensor | None = None
+    def forward(self, x: torch.Tensor, positions: Positions, pos: Pos,
+                cache: KVCache | None = None, layer: int = 0,
+                attn_mask: torch.Tensor | None = None, return_weights: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        a, weights = self.attn(self.ln1(x), cache, layer, return_weights, attn_mask)
+        a, weights = self.attn(self.ln1(x), positions, pos, cache, layer, attn_mask,
+                               return_weights)
         x = x + self.resid_drop(a)
         x = x + self.resid_drop(self.ffn(self.ln2(x)))
         return x, weights
@@ -165,49 +84,32 @@ class GPT(nn.Module):
             raise ValueError("ModelConfig.vocab_size must be set (from the tokenizer)")
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        if cfg.pos_encoding == "learned":
-            self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
-        else:
-            table = sinusoidal_table(cfg.block_size, cfg.n_embd) * cfg.sinusoid_scale
-            table = torch.from_numpy(table).float()
-            self.register_buffer("pos_table", table, persistent=False)
+        self.pos_emb = make_positions(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.ln_eps)
+        self.ln_f = make_norm(cfg)
         self.head = Head(cfg)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """N(0, 0.02) weights, zero biases; residual projections N(0, 0.02 / sqrt(2 n_layer))."""
-        residual_std = 0.02 / math.sqrt(2 * self.cfg.n_layer)
+        """Every parameter by the shared rule (sheepop.arch.params): gains 1, biases 0,
+        weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer))."""
         for name, p in self.named_parameters():
-            if name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight")):
+            kind, std = init_rule(name, self.cfg.n_layer)
+            if kind == "ones":
                 nn.init.ones_(p)
-            elif name.endswith("bias"):
+            elif kind == "zeros":
                 nn.init.zeros_(p)
-            elif name.endswith(("attn.proj.weight", "ffn.proj.weight")):
-                nn.init.normal_(p, 0.0, residual_std)
             else:
-                nn.init.normal_(p, 0.0, 0.02)
+                nn.init.normal_(p, 0.0, std)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def positions(self, start: int, T: int) -> torch.Tensor:
-        if self.cfg.pos_encoding == "learned":
-            return self.pos_emb.weight[start:start + T]
-        return self.pos_table[start:start + T]
-
-    def positions_at(self, pos_ids: torch.Tensor) -> torch.Tensor:
-        """The positional rows P[pos_ids] (B, T, d): each row of a left-padded batch counts
-        its positions from its own first real token."""
-        table = self.pos_emb.weight if self.cfg.pos_encoding == "learned" else self.pos_table
-        return F.embedding(pos_ids, table)
-
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 cache: KVCache | None = None, last_only: bool = False,
                 return_attention: bool = False, pos_ids: torch.Tensor | None = None,
-                key_mask: torch.Tensor | None = None):
+                attn_mask: torch.Tensor | None = None):
         """Logits (B, T, V) and the mean loss when targets are given.
 
         With a cache, `idx` continues the cached positions. `last_only` computes the head for the
@@ -215,20 +117,19 @@ class GPT(nn.Module):
         attention weights (B, H, T, T_keys) through the explicit path.
 
         Batches of prompts of different lengths (left padding): `pos_ids` (B, T) gives each
-        token's position within its own row, and `key_mask` (B, >= cached + T) is True at real
-        tokens and False at padding, which no real token then attends to.
+        token's position within its own row, and `attn_mask` (B, 1, T, cached + T) the keys
+        each query may see (`sheepop.arch.batch.allowed_keys`).
         """
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         if start + T > self.cfg.block_size:
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
                              f"{self.cfg.block_size}")
-        pos = self.positions(start, T) if pos_ids is None else self.positions_at(pos_ids)
-        x = self.drop(self.tok_emb(idx) + pos)
-        mask = None if key_mask is None else _padded_causal_mask(T, start, key_mask)
+        pos = slice(start, start + T) if pos_ids is None else pos_ids
+        x = self.drop(self.pos_emb.embed(self.tok_emb(idx), pos))
         attentions = []
         for i, block in enumerate(self.blocks):
-            x, w = block(x, cache, i, return_attention, mask)
+            x, w = block(x, self.pos_emb, pos, cache, i, attn_mask, return_attention)
             attentions.append(w)
         if cache is not None:
             cache.advance(T)
@@ -242,9 +143,11 @@ class GPT(nn.Module):
         return logits, loss
 
     def new_cache(self, batch: int = 1, max_len: int | None = None) -> KVCache:
+        """A KV cache in the model's device and dtype (sheepop.arch.kv_cache)."""
         p = self.tok_emb.weight
-        return KVCache(self.cfg.n_layer, batch, self.cfg.n_head, max_len or self.cfg.block_size,
-                       self.cfg.head_dim, p.device, p.dtype)
+        shape = cache_shape(self.cfg, batch, max_len)
+        return KVCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
+                       torch.zeros(shape, device=p.device, dtype=p.dtype))
 
     def set_attention_path(self, sdpa: bool) -> None:
         for block in self.blocks:

@@ -7,7 +7,8 @@ the last min(k, m-1) terms, each followed by a space, starting on a term boundar
 window's terms), so a prefix costs at most m (D+1) - 1 positions however long the sequence.
 
 All prefixes with the same number of context terms have the same length, so they run as one
-batch: one forward over the contexts, then D - 1 one-token steps with the engine's KV cache.
+batch: one forward over the contexts, then D - 1 one-token steps with the engine's KV cache
+(`CachedLM.greedy` of a model built by sheepop.inference, in either engine).
 
 Continuing the whole rest of the sequence is not run separately: with greedy decoding and the
 separator written by the harness, the model's context after k correct terms is the true one, so
@@ -21,49 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sheepop.config import Config
+from sheepop.arch.lm import CachedLM
 from sheepop.progression.stream import SPACE_ID, digits_value, term_digits
 from sheepop.progression.task import TaskOptions
-
-
-class Predictor:
-    """Greedy next-token decoding of a batch of equal-length contexts, in one engine."""
-
-    def __init__(self, cfg: Config, weights: dict[str, np.ndarray], engine: str = "torch",
-                 device: str = "auto"):
-        self.cfg, self.engine = cfg, engine
-        if engine == "numpy":
-            from sheepop.scratch.gpt import GPT as NumpyGPT
-            self.params = NumpyGPT(cfg.model, weights).params  # checks names and shapes
-        else:
-            from sheepop.model import GPT
-            from sheepop.train.engine_torch import resolve_device
-            self.model = GPT(cfg.model)
-            self.model.load_numpy_weights(weights)
-            self.model.to(resolve_device(device)).eval()
-
-    def greedy(self, contexts: np.ndarray, n_new: int) -> np.ndarray:
-        """The `n_new` tokens (B, n_new) that greedy decoding writes after each context row."""
-        if self.engine == "numpy":
-            from sheepop.scratch.infer import KVCache, forward_cached
-            x = np.asarray(contexts, dtype=np.int64)
-            cache = KVCache(self.cfg.model, len(x), x.shape[1] + n_new)
-            out = []
-            for _ in range(n_new):
-                x = forward_cached(self.params, self.cfg.model, x, cache)[:, -1].argmax(-1)[:, None]
-                out.append(x)
-            return np.concatenate(out, axis=1)
-        import torch
-        device = next(self.model.parameters()).device
-        x = torch.from_numpy(np.ascontiguousarray(contexts, dtype=np.int64)).to(device)
-        out = []
-        with torch.inference_mode():
-            cache = self.model.new_cache(batch=len(x), max_len=x.shape[1] + n_new)
-            for _ in range(n_new):
-                logits, _ = self.model(x, cache=cache, last_only=True)
-                x = logits[:, -1].argmax(-1, keepdim=True)
-                out.append(x)
-        return torch.cat(out, dim=1).cpu().numpy()
 
 
 @dataclass
@@ -109,7 +70,7 @@ def seen_in_training(train: list[np.ndarray], sequences: list[np.ndarray], opts:
     return out
 
 
-def predict_next_terms(predictor: Predictor, sequences: list[np.ndarray], opts: TaskOptions,
+def predict_next_terms(lm: CachedLM, sequences: list[np.ndarray], opts: TaskOptions,
                        batch_size: int = 2048) -> tuple[Prefixes, np.ndarray]:
     """Every prefix and the model's D greedy tokens for it, most significant digit first
     (tokens that are not digits kept as they are: they count as wrong)."""
@@ -124,12 +85,12 @@ def predict_next_terms(predictor: Predictor, sequences: list[np.ndarray], opts: 
             terms = flat[pos[chunk, None] - g + np.arange(g)]  # (B, g) the last g terms
             body = term_digits(terms, D, opts.reverse_digits)
             context = np.concatenate([body, np.full((len(chunk), g, 1), SPACE_ID)], axis=2)
-            tokens = predictor.greedy(context.reshape(len(chunk), -1), D)
+            tokens = lm.greedy(context.reshape(len(chunk), -1), D)
             written[chunk] = tokens[:, ::-1] if opts.reverse_digits else tokens
     return pre, written
 
 
-def rollout(predictor: Predictor, terms: np.ndarray, k: int, opts: TaskOptions) -> list[int]:
+def rollout(lm: CachedLM, terms: np.ndarray, k: int, opts: TaskOptions) -> list[int]:
     """Continue `terms[:k]` term by term with the model's own output until len(terms) terms:
     the explicit version of what `scores.continuation` derives. A non-digit output stops it
     (the value -1 is recorded)."""
@@ -138,7 +99,7 @@ def rollout(predictor: Predictor, terms: np.ndarray, k: int, opts: TaskOptions) 
         g = min(len(seq), opts.window_terms - 1)
         body = term_digits(np.array(seq[-g:]), opts.digits, opts.reverse_digits)
         context = np.concatenate([body, np.full((g, 1), SPACE_ID)], axis=1).reshape(1, -1)
-        value = int(digits_value(predictor.greedy(context, opts.digits),
+        value = int(digits_value(lm.greedy(context, opts.digits),
                                  opts.reverse_digits)[0])
         seq.append(value)
         if value < 0:

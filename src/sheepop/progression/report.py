@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.checkpoint import atomic_write_bytes
+from sheepop.files import atomic_write_bytes
+from sheepop.inference import InferenceModel
 from sheepop.progression.data import Progressions
-from sheepop.progression.evaluate import Predictor, predict_next_terms, seen_in_training
+from sheepop.progression.evaluate import predict_next_terms, seen_in_training
 from sheepop.progression.scores import score
 from sheepop.progression.stream import term_digits
 from sheepop.progression.task import TaskOptions
@@ -26,7 +27,7 @@ SET_TITLES = {"heldout": "held-out (in distribution)",
               "ood_length": "OOD: more terms"}
 
 
-def evaluate_sets(predictor: Predictor, data: Progressions, opts: TaskOptions,
+def evaluate_sets(model: InferenceModel, data: Progressions, opts: TaskOptions,
                   max_sequences: int = 0, batch_size: int = 2048) -> dict[str, Any]:
     """Score every set; `max_sequences` > 0 keeps only the first that many of each."""
     if data.digits != opts.digits:
@@ -40,7 +41,7 @@ def evaluate_sets(predictor: Predictor, data: Progressions, opts: TaskOptions,
     for name, sequences in sets.items():
         if max_sequences:
             sequences = sequences[:max_sequences]
-        pre, written = predict_next_terms(predictor, sequences, opts, batch_size)
+        pre, written = predict_next_terms(model.lm, sequences, opts, batch_size)
         seen = seen_in_training(data.train, sequences, opts)
         report["sets"][name] = score(pre, written, term_digits(pre.target, opts.digits),
                                      largest_seen, seen)
@@ -48,7 +49,7 @@ def evaluate_sets(predictor: Predictor, data: Progressions, opts: TaskOptions,
     held = report["sets"]["heldout"]
     for key in ("next_term_accuracy", "digit_accuracy", "continuation_accuracy"):
         report[key] = held[key]
-    report["engine"] = predictor.engine
+    report["engine"] = model.engine
     report["largest_training_term"] = largest_seen
     return report
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.data.windows import IGNORE_INDEX
+from sheepop.arch import IGNORE_INDEX
 from sheepop.errors import UserError
 
 SPACE_ID = 10

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from sheepop.scratch.init import decays
+from sheepop.arch.params import decays
 
 Params = dict[str, np.ndarray]
 
@@ -39,7 +39,7 @@ class AdamW:
                  eps: float = 1e-8, weight_decay: float = 0.01):
         self.params = params
         self.lr, self.betas, self.eps, self.weight_decay = lr, betas, eps, weight_decay
-        self.decay = {k: decays(k, v) for k, v in params.items()}
+        self.decay = {k: decays(v.shape) for k, v in params.items()}
         self.exp_avg = {k: np.zeros_like(v) for k, v in params.items()}
         self.exp_avg_sq = {k: np.zeros_like(v) for k, v in params.items()}
         self._denom = {k: np.empty_like(v) for k, v in params.items()}

@@ -5,18 +5,24 @@
     A = softmax(S)  (row-wise),  Ad = Drop(A)
     Y = Ad V,  heads concatenated,  out = Y Wproj^T + bproj
 
-n_head = 1 is the single-head model; heads are a batch axis (B, H, T, d_k) for np.matmul, so no
-Python loop runs over heads or tokens. The derivation of each backward is in docs/backprop.md.
+With a KV cache (generation) the same function stores the new keys and values and attends over
+all cached ones. n_head = 1 is the single-head model; heads are a batch axis (B, H, T, d_k) for
+np.matmul, so no Python loop runs over heads or tokens. The derivation of each backward is in
+docs/backprop.md.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from sheepop.arch.batch import allowed_keys
+from sheepop.arch.kv_cache import KVCache
+from sheepop.config import ModelConfig
 from sheepop.scratch.layers import (
     LinearCache,
     dropout_backward,
@@ -29,12 +35,16 @@ from sheepop.scratch.layers import (
 @lru_cache(maxsize=64)
 def causal_mask(T: int, past: int = 0) -> np.ndarray:
     """Additive mask (T, past + T): 0 where query i (position past + i) may see key j <= past + i,
-    -inf elsewhere. Read-only, shared between calls."""
-    q_pos = np.arange(past, past + T)[:, None]
-    k_pos = np.arange(past + T)[None, :]
-    mask = np.where(k_pos <= q_pos, 0.0, -np.inf).astype(np.float32)
+    -inf elsewhere (the shared rule `sheepop.arch.batch.allowed_keys`). Read-only, shared
+    between calls."""
+    mask = additive(allowed_keys(T, past))
     mask.setflags(write=False)
     return mask
+
+
+def additive(allowed: np.ndarray) -> np.ndarray:
+    """A boolean "may see" mask as the additive M of softmax(S + M): 0 or -inf."""
+    return np.where(allowed, 0.0, -np.inf).astype(np.float32)
 
 
 def softmax_forward(s: np.ndarray) -> np.ndarray:
@@ -114,18 +124,37 @@ class AttentionCache(NamedTuple):
     core: CoreCache
     proj: LinearCache
     n_head: int
+    rotate_backward: Callable | None
+    rotation: Any
+
+
+Rotation = tuple[Callable, Callable]
+"""A position kind acting on queries and keys (RoPE): forward(q, k) -> (q, k, cache) and
+backward(dq, dk, cache) -> (dq, dk), both bound to the positions (sheepop.scratch.positions)."""
 
 
 def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray | None,
                            w_proj: np.ndarray, b_proj: np.ndarray | None, n_head: int,
-                           dropout: float = 0.0, rng: np.random.Generator | None = None
+                           dropout: float = 0.0, rng: np.random.Generator | None = None,
+                           cache: KVCache | None = None, layer: int = 0,
+                           mask: np.ndarray | None = None, rotate: Rotation | None = None
                            ) -> tuple[np.ndarray, AttentionCache]:
-    """out = merge(Drop(softmax(Q K^T / sqrt(d_k) + M)) V) Wproj^T + bproj, Q K V from X Wqkv^T."""
+    """out = merge(Drop(softmax(Q K^T / sqrt(d_k) + M)) V) Wproj^T + bproj, Q K V from X Wqkv^T.
+
+    With a KV `cache` (inference), the new keys and values are stored in it at `layer` and the
+    queries attend over every cached key; `mask` (additive, broadcastable to (B, H, T, T_keys))
+    replaces the causal one (left-padded batches). `rotate` turns Q and K by their positions."""
     qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)
     q, k, v = split_heads(qkv, n_head)
-    y, core_cache = attention_core_forward(q, k, v, dropout, rng)
+    rotation = None
+    if rotate is not None:
+        q, k, rotation = rotate[0](q, k)
+    if cache is not None:
+        k, v = cache.update(layer, k, v)
+    y, core_cache = attention_core_forward(q, k, v, dropout, rng, mask)
     out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)
-    return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head)
+    return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head,
+                               rotate[1] if rotate is not None else None, rotation)
 
 
 def self_attention_backward(dout: np.ndarray, cache: AttentionCache
@@ -136,6 +165,8 @@ def self_attention_backward(dout: np.ndarray, cache: AttentionCache
     H = cache.n_head
     dy = dmerged.reshape(B, T, H, d // H).transpose(0, 2, 1, 3)
     dq, dk, dv = attention_core_backward(dy, cache.core)
+    if cache.rotate_backward is not None:
+        dq, dk = cache.rotate_backward(dq, dk, cache.rotation)
     # Write the three head gradients straight into one (B, T, 3d) buffer laid out as [Q; K; V].
     dqkv = np.empty((B, T, 3 * d), dtype=dout.dtype)
     dq_view, dk_view, dv_view = split_heads(dqkv, H)
@@ -145,3 +176,11 @@ def self_attention_backward(dout: np.ndarray, cache: AttentionCache
     dx, dw_qkv, db_qkv = linear_backward(dqkv, cache.qkv)
     return dx, {"qkv.weight": dw_qkv, "qkv.bias": db_qkv,
                 "proj.weight": dw_proj, "proj.bias": db_proj}
+
+
+def attention_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The attention's parameters under the block's `attn.` prefix (biases when cfg.bias)."""
+    d = cfg.n_embd
+    shapes = {"qkv.weight": (3 * d, d), "qkv.bias": (3 * d,), "proj.weight": (d, d),
+              "proj.bias": (d,)}
+    return {k: v for k, v in shapes.items() if cfg.bias or k.endswith("weight")}

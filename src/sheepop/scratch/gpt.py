@@ -1,28 +1,33 @@
-"""The whole GPT in NumPy: forward, hand-written backward, and the loss.
+"""The whole GPT in NumPy: forward (with an optional KV cache), hand-written backward, the loss.
 
-    h0 = Drop(E[x] + P[start:start+T])          P: s * sinusoidal table or pos_emb.weight
+    h0 = Drop(E[x] + P[pos])                    positions: model.pos_encoding (positions.py)
     h  = block_i(h)                             i = 0 .. n_layer-1 (see block.py)
-    logits = LN_f(h) W_head^T (+ b_head)        W_head = E when the head is tied
+    logits = Norm_f(h) W_head^T (+ b_head)      W_head = E when the head is tied
     L = mean cross-entropy over targets != -1
 
 The backward pass runs the same chain in reverse; with a tied head the embedding table receives
 two gradients (the lookup's scatter-add and the head's dW), which add up. `gpt_forward` /
 `gpt_backward` are plain functions over a parameter dict (the checkpoint's names); `GPT` holds
 the parameters, preallocated gradient buffers and the forward cache between the two calls.
+
+The same `gpt_forward` generates: with a KV cache (sheepop.arch.kv_cache) the tokens continue
+the cached positions and each attention reads the stored keys and values, so a decode step
+costs one position's work and gives the logits a full forward pass over the whole sequence would.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from sheepop.arch.batch import allowed_keys
+from sheepop.arch.kv_cache import KVCache, cache_shape
 from sheepop.config import ModelConfig
-from sheepop.errors import UserError
-from sheepop.positional import sinusoidal_table
+from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward
-from sheepop.scratch.init import init_params, param_shapes
+from sheepop.scratch.init import check_weights, init_params
 from sheepop.scratch.layers import (
     CrossEntropyCache,
     cross_entropy_backward,
@@ -31,41 +36,18 @@ from sheepop.scratch.layers import (
     dropout_forward,
     embedding_backward,
     embedding_forward,
-    layernorm_backward,
-    layernorm_forward,
-    learned_positions_backward,
-    learned_positions_forward,
     linear_backward,
     linear_forward,
 )
+from sheepop.scratch.norm import norm_backward, norm_forward
+from sheepop.scratch.positions import POSITIONS
 
 Params = dict[str, np.ndarray]
-
-
-@lru_cache(maxsize=8)
-def sinusoidal(n_positions: int, d: int, scale: float, dtype: str) -> np.ndarray:
-    """s * P, P the shared sinusoidal table (sheepop.positional), in the model's dtype, computed
-    once. s = cfg.sinusoid_scale (1/sqrt(d) by default, so the table does not drown the
-    N(0, 0.02) token embeddings)."""
-    table = (sinusoidal_table(n_positions, d) * scale).astype(dtype)
-    table.setflags(write=False)
-    return table
 
 
 def head_weight(params: Params) -> np.ndarray:
     """W_head: its own matrix, or the token embedding when tied (no head.weight stored)."""
     return params.get("head.weight", params["tok_emb.weight"])
-
-
-def positions(params: Params, cfg: ModelConfig, start: int, T: int, dtype: np.dtype
-              ) -> tuple[np.ndarray, Any]:
-    """P[start:start+T] and the learned table's cache (None for the sinusoidal table)."""
-    if start + T > cfg.block_size:
-        raise ValueError(f"sequence of {start + T} tokens exceeds block_size {cfg.block_size}")
-    if cfg.pos_encoding == "learned":
-        return learned_positions_forward(params["pos_emb.weight"], start, T)
-    table = sinusoidal(cfg.block_size, cfg.n_embd, cfg.sinusoid_scale, np.dtype(dtype).name)
-    return table[start:start + T], None
 
 
 class GPTCache(NamedTuple):
@@ -77,32 +59,62 @@ class GPTCache(NamedTuple):
     head: Any
     tied: bool
     loss: CrossEntropyCache | None
+    cfg: ModelConfig
 
 
 def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
-                targets: np.ndarray | None = None, rng: np.random.Generator | None = None
+                targets: np.ndarray | None = None, rng: np.random.Generator | None = None,
+                cache: KVCache | None = None, pos_ids: np.ndarray | None = None,
+                key_mask: np.ndarray | None = None, last_only: bool = False
                 ) -> tuple[np.ndarray, float | None, GPTCache]:
     """Logits (B, T, V), the mean loss (None without targets) and the cache for the backward.
 
     Dropout is applied only when an `rng` is given (training); without one this is evaluation.
+    Generation: `idx` continues the positions held in the KV `cache`, which grows by T;
+    `last_only` computes the head for the last position only. For left-padded batches,
+    `pos_ids` (B, T) gives each token's position in its own row and `key_mask` (B, cached + T)
+    is True at real tokens (sheepop.arch.batch). The backward pass is for uncached forwards.
     """
     idx = np.asarray(idx)
     T = idx.shape[-1]
+    start = cache.length if cache is not None else 0
+    if start + T > cfg.block_size:
+        raise ValueError(f"sequence of {start + T} tokens exceeds block_size {cfg.block_size}")
+    pos = slice(start, start + T) if pos_ids is None else pos_ids
+    kind = POSITIONS[cfg.pos_encoding]
     tok = params["tok_emb.weight"]
     h, emb = embedding_forward(idx, tok)
-    pos_values, pos = positions(params, cfg, 0, T, tok.dtype)
-    h += pos_values
+    pos_cache = None
+    if kind.embed_forward is not None:
+        pos_values, pos_cache = kind.embed_forward(params, cfg, pos, tok.dtype)
+        h += pos_values
+    rotate = None if kind.rotate_forward is None else (
+        partial(kind.rotate_forward, pos=pos, cfg=cfg), kind.rotate_backward)
+    mask = None if key_mask is None else additive(allowed_keys(T, start, key_mask))
     h, drop = dropout_forward(h, cfg.dropout, rng)
     blocks = []
     for i in range(cfg.n_layer):
-        h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng)
+        h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng, cache, i, mask,
+                                       rotate)
         blocks.append(block_cache)
-    h, ln_f = layernorm_forward(h, params["ln_f.weight"], params["ln_f.bias"], cfg.ln_eps)
+    if cache is not None:
+        cache.advance(T)
+    if last_only:
+        h = h[:, -1:, :]
+    h, ln_f = norm_forward(cfg.norm, h, params, "ln_f.", cfg.ln_eps)
     logits, head = linear_forward(h, head_weight(params), params.get("head.bias"))
     loss, loss_cache = (None, None) if targets is None else cross_entropy_forward(
         logits, np.asarray(targets))
     tied = "head.weight" not in params
-    return logits, loss, GPTCache(emb, pos, drop, blocks, ln_f, head, tied, loss_cache)
+    return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, tied, loss_cache,
+                                  cfg)
+
+
+def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
+              dtype: type = np.float32) -> KVCache:
+    """A KV cache of NumPy buffers (sheepop.arch.kv_cache)."""
+    shape = cache_shape(cfg, batch, max_len)
+    return KVCache(np.zeros(shape, dtype=dtype), np.zeros(shape, dtype=dtype))
 
 
 def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.0,
@@ -116,13 +128,15 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
             raise ValueError("gpt_backward needs a forward with targets, or dlogits")
         dlogits = cross_entropy_backward(dloss, cache.loss)
     dh, dw_head, new["head.bias"] = linear_backward(dlogits, cache.head)
-    dh, new["ln_f.weight"], new["ln_f.bias"] = layernorm_backward(dh, cache.ln_f)
+    dh, ln_f_grads = norm_backward(cache.cfg.norm, dh, cache.ln_f, "ln_f.")
+    new.update(ln_f_grads)
     for i in reversed(range(len(cache.blocks))):
         dh, block_grads = block_backward(dh, cache.blocks[i], f"blocks.{i}.")
         new.update(block_grads)
     dh = dropout_backward(dh, cache.drop)
-    if cache.pos is not None:
-        new["pos_emb.weight"] = learned_positions_backward(dh, cache.pos)
+    embed_backward = POSITIONS[cache.cfg.pos_encoding].embed_backward
+    if embed_backward is not None:
+        new.update(embed_backward(dh, cache.pos))
     new["tok_emb.weight"] = embedding_backward(dh, cache.emb)
     # The head's weight gradient belongs to the embedding table when the two are tied.
     if cache.tied:
@@ -135,7 +149,6 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
         if g is not None:
             grads[name] += g
     return grads
-
 
 
 class GPT:
@@ -179,17 +192,8 @@ class GPT:
     def load_numpy_weights(self, weights: dict[str, np.ndarray], where: str = "checkpoint"
                            ) -> None:
         """Copy `weights` in (converted to the model's dtype) after checking names and shapes."""
-        shapes = param_shapes(self.cfg)
-        missing = sorted(set(shapes) - set(weights))
-        unexpected = sorted(set(weights) - set(shapes))
-        if missing or unexpected:
-            raise UserError(f"{where} does not match the model config: missing {missing[:3]}, "
-                            f"unexpected {unexpected[:3]}")
-        for name, shape in shapes.items():
-            w = np.asarray(weights[name])
-            if tuple(w.shape) != shape:
-                raise UserError(f"{where}: {name} has shape {tuple(w.shape)}, the config "
-                                f"expects {shape}")
+        for name in check_weights(self.cfg, weights, where):
+            w = weights[name]
             if name in self.params:
                 self.params[name][...] = w  # in place: optimizer state keeps pointing at it
             else:

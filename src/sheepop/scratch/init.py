@@ -1,40 +1,37 @@
-"""Parameter names, shapes and initialisation (docs/architecture.md, the shared contract).
+"""Parameter names, shapes and initialisation of the NumPy engine (docs/architecture.md).
 
-Every linear and embedding weight ~ N(0, 0.02), biases 0, LayerNorm gain 1 and shift 0; the two
-residual projections (attn.proj, ffn.proj) ~ N(0, 0.02 / sqrt(2 n_layer)), so the variance of the
-residual stream does not grow with depth (each block adds two such branches).
+The names and shapes are assembled from the layer kinds the config chooses (each unit names its
+own parameters: positions.py, norm.py, attention.py, ffn.py), so a new kind declares its
+parameters in its own file. Values follow the shared rule `sheepop.arch.params.init_rule`
+(gains 1, biases 0, weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer))).
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from sheepop.arch.params import init_rule
 from sheepop.config import ModelConfig
+from sheepop.errors import UserError
+from sheepop.scratch.attention import attention_params
+from sheepop.scratch.ffn import FFNS
+from sheepop.scratch.norm import NORMS
+from sheepop.scratch.positions import POSITIONS
 
 
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The parameters of the model in a fixed order, named exactly as in the torch engine."""
-    d, V, f = cfg.n_embd, cfg.vocab_size, cfg.ffn_dim
+    d, V = cfg.n_embd, cfg.vocab_size
+    norm = {name: (d,) for name in NORMS[cfg.norm].params}
     shapes: dict[str, tuple[int, ...]] = {"tok_emb.weight": (V, d)}
-    if cfg.pos_encoding == "learned":
-        shapes["pos_emb.weight"] = (cfg.block_size, d)
+    shapes.update(POSITIONS[cfg.pos_encoding].params(cfg))
     for i in range(cfg.n_layer):
         b = f"blocks.{i}."
-        layer = {
-            "ln1.weight": (d,), "ln1.bias": (d,),
-            "attn.qkv.weight": (3 * d, d), "attn.qkv.bias": (3 * d,),
-            "attn.proj.weight": (d, d), "attn.proj.bias": (d,),
-            "ln2.weight": (d,), "ln2.bias": (d,),
-            "ffn.fc.weight": (f, d), "ffn.fc.bias": (f,),
-            "ffn.proj.weight": (d, f), "ffn.proj.bias": (d,),
-        }
-        for name, shape in layer.items():
-            if cfg.bias or not name.startswith(("attn.", "ffn.")) or name.endswith("weight"):
-                shapes[b + name] = shape
-    shapes["ln_f.weight"] = (d,)
-    shapes["ln_f.bias"] = (d,)
+        shapes.update({f"{b}ln1.{k}": s for k, s in norm.items()})
+        shapes.update({f"{b}attn.{k}": s for k, s in attention_params(cfg).items()})
+        shapes.update({f"{b}ln2.{k}": s for k, s in norm.items()})
+        shapes.update({f"{b}ffn.{k}": s for k, s in FFNS[cfg.ffn].params(cfg).items()})
+    shapes.update({f"ln_f.{k}": s for k, s in norm.items()})
     if not cfg.tie_weights:
         shapes["head.weight"] = (V, d)
     if cfg.head_bias:
@@ -42,28 +39,37 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def check_weights(cfg: ModelConfig, weights: dict[str, np.ndarray], where: str = "checkpoint"
+                  ) -> list[str]:
+    """The parameter names of `cfg`, after checking that `weights` has exactly these, each of
+    its shape (one clear UserError otherwise)."""
+    shapes = param_shapes(cfg)
+    missing = sorted(set(shapes) - set(weights))
+    unexpected = sorted(set(weights) - set(shapes))
+    if missing or unexpected:
+        raise UserError(f"{where} does not match the model config: missing {missing[:3]}, "
+                        f"unexpected {unexpected[:3]}")
+    for name, shape in shapes.items():
+        if tuple(np.shape(weights[name])) != shape:
+            raise UserError(f"{where}: {name} has shape {tuple(np.shape(weights[name]))}, the "
+                            f"config expects {shape}")
+    return list(shapes)
+
+
 def init_params(cfg: ModelConfig, seed: int = 0, dtype: type = np.float32
                 ) -> dict[str, np.ndarray]:
-    """Fresh parameters by the rule above, drawn from numpy.random.default_rng(seed)."""
+    """Fresh parameters by the shared rule, drawn from numpy.random.default_rng(seed)."""
     if cfg.vocab_size < 1:
         raise ValueError("ModelConfig.vocab_size must be set (from the tokenizer)")
     rng = np.random.default_rng(seed)
-    residual_std = 0.02 / math.sqrt(2 * cfg.n_layer)
     params = {}
     for name, shape in param_shapes(cfg).items():
-        if name.endswith(("ln1.weight", "ln2.weight", "ln_f.weight")):
+        kind, std = init_rule(name, cfg.n_layer)
+        if kind == "ones":
             value = np.ones(shape)
-        elif name.endswith("bias"):
+        elif kind == "zeros":
             value = np.zeros(shape)
-        elif name.endswith(("attn.proj.weight", "ffn.proj.weight")):
-            value = rng.normal(0.0, residual_std, shape)
         else:
-            value = rng.normal(0.0, 0.02, shape)
+            value = rng.normal(0.0, std, shape)
         params[name] = value.astype(dtype)
     return params
-
-
-def decays(name: str, value: np.ndarray) -> bool:
-    """AdamW parameter groups (as the torch engine): weight decay on tensors with ndim >= 2 only
-    (matrices and embeddings), never on biases or LayerNorm gains and shifts."""
-    return value.ndim >= 2

@@ -1,4 +1,7 @@
-"""The layers of the GPT, each a forward/backward pair with an explicit cache.
+"""The elementary layers of the GPT, each a forward/backward pair with an explicit cache.
+
+Embedding, linear, activations, dropout and the loss live here; the layer kinds the config
+chooses between are units of their own (positions.py, norm.py, ffn.py, attention.py).
 
 Convention (as in llm.c): `*_forward(inputs, params) -> out, cache` keeps in `cache` exactly
 what the backward pass needs; `*_backward(dout, cache) -> (d_inputs..., d_params...)` gets
@@ -14,9 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from sheepop.arch import IGNORE_INDEX
 from sheepop.scratch.special import chunks, normal_cdf, normal_pdf
-
-IGNORE_INDEX = -1
 
 
 # --- embedding: out[..., :] = E[idx[...], :] -------------------------------------------------
@@ -35,27 +37,6 @@ def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
     d = dout.shape[-1]
     dtable = np.zeros((cache.vocab_size, d), dtype=dout.dtype)
     np.add.at(dtable, cache.idx.reshape(-1), dout.reshape(-1, d))
-    return dtable
-
-
-# --- learned positions: out[t, :] = P[start + t, :], broadcast over the batch ----------------
-class PositionCache(NamedTuple):
-    start: int
-    length: int
-    n_positions: int
-
-
-def learned_positions_forward(table: np.ndarray, start: int, length: int
-                              ) -> tuple[np.ndarray, PositionCache]:
-    """out = P[start:start+T], (T, d); it is added to every sequence of the batch."""
-    return table[start:start + length], PositionCache(start, length, table.shape[0])
-
-
-def learned_positions_backward(dout: np.ndarray, cache: PositionCache) -> np.ndarray:
-    """dP[start + t] = sum over the batch of dout[b, t] (the broadcast's adjoint); 0 elsewhere."""
-    dtable = np.zeros((cache.n_positions, dout.shape[-1]), dtype=dout.dtype)
-    dtable[cache.start:cache.start + cache.length] = dout.reshape(
-        -1, cache.length, dout.shape[-1]).sum(axis=0)
     return dtable
 
 
@@ -85,42 +66,6 @@ def linear_backward(dout: np.ndarray, cache: LinearCache
     dw = dy2.T @ x.reshape(-1, w.shape[1])
     db = dy2.sum(axis=0) if cache.has_bias else None
     return dx, dw, db
-
-
-# --- LayerNorm over the last axis, biased variance ---------------------------------------------
-class LayerNormCache(NamedTuple):
-    xhat: np.ndarray   # (x - mu) * rstd
-    rstd: np.ndarray   # 1 / sqrt(var + eps), shape (..., 1)
-    gamma: np.ndarray
-
-
-def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
-                      ) -> tuple[np.ndarray, LayerNormCache]:
-    """y = gamma * (x - mu) / sqrt(var + eps) + beta; mu, var (biased) over the last axis."""
-    mu = x.mean(axis=-1, keepdims=True)
-    xc = x - mu
-    var = np.mean(xc * xc, axis=-1, keepdims=True)
-    rstd = 1.0 / np.sqrt(var + eps)
-    xhat = xc
-    xhat *= rstd
-    y = xhat * gamma
-    y += beta
-    return y, LayerNormCache(xhat, rstd, gamma)
-
-
-def layernorm_backward(dout: np.ndarray, cache: LayerNormCache
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (mean over features);
-    dgamma = sum dy * xhat, dbeta = sum dy over every row."""
-    xhat, rstd, gamma = cache
-    d = xhat.shape[-1]
-    g = dout * gamma
-    dx = g - g.mean(axis=-1, keepdims=True)
-    dx -= xhat * (np.einsum("...i,...i->...", g, xhat)[..., None] / d)
-    dx *= rstd
-    dgamma = np.einsum("ni,ni->i", dout.reshape(-1, d), xhat.reshape(-1, d))
-    dbeta = dout.reshape(-1, d).sum(axis=0)
-    return dx, dgamma, dbeta
 
 
 # --- activations ---------------------------------------------------------------------------

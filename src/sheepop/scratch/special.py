@@ -100,11 +100,6 @@ _ERFC = {np.dtype(np.float64): _ErfcFit(np.float64, 24, 26.0),
          np.dtype(np.float32): _ErfcFit(np.float32, 9, 26.0)}
 
 
-def erfc_nonneg(z: np.ndarray) -> np.ndarray:
-    """erfc(z) for z >= 0 (float32 or float64)."""
-    return _ERFC[z.dtype](np.array(z))
-
-
 # Elementwise work runs over pieces of this many elements: a piece's handful of temporaries
 # stays in the core's L2 cache instead of streaming every pass through memory (2-4x faster
 # for the (B*T, 4d) activations of the FFN, most of all when other processes share the cache).

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from sheepop.arch import IGNORE_INDEX
 from sheepop.config import ModelConfig, TrainConfig
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import GPT, gpt_forward
-from sheepop.scratch.layers import IGNORE_INDEX
 
 
 def resolve_dtype(name: str) -> type:

@@ -15,22 +15,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from sheepop.arch import IGNORE_INDEX
+from sheepop.arch.params import decays
 from sheepop.config import ModelConfig, TrainConfig
 from sheepop.errors import UserError
-from sheepop.model.gpt import GPT, IGNORE_INDEX, cross_entropy
+from sheepop.model.device import resolve_device
+from sheepop.model.gpt import GPT, cross_entropy
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"train.device={name} but CUDA is not available here")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise UserError(f"train.device: unknown device '{name}'") from None
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -49,8 +41,8 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Matrices (embeddings, linear weights) decay; biases and LayerNorm parameters do not."""
     params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    return [{"params": [p for p in params if decays(p.shape)], "weight_decay": weight_decay},
+            {"params": [p for p in params if not decays(p.shape)], "weight_decay": 0.0}]
 
 
 class TorchEngine:

@@ -1,0 +1,142 @@
+"""The next-token interface of the generation loops (`sheepop.generate`), written once.
+
+An engine subclasses `CachedLM` and supplies the arithmetic (and `loss_sum` for evaluation):
+
+    _new_cache(batch, max_len) -> KVCache          buffers in the engine's arrays
+    _logits(idx, cache, pos_ids, key_mask) -> (B, V) NumPy float32 logits after each row's
+        last token; `idx` (B, T) continues the `cache` (None: no cache), which advances by T
+
+Everything else, one sequence (`prefill`/`decode`/`full`, the `LanguageModel` protocol) or a
+batch of left-padded sequences (`prefill_batch`/`decode_batch`/`full_batch`/`keep_rows`, the
+`BatchLanguageModel` protocol), is the bookkeeping below. `never_generate` lists the token ids
+the generation loops must never draw (padding, BOS, unknown: see `sheepop.inference`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sheepop.arch.batch import left_pad
+from sheepop.arch.kv_cache import KVCache
+
+
+class CachedLM:
+    block_size: int
+
+    def __init__(self, block_size: int, never_generate: Sequence[int] = ()):
+        self.block_size = block_size
+        self.never_generate: tuple[int, ...] = tuple(never_generate)
+        self.cache: KVCache
+        # Batch state: a cache of B rows, which key columns hold real tokens, each row's next
+        # position (rows count positions from their own first real token), any padding at all.
+        self.batch_cache: KVCache | None = None
+        self._key_mask: np.ndarray | None = None
+        self._next_pos: np.ndarray | None = None
+        self._padded = False
+
+    # ----- the engine's arithmetic ---------------------------------------------------------
+    def _new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        raise NotImplementedError
+
+    def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
+                key_mask: np.ndarray | None = None) -> np.ndarray:
+        raise NotImplementedError
+
+    def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """(sum of the token losses, number of targets that are not IGNORE_INDEX) on windows
+        x, y (B, T): evaluation, no dropout."""
+        raise NotImplementedError
+
+    def _new_caches(self) -> None:
+        """A fresh single-sequence cache, and no batch cache yet (an engine calls this once its
+        model is ready, and again when the model's dtype or device changes)."""
+        self.cache = self._new_cache(1)
+        self.batch_cache = None
+
+    # ----- one sequence: sheepop.generate.LanguageModel ------------------------------------
+    @property
+    def cache_length(self) -> int:
+        return self.cache.length
+
+    @staticmethod
+    def _row(ids: Sequence[int]) -> np.ndarray:
+        return np.asarray(list(ids), dtype=np.int64)[None, :]
+
+    def prefill(self, ids: Sequence[int]) -> np.ndarray:
+        """Start a fresh cache holding `ids`; the logits (V,) after the last of them."""
+        self.cache.reset()
+        return self._logits(self._row(ids), self.cache)[0]
+
+    def decode(self, token: int) -> np.ndarray:
+        """Append one token to the cache; the logits (V,) after it."""
+        return self._logits(self._row([token]), self.cache)[0]
+
+    def full(self, ids: Sequence[int]) -> np.ndarray:
+        """The logits (V,) after the last of `ids`, recomputed without a cache."""
+        return self._logits(self._row(ids), None)[0]
+
+    # ----- a batch of sequences (left padding): sheepop.generate.BatchLanguageModel --------
+    @property
+    def batch_length(self) -> int:
+        """Columns filled in the batch cache (the longest row's length, padding included)."""
+        return self.batch_cache.length if self.batch_cache is not None else 0
+
+    @staticmethod
+    def _padding(pos: np.ndarray, real: np.ndarray) -> dict[str, np.ndarray]:
+        return {} if real.all() else {"pos_ids": pos, "key_mask": real}
+
+    def prefill_batch(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
+        """Start a fresh batch cache holding `rows` (left-padded); logits (B, V) after each."""
+        idx, pos, real = left_pad(rows)
+        B, L = idx.shape
+        if self.batch_cache is None or self.batch_cache.batch != B:
+            self.batch_cache = self._new_cache(B)
+        self.batch_cache.reset()
+        self._padded = not bool(real.all())
+        self._key_mask = np.zeros((B, self.batch_cache.max_len), dtype=bool)
+        self._key_mask[:, :L] = real
+        self._next_pos = np.array([len(r) for r in rows], dtype=np.int64)
+        return self._logits(idx, self.batch_cache, **self._padding(pos, real))
+
+    def decode_batch(self, tokens: Sequence[int]) -> np.ndarray:
+        """Append one token to every row of the batch cache; logits (B, V) after them."""
+        assert self.batch_cache is not None and self._next_pos is not None, "prefill_batch first"
+        x = np.asarray(list(tokens), dtype=np.int64)[:, None]
+        end = self.batch_cache.length + 1
+        kw = {}
+        if self._padded:
+            self._key_mask[:, end - 1] = True
+            kw = {"pos_ids": self._next_pos[:, None].copy(), "key_mask": self._key_mask[:, :end]}
+        logits = self._logits(x, self.batch_cache, **kw)
+        self._next_pos += 1
+        return logits
+
+    def full_batch(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
+        """Logits (B, V) after the last token of each row, recomputed without a kept cache."""
+        idx, pos, real = left_pad(rows)
+        return self._logits(idx, None, **self._padding(pos, real))
+
+    def keep_rows(self, rows: Sequence[int]) -> None:
+        """Keep only these rows of the batch cache (finished sequences leave the batch)."""
+        assert self.batch_cache is not None and self._next_pos is not None, "prefill_batch first"
+        rows = list(rows)
+        self.batch_cache.keep_rows(rows)
+        self._key_mask, self._next_pos = self._key_mask[rows], self._next_pos[rows]
+
+    # ----- greedy decoding of equal-length contexts (the progression task's evaluation) ----
+    def greedy(self, contexts: np.ndarray, n_new: int) -> np.ndarray:
+        """The `n_new` tokens (B, n_new) that greedy decoding writes after each row of
+        `contexts` (B, T), all rows at once with one cache of T + n_new positions (the
+        `never_generate` ids excluded, as in `sheepop.generate`)."""
+        x = np.asarray(contexts, dtype=np.int64)
+        cache = self._new_cache(len(x), x.shape[1] + n_new)
+        out = np.empty((len(x), n_new), dtype=np.int64)
+        never = list(self.never_generate)
+        for i in range(n_new):
+            logits = self._logits(x, cache)
+            logits[:, never] = -np.inf
+            x = logits.argmax(-1)[:, None]
+            out[:, i] = x[:, 0]
+        return out

@@ -1,0 +1,37 @@
+"""Initialisation and weight-decay rules, by parameter name (the same in both engines).
+
+    gains (ln1, ln2, ln_f .weight)           1
+    biases                                   0
+    residual projections (attn.proj,         N(0, (0.02 / sqrt(2 n_layer))^2)
+      ffn.proj .weight)
+    every other weight (embeddings, linear)  N(0, 0.02^2)
+
+Each block adds two residual branches to the stream; scaling their output projections by
+1/sqrt(2 n_layer) keeps the variance of the residual stream from growing with depth (GPT-2).
+Weight decay applies to matrices only (ndim >= 2): never to biases or norm gains.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+INIT_STD = 0.02
+GAINS = ("ln1.weight", "ln2.weight", "ln_f.weight")
+RESIDUAL_PROJECTIONS = ("attn.proj.weight", "ffn.proj.weight")
+
+
+def init_rule(name: str, n_layer: int) -> tuple[str, float]:
+    """("ones" | "zeros" | "normal", standard deviation) for the parameter called `name`."""
+    if name.endswith(GAINS):
+        return "ones", 0.0
+    if name.endswith("bias"):
+        return "zeros", 0.0
+    if name.endswith(RESIDUAL_PROJECTIONS):
+        return "normal", INIT_STD / math.sqrt(2 * n_layer)
+    return "normal", INIT_STD
+
+
+def decays(shape: Sequence[int]) -> bool:
+    """AdamW's parameter groups: decoupled weight decay on tensors with ndim >= 2 only."""
+    return len(shape) >= 2

@@ -1,0 +1,100 @@
+"""One place builds a model for inference, in either engine (docs/architecture.md).
+
+    load(run_dir, engine, device, dtype, compile)   a trained run directory
+    build(config, weights, tokenizer, ...)          weights in memory (a task, a test, a server)
+
+Both return an `InferenceModel`: the run's `Config`, its tokenizer, and `lm`, the engine's
+`CachedLM` (sheepop.arch.lm) that the generation loops (sheepop.generate) drive, one sequence
+or a batch, with the KV cache. The tokens a model must never generate (padding, BOS, unknown)
+are set here from the tokenizer, so every caller, single, batched, streamed or through the Python
+API, gets the same rule. The command line, the progression task and (later) the server all come
+through here; the trainer is the only other module that builds an engine's model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sheepop import checkpoint
+from sheepop.arch.lm import CachedLM
+from sheepop.config import INFERENCE_DTYPES, Config
+from sheepop.errors import UserError
+from sheepop.tokenizers import Tokenizer
+from sheepop.tokenizers import loads as load_tokenizer
+
+Weights = dict[str, np.ndarray]
+
+
+@dataclass
+class InferenceModel:
+    config: Config
+    tokenizer: Tokenizer | None
+    lm: CachedLM
+    engine: str
+
+    def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """(sum of the token losses, number of counted targets) on one batch of windows."""
+        return self.lm.loss_sum(x, y)
+
+
+def never_generated(tokenizer: Tokenizer | None) -> list[int]:
+    """Special tokens a model should never emit: padding, BOS and unknown (EOS stays: it ends
+    generation). They never appear as training targets, but an undertrained model can still
+    give them some probability."""
+    if tokenizer is None:
+        return []
+    return [i for i in (tokenizer.pad_id, tokenizer.bos_id, tokenizer.unk_id) if i is not None]
+
+
+def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer, Weights]:
+    """The config, tokenizer and weights of a run directory, checked against each other."""
+    where = str(Path(run_dir) / checkpoint.CONFIG_FILE)
+    cfg = Config.from_saved(checkpoint.load_config(run_dir), where)
+    tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
+                               str(Path(run_dir) / checkpoint.TOKENIZER_FILE))
+    weights = checkpoint.load_weights(run_dir)
+    if tokenizer.vocab_size != cfg.model.vocab_size:
+        raise UserError(f"{run_dir}: tokenizer has {tokenizer.vocab_size} ids but the model "
+                        f"{cfg.model.vocab_size}")
+    return cfg, tokenizer, weights
+
+
+def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
+          engine: str = "torch", device: str = "auto", dtype: str = "float32",
+          compile: bool = False) -> InferenceModel:
+    """A model for inference from weights in memory. `dtype` (float32 | bfloat16) and
+    `compile` are for the torch engine; the NumPy engine runs in float32."""
+    if dtype not in INFERENCE_DTYPES:
+        raise UserError(f"inference dtype must be one of {', '.join(INFERENCE_DTYPES)}, "
+                        f"not '{dtype}'")
+    if engine != "torch" and (dtype != "float32" or compile):
+        raise UserError("a bfloat16 dtype and compile are for the torch engine")
+    never = never_generated(tokenizer)
+    if engine == "numpy":
+        from sheepop.scratch.lm import NumpyLM
+        lm: CachedLM = NumpyLM(config.model, weights, never_generate=never)
+    elif engine == "torch":
+        import torch
+
+        from sheepop.model import GPT, TorchLM
+        from sheepop.model.device import resolve_device
+        model = GPT(config.model)
+        model.load_numpy_weights(weights)
+        lm = TorchLM(model.to(resolve_device(device)), never_generate=never)
+        if dtype != "float32":
+            lm.cast(getattr(torch, dtype))
+        if compile:
+            lm.compile()
+    else:
+        raise UserError(f"unknown engine '{engine}'")
+    return InferenceModel(config, tokenizer, lm, engine)
+
+
+def load(run_dir: str | Path, engine: str = "torch", device: str = "auto",
+         dtype: str = "float32", compile: bool = False) -> InferenceModel:
+    """A model for inference from a run directory made by `sheepop train` (or `import`)."""
+    config, tokenizer, weights = read_run(run_dir)
+    return build(config, weights, tokenizer, engine, device, dtype, compile)

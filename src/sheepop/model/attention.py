@@ -1,0 +1,76 @@
+"""Causal multi-head self-attention of the torch engine, with the shared KV cache.
+
+    [Q; K; V] = X W_qkv^T + b_qkv,  heads of width d_k = d / H
+    Y = softmax(Q K^T / sqrt(d_k) + M) V   per head, M = -inf where a query may not see a key
+    out = concat(heads) W_proj^T + b_proj
+
+Which keys a query may see (causal; padding hidden) is the shared rule
+`sheepop.arch.batch.allowed_keys`; the NumPy engine's unit is sheepop/scratch/attention.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from sheepop.arch.batch import allowed_keys
+from sheepop.arch.kv_cache import KVCache
+from sheepop.config import ModelConfig
+from sheepop.model.positions import Pos, Positions
+
+
+def causal_mask(T: int, past: int, device: torch.device) -> torch.Tensor:
+    """Boolean (T, past+T): query i (absolute position past+i) may see key j <= past+i."""
+    return torch.from_numpy(allowed_keys(T, past)).to(device)
+
+
+class CausalSelfAttention(nn.Module):
+    """softmax(Q K^T / sqrt(d_k) + M) V per head, M = -inf above the diagonal; then W_proj."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.attn_drop = nn.Dropout(cfg.dropout)
+        self.use_sdpa = True  # False: the explicit masked-softmax path (same output)
+
+    def forward(self, x: torch.Tensor, positions: Positions | None = None, pos: Pos = None,
+                cache: KVCache | None = None, layer: int = 0,
+                attn_mask: torch.Tensor | None = None, return_weights: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`attn_mask`: boolean (B, 1, T, T_keys), True where a query may see a key; None is
+        the plain causal mask. `positions.rotate` acts on the queries and keys (RoPE)."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        if positions is not None:
+            q, k = positions.rotate(q, k, pos)
+        past = 0
+        if cache is not None:
+            past = cache.length
+            k, v = cache.update(layer, k, v)
+        weights = None
+        if self.use_sdpa and not return_weights:
+            # Queries sit at positions past..past+T-1; keys at 0..past+T-1. One query at the
+            # end of an unpadded cache sees every key: no mask at all (the fast decode step).
+            mask, is_causal = attn_mask, False
+            if mask is None and T > 1:  # (branches, not a bool expression: torch.compile
+                if past > 0:            # with dynamic shapes needs a plain bool is_causal)
+                    mask = causal_mask(T, past, x.device)
+                else:
+                    is_causal = True
+            p = self.attn_drop.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                               is_causal=is_causal)
+        else:
+            allowed = attn_mask if attn_mask is not None else causal_mask(T, past, x.device)
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            scores = scores.masked_fill(~allowed, float("-inf"))
+            weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+            y = self.attn_drop(weights) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y), weights

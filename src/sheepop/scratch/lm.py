@@ -1,0 +1,49 @@
+"""The NumPy engine's side of the generation loops: `NumpyLM`, the arithmetic of a `CachedLM`.
+
+The bookkeeping of caches and left-padded batches is shared (sheepop.arch.lm); the logits come
+from the one forward pass of the engine, `gpt_forward`, with its KV cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sheepop.arch import IGNORE_INDEX
+from sheepop.arch.kv_cache import KVCache
+from sheepop.arch.lm import CachedLM
+from sheepop.config import ModelConfig
+from sheepop.scratch.gpt import gpt_forward, new_cache
+from sheepop.scratch.init import check_weights
+
+Params = dict[str, np.ndarray]
+
+
+class NumpyLM(CachedLM):
+    """Next-token logits from the NumPy GPT (float32, or float64 for checks)."""
+
+    def __init__(self, cfg: ModelConfig, weights: Params, dtype: type = np.float32,
+                 never_generate: Sequence[int] = ()):
+        super().__init__(cfg.block_size, never_generate)
+        self.params = {name: np.array(weights[name], dtype=dtype)
+                       for name in check_weights(cfg, weights)}
+        self.dtype = np.dtype(dtype)
+        self.cfg = cfg
+        self._new_caches()
+
+    def _new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
+        return new_cache(self.cfg, batch, max_len, self.dtype)
+
+    def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
+                key_mask: np.ndarray | None = None) -> np.ndarray:
+        logits, _, _ = gpt_forward(self.params, self.cfg, idx, cache=cache,
+                                   pos_ids=pos_ids, key_mask=key_mask, last_only=True)
+        return logits[:, -1]
+
+    def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        n = int((np.asarray(y) != IGNORE_INDEX).sum())
+        if n == 0:
+            return 0.0, 0
+        _, loss, _ = gpt_forward(self.params, self.cfg, x, y)
+        return loss * n, n

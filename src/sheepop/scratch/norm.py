@@ -1,0 +1,74 @@
+"""Normalisation layers of the NumPy engine, one per `model.norm` kind, forward and backward.
+
+    layernorm   y = gamma * (x - mu) / sqrt(var + eps) + beta   (mu, biased var over features)
+
+A kind is a `Norm`: the names of its parameters (each a vector of width d, stored under the
+layer's prefix, e.g. `blocks.0.ln1.weight`), `forward(x, *params, eps) -> (y, cache)` and
+`backward(dy, cache) -> (dx, *dparams)` in the same order. The torch engine's units are in
+sheepop/model/norm.py; the derivations in docs/backprop.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+
+# --- LayerNorm over the last axis, biased variance ---------------------------------------------
+class LayerNormCache(NamedTuple):
+    xhat: np.ndarray   # (x - mu) * rstd
+    rstd: np.ndarray   # 1 / sqrt(var + eps), shape (..., 1)
+    gamma: np.ndarray
+
+
+def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
+                      ) -> tuple[np.ndarray, LayerNormCache]:
+    """y = gamma * (x - mu) / sqrt(var + eps) + beta; mu, var (biased) over the last axis."""
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = np.mean(xc * xc, axis=-1, keepdims=True)
+    rstd = 1.0 / np.sqrt(var + eps)
+    xhat = xc
+    xhat *= rstd
+    y = xhat * gamma
+    y += beta
+    return y, LayerNormCache(xhat, rstd, gamma)
+
+
+def layernorm_backward(dout: np.ndarray, cache: LayerNormCache
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma (mean over features);
+    dgamma = sum dy * xhat, dbeta = sum dy over every row."""
+    xhat, rstd, gamma = cache
+    d = xhat.shape[-1]
+    g = dout * gamma
+    dx = g - g.mean(axis=-1, keepdims=True)
+    dx -= xhat * (np.einsum("...i,...i->...", g, xhat)[..., None] / d)
+    dx *= rstd
+    dgamma = np.einsum("ni,ni->i", dout.reshape(-1, d), xhat.reshape(-1, d))
+    dbeta = dout.reshape(-1, d).sum(axis=0)
+    return dx, dgamma, dbeta
+
+
+class Norm(NamedTuple):
+    params: tuple[str, ...]
+    forward: Callable
+    backward: Callable
+
+
+NORMS = {"layernorm": Norm(("weight", "bias"), layernorm_forward, layernorm_backward)}
+
+
+def norm_forward(kind: str, x: np.ndarray, params: dict[str, np.ndarray], prefix: str,
+                 eps: float) -> tuple[np.ndarray, tuple[str, object]]:
+    """The norm `kind` with its parameters read from `params` under `prefix` ("blocks.0.ln1.")."""
+    return NORMS[kind].forward(x, *(params[prefix + n] for n in NORMS[kind].params), eps)
+
+
+def norm_backward(kind: str, dout: np.ndarray, cache: object, prefix: str
+                  ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """dx and the gradients keyed by full parameter name."""
+    dx, *dparams = NORMS[kind].backward(dout, cache)
+    return dx, {prefix + n: g for n, g in zip(NORMS[kind].params, dparams)}

@@ -1,0 +1,98 @@
+"""sheepop.inference: one place builds a model for inference, in either engine, and the tokens a
+model must never generate are left out by every generation loop."""
+
+import numpy as np
+import pytest
+
+from sheepop import checkpoint
+from sheepop.config import Config, SampleConfig
+from sheepop.errors import UserError
+from sheepop.generate import generate, generate_batch_ids
+from sheepop.inference import build, load, never_generated
+from sheepop.model import GPT
+from sheepop.text_stream import generate_texts, stream_text
+from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
+
+TEXT = "the cat sat on the mat. "
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer("char", [TEXT], 0)
+
+
+def pad_loving_weights(cfg: Config, tokenizer) -> dict[str, np.ndarray]:
+    """A model whose output bias makes padding (and BOS, unknown) by far the likeliest token."""
+    weights = GPT(cfg.model).numpy_weights()
+    weights["head.bias"] = np.zeros(cfg.model.vocab_size, dtype=np.float32)
+    for i in never_generated(tokenizer):
+        weights["head.bias"][i] = 50.0 + i
+    return weights
+
+
+@pytest.fixture(scope="module")
+def config(tokenizer) -> Config:
+    cfg = Config()
+    cfg.model.vocab_size = tokenizer.vocab_size
+    cfg.model.n_layer, cfg.model.n_head, cfg.model.n_embd, cfg.model.block_size = 1, 2, 16, 16
+    cfg.model.head_bias = True
+    return cfg
+
+
+def test_the_never_generated_ids_are_the_tokenizers_pad_bos_and_unknown(tokenizer):
+    assert sorted(never_generated(tokenizer)) == sorted(
+        [tokenizer.pad_id, tokenizer.bos_id, tokenizer.unk_id])
+    assert tokenizer.eos_id not in never_generated(tokenizer)  # EOS ends generation
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+def test_every_generation_loop_leaves_out_the_never_generated_tokens(config, tokenizer, engine):
+    weights = pad_loving_weights(config, tokenizer)
+    never = set(never_generated(tokenizer))
+    prompt = tokenizer.encode("the cat")
+    raw = build(config, weights, None, engine, "cpu").lm  # no tokenizer: nothing left out
+    assert raw.never_generate == ()
+    greedy = SampleConfig(max_new_tokens=12, temperature=0.0)
+    assert {s.token for s in generate(raw, prompt, greedy)} <= never  # what it would say
+
+    lm = build(config, weights, tokenizer, engine, "cpu").lm
+    assert set(lm.never_generate) == never
+    for cfg in (greedy, SampleConfig(max_new_tokens=12, temperature=1.0, seed=3)):
+        single = [s.token for s in generate(lm, prompt, cfg, show_probs=3)]
+        assert len(single) == 12 and not never & set(single)
+        batch = generate_batch_ids(lm, [prompt, tokenizer.encode("a")], cfg)
+        assert batch[0] == single and not never & set(batch[1])
+    shown = next(iter(generate(lm, prompt, greedy, show_probs=len(never) + 1))).top
+    assert not never & {i for i, p in shown if p > 0}
+    decoder = IncrementalDecoder(tokenizer)
+    text = "".join(stream_text(lm, prompt, greedy, decoder))
+    assert text == tokenizer.decode([s.token for s in generate(lm, prompt, greedy)])
+    texts = generate_texts(lm, [prompt], greedy, [IncrementalDecoder(tokenizer)])
+    assert texts == [text]
+    contexts = np.array([prompt, prompt])
+    assert not never & set(lm.greedy(contexts, 4).ravel().tolist())
+
+
+def test_load_gives_both_engines_the_same_model(config, tokenizer, tmp_path):
+    weights = GPT(config.model).numpy_weights()
+    checkpoint.save_checkpoint(tmp_path, weights, config.to_dict(), tokenizer.to_json())
+    torch_model, numpy_model = load(tmp_path, "torch", "cpu"), load(tmp_path, "numpy")
+    assert (torch_model.engine, numpy_model.engine) == ("torch", "numpy")
+    assert torch_model.tokenizer.to_json() == tokenizer.to_json()
+    ids = tokenizer.encode(TEXT[:12])
+    np.testing.assert_allclose(torch_model.lm.full(ids), numpy_model.lm.full(ids), atol=1e-5)
+    x = np.array([ids[:-1]])
+    y = np.array([ids[1:]])
+    y[0, :3] = -1  # IGNORE_INDEX: not counted
+    (a, n), (b, m) = torch_model.loss_sum(x, y), numpy_model.loss_sum(x, y)
+    assert n == m == len(ids) - 4 and a == pytest.approx(b, rel=1e-5)
+
+
+def test_bad_choices_are_one_clear_error(config, tokenizer):
+    weights = GPT(config.model).numpy_weights()
+    with pytest.raises(UserError, match="inference dtype must be one of float32, bfloat16"):
+        build(config, weights, tokenizer, dtype="float16")
+    with pytest.raises(UserError, match="for the torch engine"):
+        build(config, weights, tokenizer, engine="numpy", dtype="bfloat16")
+    with pytest.raises(UserError, match="unknown engine 'jax'"):
+        build(config, weights, tokenizer, engine="jax")
