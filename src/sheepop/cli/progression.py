@@ -135,15 +135,17 @@ def run_train(args: argparse.Namespace) -> int:
     if args.steps is None and minutes is None and not args.resume:
         minutes = DEFAULT_MINUTES
     if args.resume:
+        base = run_config(args.out)
         cfg = run_config(args.out, args.overrides, args.config, flag_values(args))
     else:
+        base = build_config(args.preset)
         cfg = build_config(args.preset, args.config, args.overrides, values=flag_values(args))
     if args.steps is not None and minutes:
         cfg.train.max_minutes, minutes = minutes, None  # a fixed step count, capped in time
     opts = TaskOptions(data.digits, args.window_terms, args.digit_order == "reversed",
                        2 if args.loss_on == "predicted" else 0, str(Path(args.data)))
     summary = train(data, cfg, opts, args.out, minutes, args.resume,
-                    progress=not args.no_progress)
+                    progress=not args.no_progress, base=base)
     for line in summary.lines():
         print(line)
     print(f"evaluate it with: sheepop progression eval {args.out} --data {args.data}")

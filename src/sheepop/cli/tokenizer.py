@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from sheepop.config import TOKENIZER_KINDS
 from sheepop.errors import UserError
 
 
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t = ops.add_parser("train", help="learn a tokenizer from text files", formatter_class=fmt)
     t.add_argument("corpus", nargs="+", metavar="CORPUS",
                    help="UTF-8 text files (- reads stdin); each file is one document")
-    t.add_argument("--kind", choices=("char", "word", "bpe", "digits"), default="bpe")
+    t.add_argument("--kind", choices=TOKENIZER_KINDS, default="bpe")
     t.add_argument("--vocab-size", type=int, default=0,
                    help="ids in all, special tokens included (0: the kind's default)")
     t.add_argument("--out", required=True, metavar="TOK.json")

@@ -96,10 +96,27 @@ def seconds_per_step(cfg: Config, windows: TermWindows, steps: int = 6) -> float
     return sorted(times)[len(times) // 2]
 
 
+def derive_settings(cfg: Config, opts: TaskOptions, base: Config | None = None) -> None:
+    """Set what the task derives: the context, block_size = m (D + 1) - 1 for m-term windows of
+    D-digit terms, and the digits tokenizer. A value the user changed from `base` (the preset or
+    the saved run the config started from) that contradicts the derived one is an error, never
+    silently replaced (as `resolve_vocab_size` does for the vocabulary)."""
+    derived = {("model", "block_size"): opts.block_size, ("data", "tokenizer"): "digits"}
+    for (section, key), value in derived.items():
+        asked = getattr(getattr(cfg, section), key)
+        if base is not None and asked not in (value, getattr(getattr(base, section), key)):
+            raise UserError(f"{section}.{key} is {asked!r} but the progression task derives "
+                            f"{value!r} (from --window-terms and the data's digits): leave "
+                            f"{section}.{key} unset")
+        setattr(getattr(cfg, section), key, value)
+
+
 def train(data: Progressions, cfg: Config, opts: TaskOptions, run_dir: str | Path,
           minutes: float | None = None, resume: bool = False, progress: bool = True,
-          log=print) -> Any:
-    """Train on `data` and return the trainer's Summary (plots written into `run_dir`)."""
+          log=print, base: Config | None = None) -> Any:
+    """Train on `data` and return the trainer's Summary (plots written into `run_dir`).
+    `base`: the config before the user's changes, to tell derived settings apart from
+    contradicting ones (`derive_settings`)."""
     from sheepop.train.loop import setup
     from sheepop.train.plots import write_run_plots
     run_dir = Path(run_dir)
@@ -112,8 +129,7 @@ def train(data: Progressions, cfg: Config, opts: TaskOptions, run_dir: str | Pat
     elif (run_dir / checkpoint.MODEL_FILE).exists():  # say so before calibrating
         raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
                         "another --out")
-    cfg.data.tokenizer = "digits"
-    cfg.model.block_size = opts.block_size
+    derive_settings(cfg, opts, base)
     dataset, train_windows, val_windows = task_dataset(data, opts)
     if minutes and not resume:
         cfg.validate()

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from sheepop.config import TOKENIZER_KINDS
 from sheepop.errors import UserError
 from sheepop.files import parse_document, read_text
 from sheepop.tokenizers.base import (
@@ -29,7 +30,7 @@ from sheepop.tokenizers.base import (
     decode_stream,
 )
 
-KINDS: tuple[str, ...] = ("char", "word", "bpe", "digits")
+KINDS = TOKENIZER_KINDS  # the one list of tokenizer kinds (sheepop.config)
 DEFAULT_BPE_VOCAB = 4096
 
 # Kinds are imported when first used, so that loading a char tokenizer never pays for bpe.
