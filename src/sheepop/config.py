@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sheepop.config_values import convert_value
 from sheepop.errors import UserError
 from sheepop.presets import PRESETS
 
@@ -207,7 +208,7 @@ class Config:
         (`--set`), converted to the field's type."""
         f = config_field(dotted, where)
         section, _, key = dotted.partition(".")
-        setattr(getattr(self, section), key, _convert(value, f, dotted, where))
+        setattr(getattr(self, section), key, convert_value(value, f, dotted, where))
 
     def validate(self) -> Config:
         m, t, d, s = self.model, self.train, self.data, self.sample
@@ -273,39 +274,6 @@ def config_field(dotted: str, where: str = "--set") -> dataclasses.Field:
         raise UserError(f"{where}: unknown config key '{dotted}' (known in [{section}]: "
                         f"{', '.join(names)})")
     return names[key]
-
-
-def field_type(f: dataclasses.Field) -> type:
-    return f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool,
-                                                    "str": str}[str(f.type)]
-
-
-def _convert(value: Any, f: dataclasses.Field, dotted: str, where: str) -> Any:
-    kind = field_type(f)
-    try:
-        if kind is bool:
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if isinstance(value, bool) and kind is not str:  # True is an int to Python, not to us
-            raise ValueError(value)
-        if kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            if isinstance(value, str):
-                value = value.replace("_", "")
-                return int(float(value)) if "e" in value.lower() else int(value)
-            return int(value)
-        if kind is float:
-            return float(value)
-        return str(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{where}: {dotted} expects {kind.__name__}, got {value!r}") from None
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

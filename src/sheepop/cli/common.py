@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from sheepop import checkpoint
-from sheepop.config import PRESETS, Config, build_config, config_field, field_type
+from sheepop.config import PRESETS, Config, build_config, config_field
+from sheepop.config_values import field_type
 
 CONFIG_FLAGS = "config_flags"  # parser default: {dest: "section.key"} of the flags that set keys
 

@@ -23,7 +23,6 @@ from sheepop.arch import IGNORE_INDEX
 from sheepop.errors import UserError
 
 
-
 def chunk_starts(n_tokens: int, block_size: int, stride: int) -> np.ndarray:
     """Starts of the windows that cover n_tokens - 1 (input, target) pairs with `stride`."""
     pairs = n_tokens - 1
