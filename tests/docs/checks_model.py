@@ -17,9 +17,9 @@ from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L
 from sheepop.scratch.block import block_forward
 from sheepop.scratch.ffn import ffn_forward
-from sheepop.scratch.norm import layernorm_forward
 from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import param_shapes
+from sheepop.scratch.norm import layernorm_forward
 
 
 def t64(a) -> torch.Tensor:

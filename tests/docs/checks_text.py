@@ -14,8 +14,8 @@ from sheepop.data.ingest.normalize import normalize_text
 from sheepop.data.windows import chunk_starts, window
 from sheepop.model.gpt import GPT
 from sheepop.positional import sinusoidal_table
-from sheepop.scratch.positions import sinusoidal_positions_forward
 from sheepop.scratch.layers import embedding_forward
+from sheepop.scratch.positions import sinusoidal_positions_forward
 from sheepop.tokenizers import train_tokenizer
 
 

@@ -19,8 +19,7 @@ from sheepop.sample import draw, penalize_repeats, probabilities
 from sheepop.schedule import lr_at, lr_for
 from sheepop.scratch import layers as L
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
-from sheepop.scratch.gpt import gpt_backward, gpt_forward
-from sheepop.scratch.gpt import new_cache
+from sheepop.scratch.gpt import gpt_backward, gpt_forward, new_cache
 from sheepop.train.engine_torch import decay_groups
 
 

@@ -7,9 +7,9 @@ import torch
 from sheepop import checkpoint
 from sheepop.cli import main
 from sheepop.config import Config, ModelConfig, SampleConfig
-from sheepop.text_stream import stream_text
 from sheepop.inference import build
 from sheepop.model import GPT
+from sheepop.text_stream import stream_text
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 from sheepop.tokenizers import load as load_tokenizer
 

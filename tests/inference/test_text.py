@@ -5,8 +5,8 @@ import pytest
 
 from sheepop.config import SampleConfig
 from sheepop.generate import generate
-from sheepop.text_stream import StopStrings, generate_texts, stream_text
 from sheepop.sample import penalize_repeats
+from sheepop.text_stream import StopStrings, generate_texts, stream_text
 from sheepop.tokenizers import IncrementalDecoder
 from sheepop.tokenizers.char import CharTokenizer
 

@@ -19,9 +19,9 @@ from sheepop.config import ModelConfig
 from sheepop.positional import sinusoidal_table
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L
-from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch import norm as N
 from sheepop.scratch import positions as P
+from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.block import block_backward, block_forward
 from sheepop.scratch.ffn import ffn_backward, ffn_forward
 from sheepop.scratch.gpt import gpt_backward, gpt_forward
