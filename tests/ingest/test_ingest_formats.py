@@ -77,7 +77,7 @@ def _extract(path):
     text = None
     if record.status == "used":
         text = read_document(record.store and path.parent / "store" / record.store,
-                             record.offset, record.nbytes)
+                             record.docs.offset[0], record.docs.nbytes[0])
     return record, text
 
 

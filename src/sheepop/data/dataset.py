@@ -1,7 +1,9 @@
 """The token streams a run trains on: from a prepared data directory, or from raw text.
 
 - `DATA` a directory made by `sheepop prepare` (meta.json + train.bin/val.bin): memory-mapped;
-- `DATA` a text file or folder, or nothing (the built-in standard-library corpus): read, a
+- `DATA` a file or folder of raw documents (text, code, HTML, PDF, images, JSON Lines,
+  Parquet: read by sheepop.data.ingest, the readers `sheepop prepare` uses, capped at
+  data.max_bytes), or nothing (the built-in standard-library corpus, sheepop.data.corpus): a
   tokenizer trained on it (or the run's own tokenizer when resuming), encoded with EOS between
   documents, and split: the last `val_fraction` of the tokens is the validation split.
 """
@@ -14,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from sheepop.config import DataConfig
-from sheepop.data.corpus import read_texts
+from sheepop.data.corpus import stdlib_texts
 from sheepop.errors import UserError
 from sheepop.tokenizers import Tokenizer, train_tokenizer
 
@@ -42,6 +44,18 @@ def split_tokens(tokens: np.ndarray, val_fraction: float) -> tuple[np.ndarray, n
     return tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val:]
 
 
+def raw_documents(path: str | Path | None, cfg: DataConfig) -> tuple[list[str], list[str]]:
+    """The documents of raw-text DATA (the standard library when None) and the report lines."""
+    if path is None:
+        texts, corpus = stdlib_texts(cfg.max_bytes)
+        return texts, [f"data: {corpus.summary()}"]
+    from sheepop.data.ingest.collect import read_raw_text  # the readers' libraries load here
+
+    raw = read_raw_text(path, cfg.max_bytes, text_field=cfg.text_field)
+    lines = raw.lines()
+    return raw.texts, [f"data: {lines[0]}", *lines[1:]]
+
+
 def load_dataset(path: str | Path | None, cfg: DataConfig,
                  tokenizer: Tokenizer | None = None) -> Dataset:
     if path is not None and Path(path).is_dir() and (Path(path) / "meta.json").exists():
@@ -52,8 +66,7 @@ def load_dataset(path: str | Path | None, cfg: DataConfig,
         report = [f"data: {path} (prepared: {len(prepared.train):,} train and "
                   f"{len(prepared.val):,} val tokens)"]
         return Dataset(prepared.train, prepared.val, prepared.tokenizer, report)
-    texts, corpus = read_texts(path, cfg.max_bytes)
-    report = [f"data: {corpus.summary()}"]
+    texts, report = raw_documents(path, cfg)
     if tokenizer is None:
         tokenizer = train_tokenizer(cfg.tokenizer, texts, cfg.vocab_size)
         report.append(f"tokenizer: {cfg.tokenizer}, {tokenizer.vocab_size} ids, trained on it")

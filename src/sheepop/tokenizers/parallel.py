@@ -1,9 +1,17 @@
-"""Running tokenizer work in several processes (pre-split counting, encoding large corpora).
+"""sheepop's one process pool: tokenizer work (pre-split counting, encoding large texts) and
+ingestion (extracting files, tokenizing documents) both run their workers through it.
 
-Python threads would not help: pre-splitting and BPE merging are pure-Python loops holding the
-GIL. Each worker process receives its share of the text and returns plain lists / dicts.
-Work is handed out in order and results come back in order, so the output never depends on
-the number of workers.
+Processes, not threads: pre-splitting, BPE merging, JSON parsing and HTML parsing are pure-Python
+loops holding the GIL, and pdfium is not thread-safe. Work is handed out in order and results
+come back in order, so the output never depends on the number of workers.
+
+The workers are *spawned*, never forked, on every platform. A fork copies the parent's memory
+but only the thread that called it: the parent of `sheepop train` holds torch's intra-op and
+CUDA threads and tqdm's monitor thread, and a lock one of them held at the moment of the fork
+stays locked forever in the child (a hang, not an error; Python 3.12 warns about forking a
+multi-threaded process and 3.14 stopped using fork by default on Linux). Spawn starts a fresh
+interpreter, which costs its imports (~0.2-1 s a worker): callers only start workers when the
+work is large enough to pay for that, and run it in their own process otherwise.
 """
 
 from __future__ import annotations
@@ -11,11 +19,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+START_METHOD = "spawn"
 
 
 def default_workers() -> int:
@@ -45,17 +54,23 @@ def batched(items: Iterable[str], target_chars: int) -> Iterator[list[str]]:
         yield batch
 
 
+def imap_ordered(fn: Callable[[T], R], items: Iterable[T], workers: int,
+                 initializer: Callable[..., Any] | None = None, initargs: tuple = (),
+                 chunksize: int = 1) -> Iterator[R]:
+    """fn over `items`, results in order as they come: in this process for one worker, else in
+    `workers` spawned processes (each runs `initializer(*initargs)` once). Items are fed to the
+    pool as it needs them, so a long stream of tasks is never all in memory."""
+    if workers <= 1:
+        if initializer is not None:
+            initializer(*initargs)
+        yield from map(fn, items)
+        return
+    with mp.get_context(START_METHOD).Pool(workers, initializer, initargs) as pool:
+        yield from pool.imap(fn, items, chunksize=chunksize)
+
+
 def map_ordered(fn: Callable[[T], R], items: Sequence[T], workers: int,
                 initializer: Callable[..., Any] | None = None,
                 initargs: tuple = ()) -> list[R]:
     """[fn(x) for x in items], spread over `workers` processes when that can help."""
-    workers = min(workers, len(items))
-    if workers <= 1:
-        if initializer is not None:
-            initializer(*initargs)
-        return [fn(x) for x in items]
-    # fork starts in milliseconds and shares the parent's imports; elsewhere use the default.
-    method = "fork" if "fork" in mp.get_all_start_methods() else None
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method),
-                             initializer=initializer, initargs=initargs) as pool:
-        return list(pool.map(fn, items))
+    return list(imap_ordered(fn, items, min(workers, len(items)), initializer, initargs))

@@ -1,9 +1,11 @@
-"""One file -> one stored, normalised document (or a skip with its reason), in a worker.
+"""One file -> its stored, normalised documents (or a skip with its reason), in a worker.
 
 `init_worker` opens the process's own document store; `extract_file` classifies a file by its
-magic bytes and extension, runs the extractor for its type, streams the text through the
-normaliser into the store, and returns the file's record. A problem with one file never stops
-the run: it becomes that file's skip reason.
+magic bytes and extension and runs the reader for its type. A text, HTML, code, PDF or image
+file is one document, streamed through the normaliser into the store. A JSON Lines or Parquet
+file is one document per line or row; the lines and rows that hold none are counted with their
+numbers. The record that comes back says where each document is. A problem with one file never
+stops the run: it becomes that file's skip reason.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from pathlib import Path
 
 from sheepop.data.ingest.filetypes import classify
 from sheepop.data.ingest.html import html_to_text
-from sheepop.data.ingest.image import ImageFile
-from sheepop.data.ingest.pdf import PdfFile
-from sheepop.data.ingest.record import USED, FileRecord, Skipped
+from sheepop.data.ingest.jsonl import JsonLinesFile
+from sheepop.data.ingest.parquet import ParquetFile
+from sheepop.data.ingest.record import MULTI_DOCUMENT, USED, FileRecord, Skipped
 from sheepop.data.ingest.store import DocWriter
 from sheepop.data.ingest.text import TextFile
 
@@ -27,6 +29,8 @@ HEAD_BYTES = 8192
 @dataclass(frozen=True)
 class ExtractOptions:
     ocr_lang: str = "eng"
+    text_field: str = "text"  # JSON Lines / Parquet: the key, column or dotted path of the text
+    max_bytes: int = 0        # stop a JSON Lines / Parquet file after this much text (0: never)
 
 
 _writer: DocWriter | None = None
@@ -53,15 +57,57 @@ def _pieces(path: str, record: FileRecord) -> tuple[Iterable[str], object]:
         reader = TextFile(path)
         return (html_to_text(reader) if record.type == "html" else reader), reader
     if record.type == "pdf":
+        from sheepop.data.ingest.pdf import PdfFile  # pdfium: loaded for PDFs only
+
         reader = PdfFile(path)
         return reader, reader
+    from sheepop.data.ingest.image import ImageFile  # Pillow, pytesseract: for images only
+
     reader = ImageFile(path, lang=_options.ocr_lang)
     return reader, reader
 
 
+def _one_document(path: str, record: FileRecord, writer: DocWriter) -> FileRecord:
+    writer.begin()
+    pieces, reader = _pieces(path, record)
+    for piece in pieces:
+        writer.write(piece)
+    if isinstance(reader, TextFile):
+        reader.check()
+        record.encoding = reader.encoding
+    else:
+        record.pages = reader.pages  # type: ignore[attr-defined]
+    offset, nbytes, digest = writer.commit()
+    if not writer.has_text:
+        writer.rollback()
+        return record.skip("no text")
+    record.docs.add(offset, nbytes, digest, 0, writer.characters)
+    return record
+
+
+def _many_documents(path: str, record: FileRecord, writer: DocWriter) -> FileRecord:
+    reader = JsonLinesFile(path, _options.text_field) if record.type == "jsonl" \
+        else ParquetFile(path, _options.text_field)
+    written = 0
+    for where, text in reader.documents(record.skipped_records):
+        added = writer.add(text)
+        if added is None:
+            record.skipped_records.add("empty text", where)
+            continue
+        record.docs.add(*added, where, writer.characters)
+        written += added[1]
+        if _options.max_bytes and written >= _options.max_bytes:
+            break  # `sheepop train` needs no more than this
+    if not record.docs:
+        skips = record.skipped_records
+        return record.skip("no documents", f"{skips.total:,} {record.unit}s skipped: "
+                           f"{skips.describe(record.unit)}" if skips.total else "empty")
+    return record
+
+
 def extract_file(task: tuple[str, str]) -> FileRecord:
-    """task = (path to open, path to report) -> the file's record; a used document is in the
-    store at (record.store, record.offset, record.nbytes)."""
+    """task = (path to open, path to report) -> the file's record; its documents are in the
+    store at record.store, where record.docs says."""
     path, shown = task
     record = FileRecord(path=shown)
     try:
@@ -75,31 +121,28 @@ def extract_file(task: tuple[str, str]) -> FileRecord:
         return record.skip("empty file")
     if record.type == "other":
         return record.skip("unsupported type", Path(path).suffix.lower() or "no extension")
-    assert _writer is not None, "init_worker was not called"
-    _writer.begin()
+    writer = _writer
+    assert writer is not None, "init_worker was not called"
+    start = writer.tell()
     try:
-        pieces, reader = _pieces(path, record)
-        for piece in pieces:
-            _writer.write(piece)
-        if isinstance(reader, TextFile):
-            reader.check()
-            record.encoding = reader.encoding
+        if record.type in MULTI_DOCUMENT:
+            _many_documents(path, record, writer)
         else:
-            record.pages = reader.pages  # type: ignore[attr-defined]
-        record.store, record.offset, record.nbytes, record.digest = \
-            _writer.path.name, *_writer.commit()
+            _one_document(path, record, writer)
     except Skipped as s:
-        _writer.rollback()
+        writer.rollback(start)
         return record.skip(s.code, s.detail)
     except OSError as e:
-        _writer.rollback()
+        writer.rollback(start)
         return record.skip("unreadable", e.strerror or str(e))
     except Exception as e:  # noqa: BLE001  a library failing on one odd file must not stop the run
-        _writer.rollback()
+        writer.rollback(start)
         return record.skip("extraction error", f"{type(e).__name__}: {e}")
-    if not _writer.has_text:
-        _writer.rollback()
-        return record.skip("no text")
-    record.characters = _writer.characters
-    record.status = USED
+    finally:
+        writer.flush()
+    if record.status == USED or record.docs:
+        record.store = writer.path.name
+        record.characters = sum(record.docs.characters)
+        record.documents = len(record.docs)
+        record.status = USED
     return record

@@ -1,7 +1,10 @@
-"""Which kind of file is this: text, html, code (and its language), pdf, image, or other.
+"""Which kind of file is this: text, html, code (and its language), pdf, image, jsonl, parquet,
+or other.
 
 Magic bytes first (the `filetype` package reads the header), then the extension: a PNG
-named notes.txt is an image, a PDF named paper.bin is a PDF. Source code is recognised by
+named notes.txt is an image, a PDF named paper.bin is a PDF. JSON Lines is known by its name
+(.jsonl, .ndjson, optionally .gz or .zst; the reader trusts the bytes for the compression),
+Parquet by its "PAR1" magic or .parquet. Source code is recognised by
 its extension, a few well-known file names, or a "#!" line naming an interpreter.
 """
 
@@ -19,6 +22,9 @@ HTML_EXTENSIONS = frozenset({".html", ".htm", ".xhtml"})
 PDF_EXTENSIONS = frozenset({".pdf"})
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif",
                               ".webp", ".pbm", ".pgm", ".ppm", ".pnm", ".jp2"})
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".jsonl.zst", ".ndjson.zst")
+COMPRESSED_MAGIC = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd")  # gzip, zstd
+PARQUET_MAGIC = b"PAR1"
 IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/tiff", "image/bmp", "image/gif",
                          "image/webp", "image/x-portable-pixmap", "image/jp2"})
 
@@ -68,11 +74,17 @@ def _shebang_language(head: bytes) -> str | None:
 def classify(path: str | PurePath, head: bytes) -> tuple[str, str | None]:
     """(type, language) of a file named `path` whose first bytes are `head`.
 
-    type is one of "text", "html", "code", "pdf", "image", "other"; language is set for code.
+    type is one of "text", "html", "code", "pdf", "image", "jsonl", "parquet", "other";
+    language is set for code.
     """
     name = PurePath(path).name
     suffix = PurePath(name).suffix.lower()
     kind = filetype.guess(head) if head else None
+    if head.startswith(PARQUET_MAGIC) or suffix == ".parquet":
+        return "parquet", None
+    if name.lower().endswith(JSONL_SUFFIXES) and (kind is None
+                                                  or head.startswith(COMPRESSED_MAGIC)):
+        return "jsonl", None
     if kind is not None:
         if kind.mime == "application/pdf":
             return "pdf", None

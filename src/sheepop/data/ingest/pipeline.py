@@ -1,15 +1,17 @@
 """`prepare`: files -> documents -> tokenizer -> train.bin / val.bin / meta.json, streamed.
 
     1. discover   walk the inputs (discovery.py)
-    2. extract    worker processes turn each file into a normalised document in their own
-                  store file (extract.py); the parent drops exact duplicates by SHA-256
+    2. extract    worker processes turn each file into normalised documents (one per file; one
+                  per line or row for JSON Lines and Parquet) in their own store file
+                  (extract.py); the parent drops exact duplicates by hash (doctable.py)
     3. split      documents to train / val, seeded, by document
     4. tokenizer  trained on (a seeded sample of) the train documents, or loaded from a file
     5. tokenize   worker processes encode tasks of ~4 MB; the parent appends the ids, in
                   document order, to train.bin / val.bin, each document followed by EOS
     6. meta.json  per-file records (spooled to disk while running) with their token counts
 
-Memory holds a few numbers per document and the file list, never the text. Everything is
+Memory holds a few numbers per document and the file list, never the text. Workers come from
+sheepop's one process pool (tokenizers/parallel.py: spawned, and why). Everything is
 written in a temporary folder next to DATA_DIR and renamed at the end (outdir.py). The ids
 written do not depend on --workers: tasks are handed out and collected in order.
 """
@@ -17,13 +19,11 @@ written do not depend on --workers: tasks are handed out and collected in order.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import re
 import shutil
 import time
-from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from sheepop.data.ingest import extract, outdir, tokenizing
 from sheepop.data.ingest.discovery import discover
-from sheepop.data.ingest.record import TYPES, USED, FileRecord
+from sheepop.data.ingest.doctable import DocTable
 from sheepop.data.ingest.report import Summary
 from sheepop.data.ingest.store import document_pieces, read_document
 from sheepop.data.shards import (
@@ -48,6 +48,7 @@ from sheepop.data.shards import (
 )
 from sheepop.errors import UserError
 from sheepop.tokenizers import EOS, KINDS, Tokenizer, load, train_tokenizer
+from sheepop.tokenizers.parallel import imap_ordered
 
 SPOOL = "files.jsonl"
 _OCR_LANG = re.compile(r"[A-Za-z][A-Za-z_]*(\+[A-Za-z][A-Za-z_]*)*")
@@ -64,6 +65,7 @@ class PrepareOptions:
     hidden: bool = False
     workers: int = 1
     ocr_lang: str = "eng"
+    text_field: str = "text"          # JSON Lines / Parquet: key, column or dotted path
     val_fraction: float = 0.1
     seed: int = 1337
     overwrite: bool = False
@@ -84,6 +86,9 @@ class PrepareOptions:
         if not _OCR_LANG.fullmatch(self.ocr_lang):
             raise UserError(f"--ocr-lang must look like 'eng' or 'eng+fra', got "
                             f"{self.ocr_lang!r}")
+        if not self.text_field or any(not part for part in self.text_field.split(".")):
+            raise UserError(f"--text-field must be a name or a dotted path such as meta.body, "
+                            f"got {self.text_field!r}")
         if self.tokenizer not in KINDS and not Path(self.tokenizer).is_file():
             raise UserError(f"--tokenizer must be one of {', '.join(KINDS)} or an existing "
                             f"tokenizer.json, got {self.tokenizer!r}")
@@ -96,73 +101,32 @@ class PrepareResult:
     tokenizer: Tokenizer
 
 
-class _Docs:
-    """A few numbers per kept document: where its text is, its split, type and record."""
-
-    def __init__(self) -> None:
-        self.stores: list[str] = []
-        self.store = array("H")
-        self.offset = array("q")
-        self.nbytes = array("q")
-        self.type = array("b")
-        self.val = np.zeros(0, dtype=bool)
-        self.tokens = np.zeros(0, dtype=np.int64)
-
-    def add(self, store: str, offset: int, nbytes: int, file_type: str) -> int:
-        if store not in self.stores:
-            self.stores.append(store)
-        self.store.append(self.stores.index(store))
-        self.offset.append(offset)
-        self.nbytes.append(nbytes)
-        self.type.append(TYPES.index(file_type))
-        return len(self.offset) - 1
-
-    def __len__(self) -> int:
-        return len(self.offset)
-
-    def where(self, i: int, root: Path) -> tuple[str, int, int]:
-        return str(root / self.stores[self.store[i]]), self.offset[i], self.nbytes[i]
-
-
-def _pool(workers: int, initializer: Callable, initargs: tuple):
-    # spawn, not fork: the parent may hold threads (tqdm, torch) that fork would copy broken.
-    return multiprocessing.get_context("spawn").Pool(workers, initializer, initargs)
-
-
-def _map(func: Callable, tasks: Iterable, workers: int, initializer: Callable,
-         initargs: tuple, chunksize: int = 1) -> Iterator:
-    """func over tasks in order: in this process for one worker, else in a process pool."""
-    if workers == 1:
-        initializer(*initargs)
-        yield from map(func, tasks)
-        return
-    with _pool(workers, initializer, initargs) as pool:
-        yield from pool.imap(func, tasks, chunksize=chunksize)
-
-
 def _bar(opts: PrepareOptions, total: int, desc: str) -> tqdm:
     disable = None if opts.progress is None else not opts.progress
     return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
                 disable=disable, dynamic_ncols=True, smoothing=0.05)
 
 
-def _extract(opts: PrepareOptions, tmp: Path, summary: Summary, spool) -> _Docs:
+def _extract(opts: PrepareOptions, tmp: Path, summary: Summary, spool) -> DocTable:
     found = discover(opts.inputs, opts.include, opts.exclude, opts.hidden,
                      avoid=[opts.out, tmp])
     summary.excluded = found.excluded
     for record in found.skipped:
         summary.add(record)
         spool.write(json.dumps(record.to_meta(), ensure_ascii=False) + "\n")
-    docs, first_seen = _Docs(), {}
+    docs = DocTable()
     chunksize = max(1, min(32, len(found.tasks) // (opts.workers * 8)))
-    options = extract.ExtractOptions(ocr_lang=opts.ocr_lang)
+    options = extract.ExtractOptions(ocr_lang=opts.ocr_lang, text_field=opts.text_field)
     try:
         with _bar(opts, found.total_bytes, "extract") as bar:
-            results = _map(extract.extract_file, found.tasks, opts.workers,
-                           extract.init_worker, (str(tmp), options), chunksize)
+            results = imap_ordered(extract.extract_file, found.tasks, opts.workers,
+                                   extract.init_worker, (str(tmp), options), chunksize)
             for n, record in enumerate(results, 1):
-                entry = _keep(record, docs, first_seen)
+                first, end = docs.add_file(record)
                 summary.add(record)
+                entry = record.to_meta()
+                if end > first:
+                    entry["_docs"] = [first, end]
                 spool.write(json.dumps(entry, ensure_ascii=False) + "\n")
                 bar.update(record.bytes)
                 bar.set_postfix_str(f"{n}/{len(found.tasks)} files", refresh=False)
@@ -171,22 +135,7 @@ def _extract(opts: PrepareOptions, tmp: Path, summary: Summary, spool) -> _Docs:
     return docs
 
 
-def _keep(record: FileRecord, docs: _Docs, first_seen: dict[str, str]) -> dict:
-    """Record a used file as a document unless its text was seen before; its meta entry."""
-    doc = None
-    if record.status == USED:
-        first = first_seen.setdefault(record.digest or "", record.path)
-        if first != record.path:
-            record.skip("duplicate", f"same text as {first}")
-        else:
-            doc = docs.add(record.store or "", record.offset, record.nbytes, record.type)
-    entry = record.to_meta()
-    if doc is not None:
-        entry["_doc"] = doc
-    return entry
-
-
-def _split(docs: _Docs, fraction: float, seed: int) -> None:
+def _split(docs: DocTable, fraction: float, seed: int) -> None:
     """Choose round(n * fraction) validation documents at random (seeded); at least one when
     fraction > 0 and there are two documents or more, and never all of them."""
     n = len(docs)
@@ -200,12 +149,12 @@ def _split(docs: _Docs, fraction: float, seed: int) -> None:
     docs.tokens = np.zeros(n, dtype=np.int64)
 
 
-def _training_texts(docs: _Docs, tmp: Path, opts: PrepareOptions) -> Iterator[str]:
+def _training_texts(docs: DocTable, tmp: Path, opts: PrepareOptions) -> Iterator[str]:
     """The train documents the tokenizer learns from: all of them, or when they exceed
     --tokenizer-sample-mb, each kept with probability sample / total (seeded); large ones in
     pieces."""
     train = np.flatnonzero(~docs.val)
-    total = int(np.asarray(docs.nbytes, dtype=np.int64)[train].sum()) if len(train) else 0
+    total = docs.total_bytes(train)
     cap = opts.tokenizer_sample_mb * 1e6
     if cap and total > cap:
         keep = np.random.default_rng(opts.seed + 1).random(len(train)) < cap / total
@@ -216,7 +165,7 @@ def _training_texts(docs: _Docs, tmp: Path, opts: PrepareOptions) -> Iterator[st
             yield read_document(store, off, n)
 
 
-def _tokenizer(docs: _Docs, tmp: Path, opts: PrepareOptions) -> Tokenizer:
+def _tokenizer(docs: DocTable, tmp: Path, opts: PrepareOptions) -> Tokenizer:
     if opts.tokenizer not in KINDS:
         tok = load(opts.tokenizer)
     else:
@@ -229,18 +178,18 @@ def _tokenizer(docs: _Docs, tmp: Path, opts: PrepareOptions) -> Tokenizer:
     return tok
 
 
-def _tokenize(docs: _Docs, tmp: Path, tok: Tokenizer, opts: PrepareOptions,
+def _tokenize(docs: DocTable, tmp: Path, tok: Tokenizer, opts: PrepareOptions,
               summary: Summary) -> str:
     dtype = token_dtype_name(tok.vocab_size)
-    total = int(np.asarray(docs.nbytes, dtype=np.int64).sum())
+    total = docs.total_bytes()
     with _bar(opts, total, "tokenize") as bar:
         for split, file in ((False, TRAIN_FILE), (True, VAL_FILE)):
             writer = TokenWriter(tmp / file, dtype)
             chosen = (docs.where(int(i), tmp) + (int(i),)
                       for i in np.flatnonzero(docs.val == split))
             tasks = tokenizing.plan_tasks(chosen)
-            results = _map(tokenizing.encode_task, tasks, opts.workers,
-                           tokenizing.init_worker, (tok.to_json(), dtype))
+            results = imap_ordered(tokenizing.encode_task, tasks, opts.workers,
+                                   tokenizing.init_worker, (tok.to_json(), dtype))
             for data, counts, unknown, nbytes in results:
                 writer.write_bytes(data)
                 for doc, count in counts:
@@ -253,18 +202,18 @@ def _tokenize(docs: _Docs, tmp: Path, tok: Tokenizer, opts: PrepareOptions,
             else:
                 summary.train_tokens = writer.tokens
                 summary.train_documents = len(docs) - int(docs.val.sum())
-    for t, tokens in zip(docs.type, docs.tokens):
-        summary.add_tokens(TYPES[t], int(tokens))
+    for file_type, tokens in docs.tokens_by_type().items():
+        summary.add_tokens(file_type, tokens)
     return dtype
 
 
-def _files_with_tokens(spool_path: Path, docs: _Docs) -> Iterator[dict]:
+def _files_with_tokens(spool_path: Path, docs: DocTable) -> Iterator[dict]:
     with open(spool_path, encoding="utf-8") as f:
         for line in f:
             entry = json.loads(line)
-            doc = entry.pop("_doc", None)
-            if doc is not None:
-                entry["tokens"] = int(docs.tokens[doc])
+            kept = entry.pop("_docs", None)
+            if kept is not None:
+                entry["tokens"] = int(docs.tokens[kept[0]:kept[1]].sum())
             yield entry
 
 

@@ -1,7 +1,9 @@
 """The closing summary: files by type, used and skipped (with reasons), characters, tokens.
 
 `Summary` is filled record by record while the run streams, so it never needs the list of
-files; `to_dict()` goes into meta.json, `table()` is what the command prints.
+files; `to_dict()` goes into meta.json, `table()` is what the command prints. Lines and rows
+of JSON Lines and Parquet files that gave no document are counted by reason, and the first
+FILES_LISTED such files are listed with the first line/row numbers of each reason.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from sheepop.data.ingest.record import TYPES, USED, FileRecord
 
 _COLUMNS = ("files", "used", "skipped", "bytes", "characters", "tokens")
+FILES_LISTED = 20
 
 
 @dataclass
@@ -22,6 +25,9 @@ class Summary:
     reasons: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)  # reason code -> one file + detail
     excluded: int = 0
+    record_reasons: Counter = field(default_factory=Counter)  # line/row skip reason -> count
+    record_files: list[str] = field(default_factory=list)     # "path: what was skipped where"
+    record_file_count: int = 0
     documents: int = 0
     train_documents: int = 0
     val_documents: int = 0
@@ -45,6 +51,14 @@ class Summary:
             row["skipped"] += 1
             self.reasons[record.reason_code] += 1
             self.examples.setdefault(record.reason_code, f"{record.path}: {record.reason}")
+        skips = record.skipped_records
+        if skips.total:
+            self.record_reasons.update(skips.counts)
+            self.record_file_count += 1
+            if len(self.record_files) < FILES_LISTED:
+                self.record_files.append(f"{record.path}: {skips.total:,} {record.unit}"
+                                         f"{'s' if skips.total > 1 else ''} skipped: "
+                                         f"{skips.describe(record.unit)}")
 
     def add_tokens(self, file_type: str, tokens: int) -> None:
         self.by_type[file_type]["tokens"] += tokens
@@ -68,6 +82,7 @@ class Summary:
             "by_type": {t: {c: row[c] for c in _COLUMNS}
                         for t, row in self.by_type.items() if row["files"]},
             "skipped_reasons": dict(self.reasons.most_common()),
+            "skipped_records": dict(self.record_reasons.most_common()),
         }
 
     def table(self) -> str:
@@ -92,4 +107,13 @@ class Summary:
                 lines.append(f"  {n:>7,}  {code:<22} e.g. {self.examples[code]}")
         if self.excluded:
             lines.append(f"  {self.excluded:>7,}  excluded by --include/--exclude")
+        if self.record_reasons:
+            lines.append("")
+            lines.append("skipped lines and rows (JSON Lines, Parquet):")
+            for reason, n in self.record_reasons.most_common():
+                lines.append(f"  {n:>7,}  {reason}")
+            lines.extend(f"  {entry}" for entry in self.record_files)
+            if self.record_file_count > len(self.record_files):
+                lines.append(f"  ... and {self.record_file_count - len(self.record_files):,} "
+                             "more files (meta.json lists them all)")
         return "\n".join(lines)

@@ -10,11 +10,13 @@ Only addresses travel to the workers and only ids come back.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 
-from sheepop.data.ingest.store import document_pieces, read_document
+from sheepop.data.ingest.store import document_pieces
 from sheepop.data.shards import numpy_dtype
 from sheepop.tokenizers import Tokenizer, loads
 
@@ -45,13 +47,19 @@ def encode_task(task: Sequence[Piece]) -> tuple[bytes, list[tuple[int, int]], in
     assert _tokenizer is not None, "init_worker was not called"
     unk = _tokenizer.unk_id
     arrays, counts, unknown = [], [], 0
-    for piece in task:
-        text = read_document(piece.store, piece.offset, piece.nbytes)
-        ids = np.array(_tokenizer.encode(text, add_eos=piece.last), dtype=_dtype)
-        if unk is not None:
-            unknown += int(np.count_nonzero(ids == unk))
-        arrays.append(ids)
-        counts.append((piece.doc, int(ids.size)))
+    with ExitStack() as stack:  # each store opened once a task: a task may hold 1000s of lines
+        opened: dict[str, BinaryIO] = {}
+        for piece in task:
+            if piece.store not in opened:
+                opened[piece.store] = stack.enter_context(open(piece.store, "rb"))
+            f = opened[piece.store]
+            f.seek(piece.offset)
+            text = f.read(piece.nbytes).decode("utf-8", "surrogatepass")
+            ids = np.array(_tokenizer.encode(text, add_eos=piece.last), dtype=_dtype)
+            if unk is not None:
+                unknown += int(np.count_nonzero(ids == unk))
+            arrays.append(ids)
+            counts.append((piece.doc, int(ids.size)))
     data = np.concatenate(arrays).tobytes() if arrays else b""
     return data, counts, unknown, sum(piece.nbytes for piece in task)
 

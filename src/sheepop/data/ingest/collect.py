@@ -1,0 +1,99 @@
+"""Raw text for `sheepop train DATA`: the documents of a file or folder, through the same
+discovery, readers (encodings, HTML, PDF, OCR, JSON Lines, Parquet), dedup and process pool as
+`sheepop prepare`, but held in memory and capped at `data.max_bytes` (a training run on raw text
+is meant for corpora that fit; `prepare` streams any size to disk).
+
+Files are extracted in walk order into a temporary store and read back in that order until the
+cap; the document that crosses it is cut (as the standard-library corpus is). Extraction stops
+there: a worker reading a JSON Lines or Parquet file stops after max_bytes of text too.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from sheepop.data.ingest import extract
+from sheepop.data.ingest.discovery import discover
+from sheepop.data.ingest.doctable import DocTable
+from sheepop.data.ingest.report import Summary
+from sheepop.data.ingest.store import read_document
+from sheepop.errors import UserError
+from sheepop.tokenizers.parallel import default_workers, imap_ordered
+
+# One worker per this much input, up to one per CPU: below it, starting a process costs more
+# than it saves (tests and small folders run in this process).
+BYTES_PER_WORKER = 32 << 20
+
+
+@dataclass
+class RawText:
+    texts: list[str]
+    summary: Summary
+    root: str
+    bytes_read: int = 0
+    truncated: bool = False
+    files_read: int = 0
+
+    def lines(self) -> list[str]:
+        """What the run log shows: one line of totals, then where lines/rows were skipped."""
+        skipped = ", ".join(f"{n} {why}" for why, n in self.summary.reasons.most_common())
+        records = ", ".join(f"{n} {why}" for why, n in self.summary.record_reasons.most_common())
+        if records:
+            skipped = f"{skipped}; " if skipped else ""
+            skipped += f"lines/rows: {records}"
+        cap = " (stopped at the size cap)" if self.truncated else ""
+        head = (f"read {self.files_read} files, {len(self.texts)} documents, "
+                f"{self.bytes_read / 1e6:.2f} MB from {self.root}{cap}; "
+                f"skipped: {skipped or 'none'}")
+        return [head] + [f"  {entry}" for entry in self.summary.record_files[:5]]
+
+
+def read_raw_text(path: str | Path, max_bytes: int, text_field: str = "text",
+                  workers: int = 0) -> RawText:
+    """The documents of the file or folder `path`, up to `max_bytes` of UTF-8 text.
+    `workers` 0: one per 32 MB of input, at most one per CPU."""
+    if not os.path.exists(path):
+        raise UserError(f"data path not found: {path}")
+    found = discover([path])
+    if workers <= 0:
+        workers = min(default_workers(), max(1, math.ceil(found.total_bytes / BYTES_PER_WORKER)))
+    raw = RawText([], Summary(), str(path))
+    for record in found.skipped:
+        raw.summary.add(record)
+    options = extract.ExtractOptions(text_field=text_field, max_bytes=max_bytes)
+    table = DocTable()
+    with tempfile.TemporaryDirectory(prefix="sheepop-raw-") as tmp:
+        results = imap_ordered(extract.extract_file, found.tasks, workers,
+                               extract.init_worker, (tmp, options))
+        try:
+            with closing(results):  # leaving early ends the workers
+                for record in results:
+                    first, end = table.add_file(record)
+                    raw.summary.add(record)
+                    raw.files_read += end > first
+                    if not _take(raw, table, Path(tmp), range(first, end), max_bytes):
+                        break
+        finally:
+            extract.close_worker()  # the store of an in-process run (a no-op otherwise)
+    if not raw.texts:
+        raise UserError(f"no usable text found in {path}")
+    return raw
+
+
+def _take(raw: RawText, table: DocTable, tmp: Path, docs: range, max_bytes: int) -> bool:
+    """Append the documents `docs` to raw.texts until max_bytes; False once the cap is hit."""
+    for i in docs:
+        if raw.bytes_read >= max_bytes:
+            raw.truncated = True
+            return False
+        text = read_document(*table.where(i, tmp))
+        if len(text) > max_bytes - raw.bytes_read:
+            text, raw.truncated = text[: max_bytes - raw.bytes_read], True
+        raw.texts.append(text)
+        raw.bytes_read += len(text.encode("utf-8", "surrogatepass"))
+    return True
