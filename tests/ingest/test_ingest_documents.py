@@ -215,3 +215,13 @@ def test_text_field_option_on_both_commands(tmp_path, capsys):
     assert "data: read 1 files, 40 documents" in printed
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["data"]["text_field"] == "body"
+
+
+def test_digest_set_remembers_the_first_owner_through_growth():
+    from sheepop.data.ingest.doctable import DigestSet
+    seen = DigestSet(capacity=8)
+    digests = [(-1) ** i * (i * 0x9E3779B97F4A7C15 % 2 ** 63) for i in range(1, 5001)]
+    assert [seen.first_owner(d, i) for i, d in enumerate(digests)] == [-1] * 5000
+    assert seen.size == 5000 and len(seen.keys) == 16384  # at most half full
+    assert [seen.first_owner(d, 7) for d in digests] == list(range(5000))
+    assert seen.first_owner(0, 1) == -1 and seen.first_owner(1, 2) == 1  # 0 is stored as 1
