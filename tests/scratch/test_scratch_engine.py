@@ -10,52 +10,25 @@ import numpy as np
 import pytest
 
 from sheepop.cli import main
-from sheepop.config import ModelConfig, SampleConfig, TrainConfig, build_config
-from sheepop.data.dataset import Dataset
+from sheepop.config import ModelConfig, SampleConfig, TrainConfig
 from sheepop.generate import generate, generate_batch_ids
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import TorchLM
 from sheepop.scratch.gpt import GPT, gpt_forward, new_cache
 from sheepop.scratch.lm import NumpyLM
-from sheepop.tokenizers import train_tokenizer
 from sheepop.train.engine_numpy import NumpyEngine
-from sheepop.train.loop import setup
 
-TEXT = "the quick brown fox jumps over the lazy dog. " * 60
-
-
-def tiny_config(engine: str = "numpy", dropout: float = 0.1, **train):
-    cfg = build_config(None, None, [
-        "model.n_layer=2", "model.n_head=2", "model.n_embd=16", "model.block_size=16",
-        f"model.dropout={dropout}", "train.batch_size=4", "train.steps=12",
-        "train.warmup_steps=3", "train.eval_interval=4", "train.eval_batches=2",
-        "train.log_interval=1", "train.checkpoint_interval=0", "train.lr=3e-3",
-        f"train.engine={engine}", "train.device=cpu", "train.dtype=float32"])
-    for k, v in train.items():
-        cfg.set(f"train.{k}", v)
-    return cfg
+# The tiny run (tiny_config, tiny_trainer, read_metrics, tiny_text) is in tests/conftest.py: the
+# torch engine's tests in tests/train/ train the same one.
 
 
-def dataset() -> Dataset:
-    tok = train_tokenizer("char", [TEXT])
-    ids = np.asarray(tok.encode(TEXT), dtype=np.uint16)
-    return Dataset(ids[:2400], ids[2400:], tok)
-
-
-def rows(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def quiet_setup(cfg, run_dir, resume=False):
-    return setup(None, cfg, run_dir, resume=resume, dataset=dataset(), progress=False,
-                 log=lambda *_: None)
-
-
-def test_the_shared_loop_trains_the_numpy_engine(tmp_path):
-    trainer = quiet_setup(tiny_config(steps=40, eval_interval=20, lr=1e-2), tmp_path / "run")
+def test_the_shared_loop_trains_the_numpy_engine(tmp_path, tiny_config, tiny_trainer,
+                                                 read_metrics):
+    cfg = tiny_config("numpy", steps=40, eval_interval=20, lr=1e-2)
+    trainer = tiny_trainer(cfg, tmp_path / "run")
     assert trainer.engine.name == "numpy"
     summary = trainer.run()
-    r = rows(tmp_path / "run")
+    r = read_metrics(tmp_path / "run")
     assert [x["step"] for x in r] == list(range(1, 41))
     assert np.mean([x["loss"] for x in r[-5:]]) < r[0]["loss"] - 0.3
     assert summary.val_loss == pytest.approx(r[-1]["val_loss"], abs=1e-6)
@@ -63,25 +36,27 @@ def test_the_shared_loop_trains_the_numpy_engine(tmp_path):
     assert state["engine"] == "numpy" and state["adam_step"] == 40
 
 
-def test_resume_matches_an_uninterrupted_run_with_dropout(tmp_path, interrupt_after):
-    quiet_setup(tiny_config(), tmp_path / "a").run()
-    first = quiet_setup(tiny_config(), tmp_path / "b")
+def test_resume_matches_an_uninterrupted_run_with_dropout(tmp_path, interrupt_after, tiny_config,
+                                                         tiny_trainer, read_metrics):
+    tiny_trainer(tiny_config("numpy"), tmp_path / "a").run()
+    first = tiny_trainer(tiny_config("numpy"), tmp_path / "b")
     interrupt_after(first, 5)
     assert first.run().interrupted
-    resumed = quiet_setup(tiny_config(), tmp_path / "b", resume=True)
+    resumed = tiny_trainer(tiny_config("numpy"), tmp_path / "b", resume=True)
     assert resumed.step == 5
     resumed.run()
-    a, b = rows(tmp_path / "a"), rows(tmp_path / "b")
+    a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
     assert [x["loss"] for x in a] == [x["loss"] for x in b]  # the dropout RNG is restored too
 
 
-def test_a_torch_run_resumes_in_the_numpy_engine(tmp_path, interrupt_after):
-    quiet_setup(tiny_config("torch", dropout=0.0), tmp_path / "torch").run()
-    first = quiet_setup(tiny_config("torch", dropout=0.0), tmp_path / "mixed")
+def test_a_torch_run_resumes_in_the_numpy_engine(tmp_path, interrupt_after, tiny_config,
+                                                 tiny_trainer, read_metrics):
+    tiny_trainer(tiny_config("torch", dropout=0.0), tmp_path / "torch").run()
+    first = tiny_trainer(tiny_config("torch", dropout=0.0), tmp_path / "mixed")
     interrupt_after(first, 5)
     first.run()
-    quiet_setup(tiny_config("numpy", dropout=0.0), tmp_path / "mixed", resume=True).run()
-    a, b = rows(tmp_path / "torch"), rows(tmp_path / "mixed")
+    tiny_trainer(tiny_config("numpy", dropout=0.0), tmp_path / "mixed", resume=True).run()
+    a, b = read_metrics(tmp_path / "torch"), read_metrics(tmp_path / "mixed")
     assert [x["step"] for x in b] == list(range(1, 13))
     np.testing.assert_allclose([x["loss"] for x in b], [x["loss"] for x in a], atol=2e-5)
 
@@ -145,9 +120,9 @@ def test_batched_generation_with_left_padding_matches_torch_and_single_prompts(k
         assert out == [s.token for s in generate(ours, prompt, greedy, eos_id=3)]
 
 
-def test_command_line_trains_and_generates_with_the_numpy_engine(tmp_path, capsys):
+def test_command_line_trains_and_generates_with_the_numpy_engine(tmp_path, capsys, tiny_text):
     data = tmp_path / "text.txt"
-    data.write_text(TEXT)
+    data.write_text(tiny_text)
     run = tmp_path / "run"
     sets = ["model.n_layer=1", "model.n_embd=16", "model.n_head=2", "model.block_size=16",
             "train.batch_size=4", "train.eval_batches=1", "train.warmup_steps=2"]

@@ -1,3 +1,6 @@
+"""The torch engine's training: schedule, parameter groups, accumulation, the shared loop (run
+directory, resume, Ctrl-C), bf16 autocast. The tiny run's fixtures are in tests/conftest.py."""
+
 import json
 import math
 
@@ -5,35 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.config import Config, TrainConfig, build_config
-from sheepop.data.dataset import Dataset
+from sheepop.config import TrainConfig
 from sheepop.schedule import lr_at
-from sheepop.tokenizers import train_tokenizer
 from sheepop.train.engine_torch import TorchEngine, decay_groups
-from sheepop.train.loop import setup
-
-TEXT = "the quick brown fox jumps over the lazy dog. " * 60
-
-
-def tiny_config(**train) -> Config:
-    cfg = build_config(None, None, [
-        "model.n_layer=2", "model.n_head=2", "model.n_embd=16", "model.block_size=16",
-        "model.dropout=0.1", "train.batch_size=4", "train.steps=12", "train.warmup_steps=3",
-        "train.eval_interval=4", "train.eval_batches=2", "train.log_interval=1",
-        "train.checkpoint_interval=0", "train.lr=3e-3", "data.val_fraction=0.1"])
-    for k, v in train.items():
-        cfg.set(f"train.{k}", v)
-    return cfg
-
-
-def dataset() -> Dataset:
-    tok = train_tokenizer("char", [TEXT])
-    ids = np.asarray(tok.encode(TEXT), dtype=np.uint16)
-    return Dataset(ids[:2400], ids[2400:], tok)
-
-
-def losses(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_schedule_warmup_then_cosine():
@@ -78,13 +55,13 @@ def test_accumulating_4_micro_batches_equals_one_batch_of_4B(small_cfg, pad):
         assert torch.allclose(g1[name], g4[name], atol=1e-6, rtol=0), name
 
 
-def test_training_lowers_the_loss_and_writes_a_run(tmp_path):
+def test_training_lowers_the_loss_and_writes_a_run(tmp_path, tiny_config, tiny_trainer,
+                                                   read_metrics):
     cfg = tiny_config(steps=100, eval_interval=50, lr=3e-2)
     cfg.model.n_embd, cfg.model.dropout = 32, 0.0
-    trainer = setup(None, cfg, tmp_path / "run", dataset=dataset(), progress=False,
-                    log=lambda *_: None)
+    trainer = tiny_trainer(cfg, tmp_path / "run")
     summary = trainer.run()
-    rows = losses(tmp_path / "run")
+    rows = read_metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == list(range(1, 101))
     assert {"step", "loss", "lr", "grad_norm", "tokens_per_sec"} <= set(rows[0])
     assert [r["step"] for r in rows if "val_loss" in r] == [50, 100]
@@ -96,27 +73,26 @@ def test_training_lowers_the_loss_and_writes_a_run(tmp_path):
         assert (tmp_path / "run" / f).exists()
 
 
-def test_resume_matches_an_uninterrupted_run_step_for_step(tmp_path, interrupt_after):
-    straight = setup(None, tiny_config(), tmp_path / "a", dataset=dataset(), progress=False,
-                     log=lambda *_: None)
+def test_resume_matches_an_uninterrupted_run_step_for_step(tmp_path, interrupt_after,
+                                                           tiny_config, tiny_trainer,
+                                                           read_metrics):
+    straight = tiny_trainer(tiny_config(), tmp_path / "a")
     straight.run()
-    first = setup(None, tiny_config(), tmp_path / "b", dataset=dataset(), progress=False,
-                  log=lambda *_: None)
+    first = tiny_trainer(tiny_config(), tmp_path / "b")
     interrupt_after(first, 5)
     assert first.run().interrupted
-    resumed = setup(None, tiny_config(), tmp_path / "b", resume=True, dataset=dataset(),
-                    progress=False, log=lambda *_: None)
+    resumed = tiny_trainer(tiny_config(), tmp_path / "b", resume=True)
     assert resumed.step == 5
     resumed.run()
-    a, b = losses(tmp_path / "a"), losses(tmp_path / "b")
+    a, b = read_metrics(tmp_path / "a"), read_metrics(tmp_path / "b")
     assert [r["step"] for r in b] == list(range(1, 13))
     assert [r["loss"] for r in a] == [r["loss"] for r in b]  # dropout is on: RNG restored too
     assert [r.get("val_loss") for r in a] == [r.get("val_loss") for r in b]
 
 
-def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path, interrupt_after):
-    trainer = setup(None, tiny_config(steps=50), tmp_path / "run", dataset=dataset(),
-                    progress=False, log=lambda *_: None)
+def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path, interrupt_after, tiny_config,
+                                             tiny_trainer):
+    trainer = tiny_trainer(tiny_config(steps=50), tmp_path / "run")
     interrupt_after(trainer, 7)
     summary = trainer.run()
     assert summary.interrupted and summary.steps == 7
@@ -124,21 +100,20 @@ def test_ctrl_c_saves_a_checkpoint_and_stops(tmp_path, interrupt_after):
     assert state["step"] == 7
 
 
-def test_bf16_autocast_on_cpu_tracks_float32(tmp_path):
+def test_bf16_autocast_on_cpu_tracks_float32(tmp_path, tiny_config, tiny_trainer, read_metrics):
     results = {}
     for dtype in ("float32", "bfloat16"):
         cfg = tiny_config(steps=30, dtype=dtype, lr=1e-2)
-        trainer = setup(None, cfg, tmp_path / dtype, dataset=dataset(), progress=False,
-                        log=lambda *_: None)
+        trainer = tiny_trainer(cfg, tmp_path / dtype)
         assert trainer.engine.description.endswith(dtype)
         trainer.run()
-        results[dtype] = [r["loss"] for r in losses(tmp_path / dtype)]
+        results[dtype] = [r["loss"] for r in read_metrics(tmp_path / dtype)]
     f32, bf16 = np.array(results["float32"]), np.array(results["bfloat16"])
     assert abs(f32[0] - bf16[0]) < 0.02  # same weights and batch: bf16 rounding only
     assert np.abs(f32 - bf16).max() < 0.15 and bf16[-5:].mean() < bf16[0]
 
 
-def test_float16_on_cpu_is_refused_with_a_clear_message():
+def test_float16_on_cpu_is_refused_with_a_clear_message(tiny_config):
     from sheepop.errors import UserError
     with pytest.raises(UserError, match="float16 needs CUDA"):
         TorchEngine(tiny_config().model, TrainConfig(dtype="float16", device="cpu"))

@@ -14,6 +14,7 @@ from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 from sheepop.tokenizers import load as load_tokenizer
 
 TEXT = "the cat sat on the mat. the dog ate the hat. " * 30
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
-"""Batched generation with left padding: every prompt gets what it gets alone."""
+"""Batched generation with left padding in the torch engine (TorchLM): every prompt gets what
+it gets alone. The padding rules themselves are tested in tests/arch/."""
 
 import numpy as np
 import pytest
 import torch
 
-from sheepop.arch.batch import left_pad
 from sheepop.config import ModelConfig, SampleConfig
 from sheepop.generate import generate, generate_batch, generate_batch_ids
 from sheepop.model import GPT, TorchLM
@@ -14,13 +14,6 @@ PROMPTS = [[3], [5, 9, 2, 7, 7, 1, 30], [11, 4], [8, 8, 8, 8, 8]]
 
 def alone(lm, prompt, cfg, **kw):
     return [s.token for s in generate(lm, prompt, cfg, **kw)]
-
-
-def test_left_pad_positions_and_mask():
-    idx, pos, real = left_pad([[4, 5, 6], [7]])
-    assert idx.tolist() == [[4, 5, 6], [0, 0, 7]]
-    assert pos.tolist() == [[0, 1, 2], [0, 0, 0]]
-    assert real.tolist() == [[True, True, True], [False, False, True]]
 
 
 @pytest.mark.parametrize("overrides", [{}, {"pos_encoding": "learned"}])
