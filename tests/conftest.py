@@ -11,7 +11,7 @@ Helper *modules* that test files import by name (`from tok_samples import PROSE`
 tests/helpers/, which this file puts on sys.path: pytest's default "prepend" import mode only adds
 a test file's own folder, so a test in cli/ could not otherwise import what tokenizers/ shares.
 Helpers used by one folder only stay in it (scratch/scratch_gradcheck.py,
-ingest/ingest_fixtures.py).
+data/ingest_fixtures.py).
 """
 
 from __future__ import annotations
