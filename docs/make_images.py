@@ -33,7 +33,7 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sheepop import checkpoint  # noqa: E402
+from sheepop import checkpoint, files  # noqa: E402
 from sheepop.config import Config, build_config  # noqa: E402
 from sheepop.positional import sinusoidal_table  # noqa: E402
 from sheepop.sample import probabilities  # noqa: E402
@@ -117,7 +117,7 @@ def save(fig: plt.Figure, path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    checkpoint.atomic_write_bytes(path, buf.getvalue())
+    files.atomic_write_bytes(path, buf.getvalue())
     print(f"wrote {path}")
 
 

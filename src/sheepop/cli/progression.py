@@ -153,7 +153,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from sheepop.checkpoint import atomic_write_text
+    from sheepop.files import atomic_write_text
     from sheepop.inference import build, read_run
     from sheepop.progression.data import load_progressions
     from sheepop.progression.report import evaluate_sets, plot, table

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from sheepop import checkpoint
+from sheepop import checkpoint, files
 from sheepop.config import Config, resolve_vocab_size
 from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.data.windows import WindowSampler, eval_windows
@@ -200,7 +200,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
         return
     keep = [line for line in path.read_text(encoding="utf-8").splitlines()
             if line.strip() and json.loads(line)["step"] <= step]
-    checkpoint.atomic_write_text(path, "".join(line + "\n" for line in keep))
+    files.atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
 def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool = False,
