@@ -25,10 +25,9 @@ from sheepop.tokenizers.base import (
     PAD,
     TOKENIZER_FILE,
     UNK,
-    IncrementalDecoder,
     Tokenizer,
-    decode_stream,
 )
+from sheepop.tokenizers.streaming import IncrementalDecoder, decode_stream
 
 KINDS = TOKENIZER_KINDS  # the one list of tokenizer kinds (sheepop.config)
 DEFAULT_BPE_VOCAB = 4096
