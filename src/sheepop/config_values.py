@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from sheepop.errors import UserError
+from sheepop.files import shown
 
 
 def field_type(f: dataclasses.Field) -> type:
@@ -41,6 +42,9 @@ def convert_value(value: Any, f: dataclasses.Field, dotted: str, where: str) -> 
             return int(value)
         if kind is float:
             return float(value)
+        if isinstance(value, (list, dict)):  # a table or array where text belongs
+            raise ValueError(value)
         return str(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{where}: {dotted} expects {kind.__name__}, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: float(10**400), int(1e400)
+        raise UserError(f"{where}: {dotted} expects {kind.__name__}, got "
+                        f"{shown(value)}") from None

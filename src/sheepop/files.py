@@ -20,6 +20,15 @@ and the name error messages give such a file. `write_document` writes one; `read
 
 `read_bytes`, `read_text` and `read_json` are the same reader for files that are not sheepop
 documents (weights, Hugging Face or GPT-2 files): the same messages, without the format checks.
+
+Hostile files. Every reader here reads only a regular file, and one no larger than its limit:
+`open_regular` refuses a FIFO, a device (a symlink to /dev/zero included), a socket or a
+directory with one line, before reading a byte. It checks with `os.stat` before opening (opening
+some devices has effects) and with `os.fstat` on what it opened (the file may have been swapped
+in between); it opens with O_NONBLOCK, so even a FIFO swapped in at that moment cannot block the
+open. JSON is read whole, so it has a size cap (`MAX_JSON_BYTES`, or the caller's), and nesting
+too deep for the parser (Python's recursion limit, ~1000 levels) is one line, not a
+RecursionError.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +53,13 @@ def _read_umask() -> int:
 
 
 _UMASK = _read_umask()
+
+# O_NONBLOCK: opening a FIFO for reading blocks until a writer comes, without it (POSIX only).
+_OPEN_FLAGS = getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+
+# The largest JSON file read whole: 64 MiB, more than any real tokenizer.json (a 256k-token
+# vocabulary with its merges is ~30 MB); callers with smaller files pass their own limit.
+MAX_JSON_BYTES = 64 * 2**20
 
 
 @contextlib.contextmanager
@@ -100,18 +117,66 @@ def write_document(path: str | Path, fmt: DocumentFormat, body: dict[str, Any],
     atomic_write_text(path, document_text(fmt, body, indent))
 
 
-def read_bytes(path: str | Path, missing: str | None = None, what: str = "file") -> bytes:
-    """The bytes of `path`; `missing` is the message when it does not exist (default:
-    "<what> not found: <path>"), `what` names the file in the other messages."""
+def shown(value: Any, width: int = 60) -> str:
+    """`repr(value)` cut to `width` characters: a value read from a hostile file can be
+    megabytes long, and a message stays one short line."""
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _file_kind(mode: int) -> str | None:
+    """What a file that is not a regular file is, for messages (None: a regular file)."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _check_regular(st: os.stat_result, path: Path, what: str, limit: int | None) -> None:
+    kind = _file_kind(st.st_mode)
+    if kind is not None:
+        raise UserError(f"{path} is {kind}, not a {what}: sheepop reads only regular files")
+    if limit is not None and st.st_size > limit:
+        raise UserError(f"{path} is {st.st_size:,} bytes, more than a {what} may be "
+                        f"({limit:,} bytes)")
+
+
+@contextlib.contextmanager
+def open_regular(path: str | Path, missing: str | None = None, what: str = "file",
+                 limit: int | None = None) -> Iterator[IO[bytes]]:
+    """`path` opened for reading in binary, after checking that it is a regular file of at most
+    `limit` bytes (one UserError line otherwise; `missing`: the message when it does not
+    exist)."""
     path = Path(path)
     try:
-        return path.read_bytes()
+        _check_regular(os.stat(path), path, what, limit)
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
     except FileNotFoundError:
         raise UserError(missing or f"{what} not found: {path}") from None
     except IsADirectoryError:
         raise UserError(f"{path} is a directory, not a {what}") from None
     except OSError as e:
         raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        _check_regular(os.fstat(fd), path, what, limit)
+        yield f
+
+
+def read_bytes(path: str | Path, missing: str | None = None, what: str = "file",
+               limit: int | None = None) -> bytes:
+    """The bytes of `path`, a regular file of at most `limit` bytes (`open_regular`); `missing`
+    is the message when it does not exist (default: "<what> not found: <path>"), `what` names
+    the file in the other messages."""
+    with open_regular(path, missing, what, limit) as f:
+        try:
+            data = f.read() if limit is None else f.read(limit + 1)
+        except OSError as e:
+            raise UserError(f"cannot read {what} {path}: {e.strerror}") from None
+    if limit is not None and len(data) > limit:  # it grew after the check
+        raise UserError(f"{path} is more than {limit:,} bytes, more than a {what} may be")
+    return data
 
 
 def decode_text(data: bytes, where: str, what: str = "file") -> str:
@@ -122,9 +187,10 @@ def decode_text(data: bytes, where: str, what: str = "file") -> str:
         raise UserError(f"{where}: the {what} is not UTF-8 text") from None
 
 
-def read_text(path: str | Path, missing: str | None = None, what: str = "file") -> str:
-    """The UTF-8 text of `path` (messages as in `read_bytes`)."""
-    return decode_text(read_bytes(path, missing, what), str(path), what)
+def read_text(path: str | Path, missing: str | None = None, what: str = "file",
+              limit: int | None = None) -> str:
+    """The UTF-8 text of `path` (messages and `limit` as in `read_bytes`)."""
+    return decode_text(read_bytes(path, missing, what, limit), str(path), what)
 
 
 def parse_json(text: str | bytes, where: str) -> Any:
@@ -133,13 +199,16 @@ def parse_json(text: str | bytes, where: str) -> Any:
         return json.loads(text)
     except UnicodeDecodeError:
         raise UserError(f"{where}: the file is not UTF-8 text") from None
-    except (json.JSONDecodeError, TypeError) as e:
-        raise UserError(f"{where} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise UserError(f"{where} is not a JSON file sheepop reads (nested too deeply)") from None
+    except (json.JSONDecodeError, TypeError, ValueError) as e:  # ValueError: a 5000-digit int
+        raise UserError(f"{where} is not valid JSON ({str(e)[:200]})") from None
 
 
-def read_json(path: str | Path, missing: str | None = None, what: str = "file") -> Any:
+def read_json(path: str | Path, missing: str | None = None, what: str = "file",
+              limit: int = MAX_JSON_BYTES) -> Any:
     """The JSON value of the file at `path`, of any shape (for files sheepop does not own)."""
-    return parse_json(read_text(path, missing, what), str(path))
+    return parse_json(read_text(path, missing, what, limit), str(path))
 
 
 def parse_document(text: str | bytes, fmt: DocumentFormat, where: str,
@@ -150,7 +219,7 @@ def parse_document(text: str | bytes, fmt: DocumentFormat, where: str,
     data = parse_json(text, where)
     if not isinstance(data, dict) or data.get("format") != fmt.tag:
         found = data.get("format") if isinstance(data, dict) else None
-        said = (f"its \"format\" is {found!r}" if found is not None
+        said = (f"its \"format\" is {shown(found)}" if found is not None
                 else f"no \"format\": \"{fmt.tag}\"")
         more = hint(data) if hint is not None else ""
         raise UserError(f"{where} is not a {fmt.title} ({said}){more}")
@@ -164,7 +233,8 @@ def parse_document(text: str | bytes, fmt: DocumentFormat, where: str,
 
 
 def read_document(path: str | Path, fmt: DocumentFormat, missing: str | None = None,
-                  hint: Callable[[Any], str] | None = None) -> dict[str, Any]:
+                  hint: Callable[[Any], str] | None = None,
+                  limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
     """The document at `path` (see `parse_document`); `missing` is the message when the file
-    does not exist, which should say how to make it."""
-    return parse_document(read_text(path, missing, fmt.title), fmt, str(path), hint)
+    does not exist, which should say how to make it; `limit`: its largest size in bytes."""
+    return parse_document(read_text(path, missing, fmt.title, limit), fmt, str(path), hint)

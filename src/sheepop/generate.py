@@ -23,7 +23,14 @@ from typing import Protocol
 import numpy as np
 
 from sheepop.config import SampleConfig
-from sheepop.sample import draw, penalize_repeats, probabilities, softmax, top_tokens
+from sheepop.sample import (
+    check_settings,
+    draw,
+    penalize_repeats,
+    probabilities,
+    softmax,
+    top_tokens,
+)
 
 
 class LanguageModel(Protocol):
@@ -89,6 +96,7 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
     argmax and reports softmax(z) as the distribution, only when `want_probs` (a float64
     softmax over a 50k vocabulary is not free).
     """
+    check_settings(cfg.temperature, cfg.top_k, cfg.top_p)  # ValueError: a bad API call
     if never:
         logits = np.array(logits, copy=True)
         logits[never] = -np.inf

@@ -20,6 +20,7 @@ import numpy as np
 
 from sheepop import checkpoint
 from sheepop.arch.lm import CachedLM
+from sheepop.checkpoint_check import check_weights_file
 from sheepop.config import INFERENCE_DTYPES, Config
 from sheepop.errors import UserError
 from sheepop.tokenizers import Tokenizer
@@ -50,15 +51,27 @@ def never_generated(tokenizer: Tokenizer | None) -> list[int]:
 
 
 def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer, Weights]:
-    """The config, tokenizer and weights of a run directory, checked against each other."""
+    """The config, tokenizer and weights of a run directory, checked against each other before
+    anything big is allocated: the config's values and sizes (`Config.validate`, which refuses
+    a model this machine cannot hold), the tokenizer's ids against the model's, then the weights
+    file's header (names, shapes, dtypes) against the config before a tensor is read, and last
+    every tensor finite (sheepop.checkpoint_check)."""
+    from sheepop.scratch.init import param_shapes  # NumPy only: names and shapes, no model
+
     where = str(Path(run_dir) / checkpoint.CONFIG_FILE)
     cfg = Config.from_saved(checkpoint.load_config(run_dir), where)
+    try:
+        cfg.validate()
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
     tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
                                str(Path(run_dir) / checkpoint.TOKENIZER_FILE))
-    weights = checkpoint.load_weights(run_dir)
     if tokenizer.vocab_size != cfg.model.vocab_size:
         raise UserError(f"{run_dir}: tokenizer has {tokenizer.vocab_size} ids but the model "
                         f"{cfg.model.vocab_size}")
+    check_weights_file(checkpoint.current_path(run_dir, checkpoint.MODEL_FILE),
+                       param_shapes(cfg.model))
+    weights = checkpoint.load_weights(run_dir)
     return cfg, tokenizer, weights
 
 

@@ -8,9 +8,16 @@
 
 Works on one row (V,) or a batch (B, V) of logits, in float64 so both engines draw the same
 token from the same logits and the same seeded `numpy.random.Generator`.
+
+Settings outside these ranges (tau < 0, k < 0, p outside (0, 1], theta <= 0, NaN) raise
+ValueError: through the Python API they are a programming error (top_p = 0 would otherwise keep
+no token, give NaN probabilities and silently draw token 0); the command line refuses them
+earlier with one line (`Config.validate`).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -29,14 +36,29 @@ def penalize_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np
     the rule works whatever the sign (the CTRL paper's penalty, as most libraries apply it).
     """
     z = np.asarray(logits, dtype=np.float64)
+    if not (math.isfinite(penalty) and penalty > 0):
+        raise ValueError(f"repetition penalty must be a finite number > 0 (1: off), not "
+                         f"{penalty!r}")
     if penalty == 1.0:
         return z
     return np.where(seen, np.where(z > 0, z / penalty, z * penalty), z)
 
 
+def check_settings(temperature: float, top_k: int, top_p: float) -> None:
+    """ValueError unless 0 <= temperature < inf, top_k >= 0 (an int) and 0 < top_p <= 1."""
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), not "
+                         f"{temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 0:
+        raise ValueError(f"top_k must be an integer >= 0 (0: off), not {top_k!r}")
+    if not 0 < top_p <= 1:  # also refuses NaN
+        raise ValueError(f"top_p must be in (0, 1] (1: off), not {top_p!r}")
+
+
 def probabilities(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0,
                   top_p: float = 1.0) -> np.ndarray:
     """The distribution the next token is drawn from, after temperature, top-k and top-p."""
+    check_settings(temperature, top_k, top_p)
     z = np.asarray(logits, dtype=np.float64)
     if temperature <= 0:  # greedy: all mass on the argmax (the first one on ties)
         probs = np.zeros_like(z)

@@ -110,15 +110,15 @@ def test_missing_unreadable_and_directory(tmp_path):
     locked = tmp_path / "locked.json"
     locked.write_text("{}")
     # chmod 000 stops nobody running as root (as CI may), so the refusal is made to happen.
-    real_read_bytes = Path.read_bytes
+    real_open = os.open
 
-    def refuse(self):
-        if self == locked:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read_bytes(self)
+    def refuse(path, *args, **kw):
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kw)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Path, "read_bytes", refuse)
+        mp.setattr(files.os, "open", refuse)
         with pytest.raises(UserError, match="cannot read file .*locked.json: Permission denied"):
             read_json(locked)
 

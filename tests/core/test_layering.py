@@ -11,7 +11,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sheepop"
 RANK = {"core": 0, "tokenizers": 1, "data": 2, "model": 3, "scratch": 3, "inference": 4,
         "interop": 4, "train": 5, "progression": 6, "cli": 7}
 CORE = {"config", "config_values", "presets", "errors", "files", "checkpoint", "schedule",
-        "sample", "generate", "text_stream", "positional", "arch"}
+        "sample", "generate", "text_stream", "positional", "arch", "model_size",
+        "checkpoint_check"}
 ENGINES = {"model", "scratch"}
 # One place builds a model for inference (sheepop.inference); the trainer builds its own.
 ENGINE_USERS = {"inference", "train"}

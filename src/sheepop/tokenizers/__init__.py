@@ -18,7 +18,7 @@ from typing import Any
 
 from sheepop.config import TOKENIZER_KINDS
 from sheepop.errors import UserError
-from sheepop.files import parse_document, read_text
+from sheepop.files import MAX_JSON_BYTES, parse_document, read_text, shown
 from sheepop.tokenizers.base import (
     BOS,
     EOS,
@@ -76,10 +76,30 @@ def loads(json_text: str | bytes, where: str = "tokenizer") -> Tokenizer:
     """A tokenizer from the text of its JSON file; `where` names it in error messages."""
     data = parse_document(json_text, TOKENIZER_FILE, where, hint=_foreign_hint)
     kind = data.get("kind")
-    if kind not in _CLASSES:
-        raise UserError(f"{where}: unknown tokenizer kind {kind!r} "
+    if not isinstance(kind, str) or kind not in _CLASSES:  # a list or dict is not hashable
+        raise UserError(f"{where}: unknown tokenizer kind {shown(kind)} "
                         f"(this sheepop knows {', '.join(KINDS)})")
+    _check_unicode(data, where)
     return tokenizer_class(kind)._from_payload(data, where)
+
+
+def _check_unicode(data: Any, where: str) -> None:
+    """Every string of the file is Unicode text: JSON can spell a lone surrogate ("\\ud800"),
+    which no text holds and which fails only later, when decoded text is printed."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise UserError(f"{where}: not a valid sheepop tokenizer file (it holds the "
+                                f"lone surrogate {shown(item)}, which is not text)") from None
 
 
 def _foreign_hint(data: Any) -> str:
@@ -91,4 +111,4 @@ def _foreign_hint(data: Any) -> str:
 
 def load(path: str | Path) -> Tokenizer:
     """The tokenizer saved at `path`, of whichever kind the file holds."""
-    return loads(read_text(path, what="tokenizer file"), where=str(path))
+    return loads(read_text(path, what="tokenizer file", limit=MAX_JSON_BYTES), where=str(path))

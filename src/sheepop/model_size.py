@@ -1,0 +1,73 @@
+"""How big a model is before it exists: the rule that refuses a config no machine could hold.
+
+A config.json is a user's file, and its numbers decide every allocation that follows
+(`block_size = 10**12` asks for a 7 TiB position table, `n_layer = 10**9` for a billion Python
+blocks). `check_model_size` runs inside `Config.validate()`, so a config is refused with one
+line before anything is allocated. The rule:
+
+    parameters  P = V d (1 + untied) + V head_bias + T d learned + 2 d (final norm)
+                    + L (4 d (two norms) + 4 d^2 (qkv, proj) + 2 d f (fc, proj)
+                         + bias (3d + d + f + d))
+    position table  T d        (sinusoidal: a computed buffer; learned: already in P)
+    KV cache        2 L T d    (keys and values of one sequence of T tokens)
+    bytes = 4 (P + T d [sinusoidal] + 2 L T d)        (float32)
+
+with V = vocab_size, d = n_embd, f = d_ff (or 4d), T = block_size, L = n_layer. A model is
+refused when these bytes exceed the machine's physical memory (`os.sysconf`: page size x
+physical pages; a machine that cannot say is taken to have 1 TiB), or when L > MAX_LAYERS
+(1024: each block is a few Python objects, so depth costs time and memory beyond its floats;
+the deepest published transformers have ~1000 layers). P is exact for the layer kinds that
+exist (tests/core/test_hostile_files.py compares it with both engines' parameter lists); a new
+kind with other parameters must add them here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sheepop.errors import UserError
+
+MAX_LAYERS = 1024
+FALLBACK_MEMORY = 2**40  # when os.sysconf cannot say (not POSIX)
+BYTES_PER_FLOAT = 4
+
+
+def physical_memory() -> int:
+    """This machine's physical memory in bytes (page size x physical pages)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return FALLBACK_MEMORY
+
+
+def param_count(m: Any) -> int:
+    """The number of parameters of a model config (`ModelConfig`), by the formula above."""
+    d, V, T, L = m.n_embd, m.vocab_size, m.block_size, m.n_layer
+    f = m.d_ff or 4 * d
+    per_block = 4 * d + 4 * d * d + 2 * d * f + (3 * d + d + f + d if m.bias else 0)
+    return (V * d * (1 if m.tie_weights else 2) + (V if m.head_bias else 0)
+            + (T * d if m.pos_encoding == "learned" else 0) + 2 * d + L * per_block)
+
+
+def memory_bytes(m: Any) -> int:
+    """Bytes to hold the model for inference: parameters, position table, one sequence's KV
+    cache, all float32."""
+    T, d = m.block_size, m.n_embd
+    table = 0 if m.pos_encoding == "learned" else T * d
+    return BYTES_PER_FLOAT * (param_count(m) + table + 2 * m.n_layer * T * d)
+
+
+def check_model_size(m: Any, memory: int | None = None) -> None:
+    """UserError when the model cannot exist on this machine (`memory`: its bytes, default
+    `physical_memory()`). Only call it on a config whose sizes are positive."""
+    if m.n_layer > MAX_LAYERS:
+        raise UserError(f"model.n_layer is {m.n_layer:,}, more than sheepop builds "
+                        f"({MAX_LAYERS})")
+    memory = physical_memory() if memory is None else memory
+    need = memory_bytes(m)
+    if need > memory:
+        raise UserError(f"the model would need {need / 2**30:,.1f} GiB ({param_count(m):,} "
+                        f"parameters, context {m.block_size:,}, width {m.n_embd:,}, "
+                        f"{m.n_layer:,} layers) but this machine has {memory / 2**30:,.1f} GiB "
+                        "of memory: check model.* in the config")
