@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="files and folders to read")
     p.add_argument("--out", required=True, metavar="DATA_DIR", help="directory to write")
     p.add_argument("--tokenizer", default="char", metavar="|".join(KINDS) + "|FILE",
-                   help="tokenizer kind to train on the train split, or a tokenizer.json to use")
+                   help="tokenizer kind to train on the train split (char: on every document, "
+                        "so validation has no unknown character), or a tokenizer.json to use")
     p.add_argument("--vocab-size", type=int, default=0, metavar="N",
                    help="vocabulary size (0: the kind's default)")
     p.add_argument("--include", action="append", default=[], metavar="GLOB",
@@ -36,6 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="skip files and folders matching GLOB (repeatable)")
     p.add_argument("--hidden", action="store_true",
                    help="also read hidden files and folders (names starting with '.')")
+    p.add_argument("--follow-links", action="store_true",
+                   help="also read what symbolic links leading outside the inputs point to "
+                        "(by default they are skipped and listed); the report names each such "
+                        "file's real path")
     p.add_argument("--workers", type=int, default=_default_workers(), metavar="N",
                    help="worker processes for extraction and tokenization")
     p.add_argument("--ocr-lang", default="eng", metavar="LANG",
@@ -48,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
     p.add_argument("--tokenizer-sample-mb", type=float, default=256.0, metavar="MB",
                    help="train the tokenizer on at most this many MB of train documents, "
-                        "drawn at random (0: all)")
+                        "drawn at random (0: all; char always reads all)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace DATA_DIR if it exists (only a directory prepare made)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -61,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     opts = PrepareOptions(
         inputs=list(args.inputs), out=args.out, tokenizer=args.tokenizer,
         vocab_size=args.vocab_size, include=list(args.include), exclude=list(args.exclude),
-        hidden=args.hidden, workers=args.workers, ocr_lang=args.ocr_lang,
-        text_field=args.text_field,
+        hidden=args.hidden, follow_links=args.follow_links, workers=args.workers,
+        ocr_lang=args.ocr_lang, text_field=args.text_field,
         val_fraction=args.val_fraction, seed=args.seed, overwrite=args.overwrite,
         tokenizer_sample_mb=args.tokenizer_sample_mb,
         progress=False if args.no_progress else None)

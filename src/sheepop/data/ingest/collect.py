@@ -4,8 +4,10 @@ discovery, readers (encodings, HTML, PDF, OCR, JSON Lines, Parquet), dedup and p
 is meant for corpora that fit; `prepare` streams any size to disk).
 
 Files are extracted in walk order into a temporary store and read back in that order until the
-cap; the document that crosses it is cut (as the standard-library corpus is). Extraction stops
-there: a worker reading a JSON Lines or Parquet file stops after max_bytes of text too.
+cap; the document that crosses it is cut at max_bytes of UTF-8 (on a character boundary) and
+only that much of it is read back. Extraction stops there too: a worker stops reading a file
+(text, PDF, JSON Lines, Parquet...) after max_bytes of its text, so a 500 MB file costs what
+the cap costs (docs/data.md: peak memory).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from sheepop.data.ingest import extract
 from sheepop.data.ingest.discovery import discover
 from sheepop.data.ingest.doctable import DocTable
+from sheepop.data.ingest.record import printable
 from sheepop.data.ingest.report import Summary
 from sheepop.data.ingest.store import read_document
 from sheepop.errors import UserError
@@ -50,19 +53,21 @@ class RawText:
         head = (f"read {self.files_read} files, {len(self.texts)} documents, "
                 f"{self.bytes_read / 1e6:.2f} MB from {self.root}{cap}; "
                 f"skipped: {skipped or 'none'}")
-        return [head] + [f"  {entry}" for entry in self.summary.record_files[:5]]
+        outside = self.summary.outside_lines()
+        return [head] + [f"  {entry}" for entry in self.summary.record_files[:5]] + outside
 
 
 def read_raw_text(path: str | Path, max_bytes: int, text_field: str = "text",
-                  workers: int = 0) -> RawText:
+                  workers: int = 0, follow_links: bool = False) -> RawText:
     """The documents of the file or folder `path`, up to `max_bytes` of UTF-8 text.
-    `workers` 0: one per 32 MB of input, at most one per CPU."""
+    `workers` 0: one per 32 MB of input, at most one per CPU. `follow_links`: also read what
+    symbolic links leading out of `path` point to (discovery.py)."""
     if not os.path.exists(path):
-        raise UserError(f"data path not found: {path}")
-    found = discover([path])
+        raise UserError(f"data path not found: {printable(str(path))}")
+    found = discover([path], follow_links=follow_links)
     if workers <= 0:
         workers = min(default_workers(), max(1, math.ceil(found.total_bytes / BYTES_PER_WORKER)))
-    raw = RawText([], Summary(), str(path))
+    raw = RawText([], Summary(), printable(str(path)))
     for record in found.skipped:
         raw.summary.add(record)
     options = extract.ExtractOptions(text_field=text_field, max_bytes=max_bytes)
@@ -73,6 +78,7 @@ def read_raw_text(path: str | Path, max_bytes: int, text_field: str = "text",
         try:
             with closing(results):  # leaving early ends the workers
                 for record in results:
+                    found.mark_outside(record)
                     first, end = table.add_file(record)
                     raw.summary.add(record)
                     raw.files_read += end > first
@@ -81,7 +87,7 @@ def read_raw_text(path: str | Path, max_bytes: int, text_field: str = "text",
         finally:
             extract.close_worker()  # the store of an in-process run (a no-op otherwise)
     if not raw.texts:
-        raise UserError(f"no usable text found in {path}")
+        raise UserError(f"no usable text found in {raw.root}")
     return raw
 
 
@@ -91,9 +97,13 @@ def _take(raw: RawText, table: DocTable, tmp: Path, docs: range, max_bytes: int)
         if raw.bytes_read >= max_bytes:
             raw.truncated = True
             return False
-        text = read_document(*table.where(i, tmp))
-        if len(text) > max_bytes - raw.bytes_read:
-            text, raw.truncated = text[: max_bytes - raw.bytes_read], True
-        raw.texts.append(text)
-        raw.bytes_read += len(text.encode("utf-8", "surrogatepass"))
+        store, offset, nbytes = table.where(i, tmp)
+        room = max_bytes - raw.bytes_read
+        text = read_document(store, offset, nbytes, limit=room)
+        if text:
+            raw.texts.append(text)
+            raw.bytes_read += len(text.encode("utf-8", "surrogatepass"))
+        if nbytes > room:  # cut: the cap is reached
+            raw.truncated = True
+            return False
     return True

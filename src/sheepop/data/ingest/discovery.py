@@ -1,10 +1,16 @@
 """Walk the inputs: folders recursively, include/exclude globs, hidden files, symlinks.
 
-Folders are walked in sorted name order, so a run is reproducible. Symbolic links are followed,
-but a folder already walked (a link back to an ancestor: a loop; or a second link to the same
-place) is walked once, and a file reached twice (hard or symbolic links) is read once. Hidden
-entries (names starting with ".") are skipped unless asked for; a path named on the command line
-is always read, hidden or not.
+Folders are walked in sorted name order, so a run is reproducible. Symbolic links that stay
+inside the inputs are followed; a link that leads outside them (to /etc/passwd, to a home
+folder) is skipped with its target, unless `follow_links` (--follow-links): then what it leads
+to is read and each such file's record names its real path (`outside`). A folder already
+walked (a link back to an ancestor: a loop; or a second link to the same place) is walked once,
+and a file reached twice (hard or symbolic links) is read once. Hidden entries (names starting
+with ".") are skipped unless asked for; a path named on the command line is always read,
+hidden or not, wherever it leads.
+
+Names are shown (and written to meta.json) through `printable`: a name that is not valid UTF-8
+is read, and shown with its odd bytes as backslash escapes.
 
 Globs use fnmatch rules on the path relative to the input folder, with "/" separators ("*"
 also matches "/"); a pattern without "/" is also tried against the bare name. An excluded
@@ -20,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sheepop.data.ingest.record import FileRecord
+from sheepop.data.ingest.record import FileRecord, printable
 from sheepop.errors import UserError
 
 
@@ -30,6 +36,12 @@ class Discovery:
     sizes: list[int] = field(default_factory=list)
     skipped: list[FileRecord] = field(default_factory=list)
     excluded: int = 0
+    outside: dict[str, str] = field(default_factory=dict)  # path shown -> real path, outside
+
+    def mark_outside(self, record: FileRecord) -> FileRecord:
+        """Set record.outside when the file came through a link leading out of the inputs."""
+        record.outside = self.outside.get(record.path)
+        return record
 
     @property
     def total_bytes(self) -> int:
@@ -44,12 +56,18 @@ def matches(rel: str, patterns: Iterable[str]) -> bool:
 
 class _Walker:
     def __init__(self, include: Sequence[str], exclude: Sequence[str], hidden: bool,
-                 avoid: Iterable[str | Path]) -> None:
+                 avoid: Iterable[str | Path], roots: Iterable[str | Path],
+                 follow_links: bool) -> None:
         self.include, self.exclude, self.hidden = list(include), list(exclude), hidden
         self.avoid = {os.path.realpath(p) for p in avoid}
+        self.roots = [os.path.join(os.path.realpath(r), "") for r in roots]  # with a final "/"
+        self.follow_links = follow_links
         self.out = Discovery()
         self._seen_files: dict[tuple[int, int], str] = {}
         self._seen_dirs: dict[tuple[int, int], str] = {}
+
+    def inside(self, real: str) -> bool:
+        return any(os.path.join(real, "").startswith(root) for root in self.roots)
 
     def skip(self, shown: str, code: str, detail: str = "") -> None:
         self.out.skipped.append(FileRecord(path=shown).skip(code, detail))
@@ -67,14 +85,17 @@ class _Walker:
         self.out.sizes.append(st.st_size)
 
     def walk(self, root: str, shown_root: str) -> None:
-        """Depth-first, sorted, following links; `ancestors` detects loops."""
-        stack: list[tuple[str, str, str, frozenset]] = [(root, shown_root, "", frozenset())]
+        """Depth-first, sorted, following links; `ancestors` detects loops; `outside`: the
+        folder was reached through a link leading out of the inputs."""
+        stack: list[tuple[str, str, str, frozenset, bool]] = [
+            (root, shown_root, "", frozenset(), False)]
         while stack:
-            folder, shown, rel, ancestors = stack.pop()
+            folder, shown, rel, ancestors, outside = stack.pop()
             try:
                 st = os.stat(folder)
                 key = (st.st_dev, st.st_ino)
-                if os.path.realpath(folder) in self.avoid:
+                real_folder = os.path.realpath(folder)
+                if real_folder in self.avoid:
                     continue
                 if key in ancestors:
                     self.skip(shown, "symlink loop", f"leads back to {self._seen_dirs[key]}")
@@ -92,13 +113,22 @@ class _Walker:
             subfolders = []
             for entry in entries:
                 entry_rel = f"{rel}{entry.name}"
-                entry_shown = os.path.join(shown, entry.name)
+                entry_shown = os.path.join(shown, printable(entry.name))
                 if self.exclude and matches(entry_rel, self.exclude):
                     self.out.excluded += 1
                     continue
                 if entry.name.startswith(".") and not self.hidden:
                     self.skip(entry_shown, "hidden")
                     continue
+                real = None  # where the entry really is, when that may be outside the inputs
+                if outside or entry.is_symlink():
+                    real = os.path.realpath(os.path.join(real_folder, entry.name))
+                    if self.inside(real):
+                        real = None
+                    elif not self.follow_links:
+                        self.skip(entry_shown, "link outside the inputs",
+                                  f"to {printable(real)} (--follow-links reads it)")
+                        continue
                 try:
                     is_dir = entry.is_dir(follow_symlinks=True)
                     entry_stat = None if is_dir else entry.stat(follow_symlinks=True)
@@ -109,25 +139,29 @@ class _Walker:
                     self.skip(entry_shown, "unreadable", e.strerror or str(e))
                     continue
                 if is_dir:
-                    subfolders.append((entry.path, entry_shown, entry_rel + "/", below))
+                    subfolders.append((entry.path, entry_shown, entry_rel + "/", below,
+                                       real is not None))
                 elif self.include and not matches(entry_rel, self.include):
                     self.out.excluded += 1
                 elif entry_stat is not None:
                     self.add_file(entry.path, entry_shown, entry_stat)
+                    if real is not None:
+                        self.out.outside[entry_shown] = printable(real)
             stack.extend(reversed(subfolders))
 
 
 def discover(inputs: Sequence[str | Path], include: Sequence[str] = (),
              exclude: Sequence[str] = (), hidden: bool = False,
-             avoid: Iterable[str | Path] = ()) -> Discovery:
+             avoid: Iterable[str | Path] = (), follow_links: bool = False) -> Discovery:
     """Every file to read under `inputs`, plus the entries skipped on the way.
 
     Raises UserError when an input does not exist. `avoid`: folders never entered (the output
-    being written, when it sits inside an input).
+    being written, when it sits inside an input). `follow_links`: also read what symbolic
+    links leading outside the inputs point to (each such file is listed in `outside`).
     """
-    walker = _Walker(include, exclude, hidden, avoid)
+    walker = _Walker(include, exclude, hidden, avoid, inputs, follow_links)
     for given in inputs:
-        shown = str(given)
+        shown = printable(str(given))
         if not os.path.lexists(given):
             raise UserError(f"input not found: {shown}")
         try:

@@ -11,6 +11,7 @@ stops the run: it becomes that file's skip reason.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ HEAD_BYTES = 8192
 class ExtractOptions:
     ocr_lang: str = "eng"
     text_field: str = "text"  # JSON Lines / Parquet: the key, column or dotted path of the text
-    max_bytes: int = 0        # stop a JSON Lines / Parquet file after this much text (0: never)
+    max_bytes: int = 0        # stop reading a file after this much text (0: never)
 
 
 _writer: DocWriter | None = None
@@ -72,6 +73,8 @@ def _one_document(path: str, record: FileRecord, writer: DocWriter) -> FileRecor
     pieces, reader = _pieces(path, record)
     for piece in pieces:
         writer.write(piece)
+        if _options.max_bytes and writer.written >= _options.max_bytes:
+            break  # `sheepop train` needs no more: the rest of a 500 MB file is never read
     if isinstance(reader, TextFile):
         reader.check()
         record.encoding = reader.encoding
@@ -111,8 +114,16 @@ def extract_file(task: tuple[str, str]) -> FileRecord:
     path, shown = task
     record = FileRecord(path=shown)
     try:
-        record.bytes = os.stat(path).st_size
-        with open(path, "rb") as f:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):  # replaced by a FIFO or a device since the walk
+            return record.skip("not a regular file")
+        record.bytes = st.st_size
+        # Non-blocking: should a FIFO be swapped in between the stat and here, opening it
+        # returns at once instead of waiting for a writer; fstat then tells.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return record.skip("not a regular file")
             head = f.read(HEAD_BYTES)
     except OSError as e:
         return record.skip("unreadable", e.strerror or str(e))
@@ -120,7 +131,7 @@ def extract_file(task: tuple[str, str]) -> FileRecord:
     if record.bytes == 0:
         return record.skip("empty file")
     if record.type == "other":
-        return record.skip("unsupported type", Path(path).suffix.lower() or "no extension")
+        return record.skip("unsupported type", Path(shown).suffix.lower() or "no extension")
     writer = _writer
     assert writer is not None, "init_worker was not called"
     start = writer.tell()

@@ -5,7 +5,8 @@
                   per line or row for JSON Lines and Parquet) in their own store file
                   (extract.py); the parent drops exact duplicates by hash (doctable.py)
     3. split      documents to train / val, seeded, by document
-    4. tokenizer  trained on (a seeded sample of) the train documents, or loaded from a file
+    4. tokenizer  trained on (a seeded sample of) the train documents (char: on all of them,
+                  validation included), or loaded from a file
     5. tokenize   worker processes encode tasks of ~4 MB; the parent appends the ids, in
                   document order, to train.bin / val.bin, each document followed by EOS
     6. meta.json  per-file records (spooled to disk while running) with their token counts
@@ -33,6 +34,7 @@ from tqdm import tqdm
 from sheepop.data.ingest import extract, outdir, tokenizing
 from sheepop.data.ingest.discovery import discover
 from sheepop.data.ingest.doctable import DocTable
+from sheepop.data.ingest.record import printable
 from sheepop.data.ingest.report import Summary
 from sheepop.data.ingest.store import document_pieces, read_document
 from sheepop.data.shards import (
@@ -63,6 +65,7 @@ class PrepareOptions:
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=list)
     hidden: bool = False
+    follow_links: bool = False          # also read links leading outside the inputs
     workers: int = 1
     ocr_lang: str = "eng"
     text_field: str = "text"          # JSON Lines / Parquet: key, column or dotted path
@@ -109,7 +112,7 @@ def _bar(opts: PrepareOptions, total: int, desc: str) -> tqdm:
 
 def _extract(opts: PrepareOptions, tmp: Path, summary: Summary, spool) -> DocTable:
     found = discover(opts.inputs, opts.include, opts.exclude, opts.hidden,
-                     avoid=[opts.out, tmp])
+                     avoid=[opts.out, tmp], follow_links=opts.follow_links)
     summary.excluded = found.excluded
     for record in found.skipped:
         summary.add(record)
@@ -122,6 +125,7 @@ def _extract(opts: PrepareOptions, tmp: Path, summary: Summary, spool) -> DocTab
             results = imap_ordered(extract.extract_file, found.tasks, opts.workers,
                                    extract.init_worker, (str(tmp), options), chunksize)
             for n, record in enumerate(results, 1):
+                found.mark_outside(record)
                 first, end = docs.add_file(record)
                 summary.add(record)
                 entry = record.to_meta()
@@ -152,14 +156,19 @@ def _split(docs: DocTable, fraction: float, seed: int) -> None:
 def _training_texts(docs: DocTable, tmp: Path, opts: PrepareOptions) -> Iterator[str]:
     """The train documents the tokenizer learns from: all of them, or when they exceed
     --tokenizer-sample-mb, each kept with probability sample / total (seeded); large ones in
-    pieces."""
-    train = np.flatnonzero(~docs.val)
-    total = docs.total_bytes(train)
+    pieces. The char tokenizer reads every document, validation ones included: its vocabulary
+    is the set of characters, so a character seen only in a validation document (or only in
+    documents the sample left out) would otherwise become <|unk|> (docs/tokenizers.md)."""
+    if opts.tokenizer == "char":
+        chosen = np.arange(len(docs))
+    else:
+        chosen = np.flatnonzero(~docs.val)
+    total = docs.total_bytes(chosen)
     cap = opts.tokenizer_sample_mb * 1e6
-    if cap and total > cap:
-        keep = np.random.default_rng(opts.seed + 1).random(len(train)) < cap / total
-        train = train[keep] if keep.any() else train[:1]
-    for i in train:
+    if cap and total > cap and opts.tokenizer != "char":
+        keep = np.random.default_rng(opts.seed + 1).random(len(chosen)) < cap / total
+        chosen = chosen[keep] if keep.any() else chosen[:1]
+    for i in chosen:
         store, offset, nbytes = docs.where(int(i), tmp)
         for off, n in document_pieces(store, offset, nbytes, tokenizing.TASK_BYTES):
             yield read_document(store, off, n)
@@ -232,7 +241,7 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
     outdir.check_target(out, opts.overwrite)
     for given in opts.inputs:
         if not os.path.lexists(given):
-            raise UserError(f"input not found: {given}")
+            raise UserError(f"input not found: {printable(str(given))}")
     outdir.remove_stale(out)
     tmp = outdir.make_temp(out)
     summary = Summary()
@@ -247,7 +256,8 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
             if log:
                 log(summary.table())
             reasons = ", ".join(f"{n} {code}" for code, n in summary.reasons.most_common(3))
-            raise UserError(f"nothing usable found in {', '.join(map(str, opts.inputs))}: "
+            raise UserError(f"nothing usable found in "
+                            f"{', '.join(printable(str(p)) for p in opts.inputs)}: "
                             f"{_plural(summary.total('files'), 'file')}"
                             + (f" ({reasons})" if reasons else ""))
         _split(docs, opts.val_fraction, opts.seed)
@@ -262,7 +272,7 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
                   "vocab_size": tok.vocab_size, "tokenizer_kind": tok.kind,
                   "eos_id": tok.eos_id, "train_tokens": summary.train_tokens,
                   "val_tokens": summary.val_tokens, "val_fraction": opts.val_fraction,
-                  "seed": opts.seed, "inputs": [str(p) for p in opts.inputs]}
+                  "seed": opts.seed, "inputs": [printable(str(p)) for p in opts.inputs]}
         write_meta(tmp / META_FILE, header, _files_with_tokens(spool_path, docs),
                    summary.to_dict())
         for scratch in [spool_path, *(tmp / s for s in docs.stores)]:
@@ -273,7 +283,7 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
         raise
     if log:
         log(summary.table())
-        log(f"\nwrote {out}: train {summary.train_tokens:,} tokens "
+        log(f"\nwrote {printable(str(out))}: train {summary.train_tokens:,} tokens "
             f"({summary.train_documents:,} documents), val {summary.val_tokens:,} tokens "
             f"({summary.val_documents:,} documents); {tok.kind} tokenizer, vocabulary "
             f"{tok.vocab_size:,}, {dtype}; "

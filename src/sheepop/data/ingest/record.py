@@ -12,6 +12,7 @@ counts the lines or rows that gave no document, by reason, with the first few li
 
 from __future__ import annotations
 
+import re
 from array import array
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -24,6 +25,28 @@ TYPES = ("text", "html", "code", "pdf", "image", "jsonl", "parquet", "other")
 # Types whose files hold many documents, one per line (jsonl) or row (parquet).
 MULTI_DOCUMENT = frozenset({"jsonl", "parquet"})
 FIRST_LOCATIONS = 5  # line/row numbers kept per skip reason and file
+
+# Lone surrogates (the bytes of a name that is not UTF-8, as os.fsdecode keeps them) and
+# control characters (a newline or a terminal escape in a name): shown as backslash escapes.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def printable(path: str) -> str:
+    """`path` as it is shown and written to meta.json: valid UTF-8 text on one line.
+
+    A byte of the name that is not UTF-8 (b"caf\\xe9.txt", read back by os.fsdecode as
+    "caf\\udce9.txt") becomes the four characters \\xe9, as does a control character; the
+    file itself is still opened by its real name."""
+    if not _UNPRINTABLE.search(path):
+        return path
+
+    def escape(m: re.Match) -> str:
+        c = ord(m.group())
+        if 0xDC80 <= c <= 0xDCFF:  # the byte os.fsdecode could not decode
+            return f"\\x{c - 0xDC00:02x}"
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _UNPRINTABLE.sub(escape, path)
 
 
 class Skipped(Exception):  # noqa: N818 (a control-flow signal, not an error)
@@ -111,6 +134,7 @@ class FileRecord:
     characters: int = 0
     tokens: int = 0
     documents: int = 0
+    outside: str | None = None  # the real path, for a file reached by a link out of the inputs
     skipped_records: RecordSkips = field(default_factory=RecordSkips)
     # Which worker's document store holds the normalised text, and where (private).
     store: str | None = field(default=None, repr=False)
@@ -118,6 +142,7 @@ class FileRecord:
 
     def skip(self, code: str, detail: str = "") -> FileRecord:
         self.status, self.reason_code = SKIPPED, code
+        detail = printable(detail)  # a library's message may quote an undecodable file name
         self.reason = f"{code}: {detail}" if detail else code
         self.characters, self.store, self.documents, self.docs = 0, None, 0, Documents()
         return self
@@ -128,12 +153,13 @@ class FileRecord:
 
     def to_meta(self) -> dict[str, Any]:
         """The public per-file entry: path, type, language (code), bytes, characters, tokens,
-        status, reason (empty when used), encoding/pages where they apply, and for JSON Lines
+        status, reason (empty when used), encoding/pages where they apply, `outside` (the real
+        path of a file read through a link leading out of the inputs), and for JSON Lines
         and Parquet the documents kept and the lines/rows skipped
         ({reason: {"count": n, "first": [line numbers]}})."""
         d = {f.name: getattr(self, f.name) for f in fields(self)
              if f.name not in ("reason_code", "store", "docs", "skipped_records")}
-        for optional in ("language", "encoding", "pages"):
+        for optional in ("language", "encoding", "pages", "outside"):
             if d[optional] is None:
                 d.pop(optional)
         if self.type in MULTI_DOCUMENT:

@@ -3,7 +3,9 @@
 `Summary` is filled record by record while the run streams, so it never needs the list of
 files; `to_dict()` goes into meta.json, `table()` is what the command prints. Lines and rows
 of JSON Lines and Parquet files that gave no document are counted by reason, and the first
-FILES_LISTED such files are listed with the first line/row numbers of each reason.
+FILES_LISTED such files are listed with the first line/row numbers of each reason. Files
+read through a symbolic link leading outside the inputs (--follow-links) are counted and the
+first FILES_LISTED named with their real path.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ class Summary:
     record_reasons: Counter = field(default_factory=Counter)  # line/row skip reason -> count
     record_files: list[str] = field(default_factory=list)     # "path: what was skipped where"
     record_file_count: int = 0
+    outside: list[str] = field(default_factory=list)  # "shown -> real path", first few
+    outside_count: int = 0
     documents: int = 0
     train_documents: int = 0
     val_documents: int = 0
@@ -51,6 +55,10 @@ class Summary:
             row["skipped"] += 1
             self.reasons[record.reason_code] += 1
             self.examples.setdefault(record.reason_code, f"{record.path}: {record.reason}")
+        if record.outside:
+            self.outside_count += 1
+            if len(self.outside) < FILES_LISTED:
+                self.outside.append(f"{record.path} -> {record.outside}")
         skips = record.skipped_records
         if skips.total:
             self.record_reasons.update(skips.counts)
@@ -78,12 +86,24 @@ class Summary:
             "documents": self.documents, "train_documents": self.train_documents,
             "val_documents": self.val_documents, "train_tokens": self.train_tokens,
             "val_tokens": self.val_tokens, "unknown_tokens": self.unknown_tokens,
-            "pages": self.pages,
+            "pages": self.pages, "outside_files": self.outside_count,
             "by_type": {t: {c: row[c] for c in _COLUMNS}
                         for t, row in self.by_type.items() if row["files"]},
             "skipped_reasons": dict(self.reasons.most_common()),
             "skipped_records": dict(self.record_reasons.most_common()),
         }
+
+    def outside_lines(self) -> list[str]:
+        """Which files came from outside the inputs (through links, with --follow-links)."""
+        if not self.outside_count:
+            return []
+        lines = [f"read through symbolic links from outside the inputs: "
+                 f"{self.outside_count:,} file{'s' if self.outside_count > 1 else ''}"]
+        lines.extend(f"  {entry}" for entry in self.outside)
+        if self.outside_count > len(self.outside):
+            lines.append(f"  ... and {self.outside_count - len(self.outside):,} more "
+                         "(meta.json lists them all)")
+        return lines
 
     def table(self) -> str:
         """The fixed-width table the command prints at the end."""
@@ -116,4 +136,7 @@ class Summary:
             if self.record_file_count > len(self.record_files):
                 lines.append(f"  ... and {self.record_file_count - len(self.record_files):,} "
                              "more files (meta.json lists them all)")
+        if self.outside_count:
+            lines.append("")
+            lines.extend(self.outside_lines())
         return "\n".join(lines)

@@ -11,6 +11,7 @@ rolled back by truncating the file to where it began.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import os
 from collections.abc import Iterator
@@ -79,6 +80,11 @@ class DocWriter:
     def tell(self) -> int:
         return self._f.tell()
 
+    @property
+    def written(self) -> int:
+        """Bytes of the current document written so far."""
+        return self._f.tell() - self._start
+
     def rollback(self, to: int | None = None) -> None:
         """Drop what was written since begin() (or since offset `to`: a whole file's
         documents)."""
@@ -92,10 +98,15 @@ class DocWriter:
         self._f.close()
 
 
-def read_document(path: str | Path, offset: int, nbytes: int) -> str:
+def read_document(path: str | Path, offset: int, nbytes: int, limit: int | None = None) -> str:
+    """The stored document; with `limit`, only its first `limit` bytes (less the end of a
+    character they would cut), so that a cap never reads the whole of a huge document."""
     with open(path, "rb") as f:
         f.seek(offset)
-        return f.read(nbytes).decode("utf-8", "surrogatepass")
+        if limit is None or limit >= nbytes:
+            return f.read(nbytes).decode("utf-8", "surrogatepass")
+        decoder = codecs.getincrementaldecoder("utf-8")("surrogatepass")
+        return decoder.decode(f.read(max(limit, 0)), final=False)  # holds back a cut character
 
 
 def document_pieces(path: str | Path, offset: int, nbytes: int,

@@ -2,7 +2,8 @@
 
 The order (FIELD-NOTES, 19 encodings tested): a byte-order mark first; then NUL bytes, which
 mean binary unless they fall in the every-other-byte pattern of BOM-less UTF-16; then strict
-UTF-8; then the charset-normalizer detector; then UTF-8 with replacement. The choice is made
+UTF-8; then the charset-normalizer detector, corrected for Latin-script text by the
+alphabets of legacy.py (cp1252 first); then UTF-8 with replacement. The choice is made
 on the first SAMPLE_BYTES (the whole file for most files) and the file is then decoded in
 CHUNK_BYTES pieces, so memory stays bounded for any file size. A file where more than
 MAX_REPLACED_FRACTION of the characters had to be replaced by U+FFFD is rejected: its bytes
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from charset_normalizer import from_bytes
 
+from sheepop.data.ingest.legacy import choose_latin
 from sheepop.data.ingest.record import Skipped
 
 SAMPLE_BYTES = 1 << 20
@@ -87,47 +89,32 @@ def choose_encoding(sample: bytes, complete: bool) -> str:
     return _detected(sample, complete) or "utf-8"  # replaced; rejected if that is too much
 
 
-_SINGLE_BYTE = ("cp125", "iso8859", "latin", "mac_", "cp4", "cp8", "hp_roman", "koi8")
-_WESTERN_EXTRA = frozenset("\u00a0«»°·¡¿§©®£¥¢ŒœŠšŽžŸ‘’‚“”„•…–—€™")
-CP1252_MAX_EXTRA_CHAOS = 0.1
-# Languages written in cp1250 / ISO-8859-2: when the detector hears one, its choice stands.
-_CENTRAL_EUROPEAN = frozenset({"Czech", "Slovak", "Polish", "Hungarian", "Slovene", "Croatian",
-                               "Romanian", "Bosnian", "Serbian", "Albanian"})
+_ASCII_LETTERS = bytes(range(65, 91)) + bytes(range(97, 123))
+_HIGH_BYTES = bytes(range(128, 256))
+_SINGLE_BYTE = ("cp125", "iso8859", "latin", "mac_", "cp4", "cp7", "cp8", "hp_roman", "koi8")
 
 
-def _western(text: str) -> bool:
-    """Whether every non-ASCII character is a Western European letter (À..ÿ but × ÷) or
-    common typographic punctuation: what cp1252 text looks like when read as cp1252."""
-    return all(c < "\x80" or ("\u00c0" <= c <= "\u00ff" and c not in "×÷")
-               or c in _WESTERN_EXTRA for c in set(text))
+def _latin_script(sample: bytes) -> bool:
+    """Whether `sample` is Latin-script text in an ASCII-based code page: most of its letters
+    are ASCII ones (in Cyrillic, Greek, Hebrew or Arabic text nearly none are)."""
+    ascii_letters = len(sample) - len(sample.translate(None, _ASCII_LETTERS))
+    high = len(sample) - len(sample.translate(None, _HIGH_BYTES))
+    return 0 < high < ascii_letters
 
 
 def _detected(sample: bytes, complete: bool) -> str | None:
-    """The detector's choice for `sample`, with one correction: on short Western European
-    text it often prefers a neighbouring code page (cp1250, cp1257) that turns "è" into "č".
-    cp1252 wins instead when it reads the sample exactly the same (no evidence either way),
-    or when it scores nearly as well (chaos within CP1252_MAX_EXTRA_CHAOS) and reads the
-    sample as Western European letters and punctuation only: it is by far the most common
-    single-byte encoding. Not when the detector recognises a Central European language.
-    """
+    """The detector's choice for `sample`; when that reads as Latin-script text from a
+    single-byte code page, the code page whose reading fits a language's alphabet, cp1252
+    first (legacy.py: on short Western text the detector often takes a neighbouring page that
+    turns "ç" into "ē")."""
     matches = [m for m in from_bytes(sample) if _decodes(sample, m.encoding, complete)]
     if not matches:
         return None
-    best = matches[0]
-    if best.encoding == "cp1252" or not best.encoding.startswith(_SINGLE_BYTE) \
-            or best.language in _CENTRAL_EUROPEAN:
-        return best.encoding
-    try:
-        as_cp1252 = sample.decode("cp1252")
-    except UnicodeDecodeError:
-        return best.encoding
-    if as_cp1252 == sample.decode(best.encoding):
-        return "cp1252"
-    cp1252 = next((m for m in matches if m.encoding == "cp1252"), None)
-    if cp1252 is not None and cp1252.chaos <= best.chaos + CP1252_MAX_EXTRA_CHAOS \
-            and _western(as_cp1252):
-        return "cp1252"
-    return best.encoding
+    best = matches[0].encoding
+    if not best.startswith(_SINGLE_BYTE) or not _latin_script(sample):
+        return best
+    singles = [m.encoding for m in matches if m.encoding.startswith(_SINGLE_BYTE)]
+    return choose_latin(sample, complete, singles) or best
 
 
 class TextFile:
