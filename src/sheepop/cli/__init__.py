@@ -2,6 +2,9 @@
 
 Each module in `COMMAND_MODULES` has `register(subparsers)`, which adds its subcommand(s) with
 `set_defaults(func=run)`. A `UserError` anywhere becomes one line on stderr and exit status 2.
+Ctrl-C, SIGTERM and SIGHUP stop any command with one line on stderr and exit status 128 + the
+signal's number (130, 143, 129), never a traceback; training saves its last finished step first
+(sheepop.train.signals).
 """
 
 from __future__ import annotations
@@ -42,10 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USER_ERROR
+    from sheepop.train import signals  # the stdlib's signal module only: loads nothing heavy
+
     try:
-        return int(args.func(args) or 0)
+        with signals.raising_stop_signals():
+            return int(args.func(args) or 0)
     except UserError as e:
         print(f"sheepop: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP outside a training loop
+        signum = signals.signum_of(e)
+        print(f"sheepop: {signals.stopped_by(signum)}", file=sys.stderr)
+        return signals.exit_status(signum)
     except BrokenPipeError:  # e.g. `sheepop generate ... | head`
         return 0

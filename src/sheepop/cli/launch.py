@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 from sheepop.errors import UserError
+from sheepop.train import signals
 
 
 def argv_from_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -63,15 +64,20 @@ def launch(nproc: int, argv: list[str]) -> int:
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     print(f"launching {nproc} processes: {shlex.join(cmd)}", flush=True)
     proc = subprocess.Popen(cmd, env=env)
-    interrupted = False
+    signum = None
     while True:
         try:
             status = proc.wait()
             break
-        except KeyboardInterrupt:  # torchrun got the same Ctrl-C: let it stop its processes
-            interrupted = True
-    if interrupted:
-        return 130
+        except KeyboardInterrupt as e:
+            # Ctrl-C in a terminal reaches torchrun too; SIGTERM and SIGHUP may come to this
+            # process alone (`docker stop`, systemd): pass them on once. torchrun sends them to
+            # every rank, which saves and stops (sheepop.train.signals), and we wait for it.
+            if signum is None and isinstance(e, signals.Stopped):
+                proc.send_signal(e.signum)
+            signum = signum or signals.signum_of(e)
+    if signum is not None:
+        return signals.exit_status(signum)
     if status != 0:
         raise UserError(f"the {nproc}-process run failed (torchrun exit status {status}); "
                         "the failing rank's message is above")

@@ -23,8 +23,9 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -90,6 +91,11 @@ class Solo:
         if self.cfg.fsdp:
             self.log("note: train.fsdp applies under torchrun only; one process trains alone")
 
+    @staticmethod
+    def leave(status: int) -> int:
+        """One process ends as any Python program does: the caller returns `status`."""
+        return status
+
 
 class Ranks:
     """This process's place in a torchrun job: the process group, collectives, the wrappers."""
@@ -153,10 +159,13 @@ class Ranks:
         return t.tolist()
 
     def agree(self, flag: bool) -> bool:
-        """Rank 0's `flag` on every rank (e.g. "out of time"), so all ranks stop together."""
+        """True on every rank when `flag` is true on any ("out of time", "a signal came"), so
+        all ranks stop at the same step. Any, not rank 0's: a signal may reach one rank only
+        (`kill` of one process), or the ranks a step apart; each rank records it until the
+        next step boundary, where this all-reduce (max) makes one decision for all."""
         t = self.torch.tensor([1.0 if flag else 0.0], device=self.device)
         with self.guard("agreeing to stop"):
-            self.dist.broadcast(t, 0)
+            self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
         return bool(t.item())
 
     def wrap_engine(self, engine: Any) -> DistributedEngine:
@@ -174,13 +183,31 @@ class Ranks:
                  "tokens) per step")
 
     def close(self) -> None:
-        """Tear the group down together: rank 0 may still be writing its checkpoint and plots,
-        and a rank that destroys its gloo group while a peer is still using it has been seen to
-        abort ("terminate called without an active exception")."""
+        """Tear the group down together (a barrier first: rank 0 may still be saving)."""
         if self.dist.is_initialized():
             with self.guard("finishing"):
                 self.dist.barrier()
             self.dist.destroy_process_group()
+
+    @staticmethod
+    def leave(status: int) -> NoReturn:
+        """End this rank's process now, once its work is written: flush, then `os._exit`.
+
+        Why not return and let Python exit: DistributedDataParallel keeps the gloo process
+        group alive after `destroy_process_group` (its C++ threads, gloo_tcp_loop and two
+        pt_gloo_runloop, are still running when the rank exits; /proc/PID/task shows them), so
+        they run on through the interpreter's finalization and the C++ runtime's exit-time
+        destructors, while the peer, exiting at the same moment, closes its sockets (which
+        wakes the TCP loop). A C++ thread caught running in that teardown ends the process
+        with std::terminate ("terminate called without an active exception", SIGABRT): rarely,
+        more often on a loaded machine. `os._exit` skips that teardown; nothing is lost by it:
+        every file (checkpoint, metrics, plots) is written and closed before, and stdout and
+        stderr are flushed here.
+        """
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
 
 
 def _silent(*args: Any, **kwargs: Any) -> None:

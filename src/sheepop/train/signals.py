@@ -1,0 +1,123 @@
+"""Stopping on a signal: Ctrl-C (SIGINT), SIGTERM and SIGHUP stop a run the same way.
+
+SIGTERM is what `docker stop`, systemd, Kubernetes, Slurm and torchrun send before they kill a
+process; SIGHUP is a closed terminal. Two phases:
+
+- Outside the training loop (start-up: reading data, training a tokenizer; teardown: plots),
+  `raising_stop_signals()` makes SIGTERM and SIGHUP raise `Stopped`, a KeyboardInterrupt, so they
+  unwind exactly as Ctrl-C does and the command line prints one line (`sheepop.cli.main`).
+- Inside the loop, `StopRequest` only *records* the first of the three signals: the step in
+  progress finishes, the loop stops at that step boundary and saves it. A signal never raises in
+  the middle of an optimizer update (which could tear it) nor inside a checkpoint's writes (a
+  second Ctrl-C during the save used to print a traceback from inside os.fsync): later signals
+  are noted and change nothing, so the save completes. SIGKILL cannot be caught; the checkpoint's
+  own all-or-nothing writes cover it.
+
+Exit status: 128 + the signal's number, as a shell reports a process a signal stopped: SIGINT
+130, SIGHUP 129, SIGTERM 143.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import Any
+
+# SIGHUP does not exist on Windows.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
+RAISING_SIGNALS = tuple(s for s in STOP_SIGNALS if s != signal.SIGINT)  # SIGINT already raises
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP received outside the training loop: unwinds as Ctrl-C does."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def stopped_by(signum: int) -> str:
+    """"interrupted" for Ctrl-C, "stopped by SIGTERM" for the others."""
+    return "interrupted" if signum == signal.SIGINT else f"stopped by {signal_name(signum)}"
+
+
+def signum_of(interrupt: BaseException) -> int:
+    """The signal behind a KeyboardInterrupt: a `Stopped`'s, else SIGINT (Ctrl-C)."""
+    return int(getattr(interrupt, "signum", signal.SIGINT))
+
+
+def exit_status(signum: int | None) -> int:
+    """128 + the signal number (SIGINT when None), as a shell reports it."""
+    return 128 + int(signum or signal.SIGINT)
+
+
+def _in_main_thread() -> bool:
+    # Python lets only the main thread set signal handlers (and runs them there).
+    return threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def _handlers(signums: tuple[int, ...], handler: Any) -> Iterator[None]:
+    """`handler` for `signums` inside the block, the previous handlers restored after it."""
+    if not _in_main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, handler) for s in signums}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old if old is not None else signal.SIG_DFL)
+
+
+def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    raise Stopped(signum)
+
+
+def raising_stop_signals() -> contextlib.AbstractContextManager[None]:
+    """Inside the block SIGTERM and SIGHUP raise `Stopped` (a KeyboardInterrupt), as Ctrl-C
+    raises KeyboardInterrupt."""
+    return _handlers(RAISING_SIGNALS, _raise_stopped)
+
+
+class StopRequest:
+    """While training: SIGINT, SIGTERM and SIGHUP are recorded, not raised.
+
+    `signum` is the first one received (None until then); `repeats` counts the later ones. The
+    loop reads `signum` at each step boundary. Nothing is printed from the handler itself: a
+    handler runs between two bytecodes of the main thread, possibly inside a print, and a
+    re-entrant write to stdout raises.
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.repeats = 0
+        self._block: contextlib.AbstractContextManager[None] | None = None
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+        else:
+            self.repeats += 1
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def __enter__(self) -> StopRequest:
+        self._block = _handlers(STOP_SIGNALS, self._record)
+        self._block.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        assert self._block is not None
+        self._block.__exit__(*exc)
+        self._block = None
