@@ -14,6 +14,7 @@ the `[sample]` section is what `sheepop generate` uses, its flags override it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Any
 
 from sheepop.config_values import convert_value
 from sheepop.errors import UserError
+from sheepop.files import shown
+from sheepop.model_size import check_model_size
 from sheepop.presets import PRESETS
 
 if sys.version_info >= (3, 11):
@@ -111,6 +114,8 @@ class TrainConfig:
     beta2: float = _f(0.99, "AdamW beta2")
     eps: float = _f(1e-8, "AdamW epsilon")
     grad_clip: float = _f(1.0, "clip the global gradient norm to this (0: off)")
+    max_grad_norm: float = _f(1000.0, "stop, before saving, when the gradient norm (before "
+                              "clipping) passes this: a diverging run (0: no limit)")
     dtype: str = _f("auto", "{choices} (float64: numpy engine; auto: bf16 on capable CUDA, "
                     "else fp32)", DTYPES)
     device: str = _f("auto", "cpu | cuda | cuda:N | auto")
@@ -134,6 +139,8 @@ class DataConfig:
     max_bytes: int = _f(8_000_000, "read at most this many bytes of raw text")
     text_field: str = _f("text", "JSON Lines / Parquet: the key or column holding the text; "
                          "a dotted path (meta.body) for a nested field")
+    follow_links: bool = _f(False, "raw-text DATA: also read what symbolic links leading outside "
+                            "it point to (by default they are skipped and listed)")
     val_fraction: float = _f(0.1, "fraction of the tokens held out for validation")
     sampling: str = _f("random", "{choices}: random windows, or chunks (stride, last chunk "
                        "padded)", SAMPLING_MODES)
@@ -174,7 +181,10 @@ class Config:
     def from_dict(cls, d: dict[str, Any], where: str = "config") -> Config:
         cfg = cls()
         version = d.get(VERSION_KEY, CONFIG_VERSION)
-        if not isinstance(version, int) or version > CONFIG_VERSION:
+        if type(version) is not int or version < 1:
+            raise UserError(f"{where}: {VERSION_KEY} must be a positive integer, not "
+                            f"{shown(version)}")
+        if version > CONFIG_VERSION:
             raise UserError(f"{where}: {VERSION_KEY} is {version!r}, this sheepop reads up to "
                             f"{CONFIG_VERSION}: upgrade sheepop")
         cfg.update({k: v for k, v in d.items() if k != VERSION_KEY}, where)
@@ -185,7 +195,7 @@ class Config:
         """A run's config.json (its format keys and any other entries are not sections)."""
         sections = {k: v for k, v in saved.items() if k in SECTIONS}
         version = saved.get(VERSION_KEY, 1)
-        if isinstance(version, int) and version < 2:  # [sample] was never read: defaults
+        if type(version) is int and version < 2:  # [sample] was never read: defaults
             sections.pop("sample", None)
         return cls.from_dict({VERSION_KEY: version, **sections}, where)
 
@@ -211,18 +221,24 @@ class Config:
         setattr(getattr(self, section), key, convert_value(value, f, dotted, where))
 
     def validate(self) -> Config:
+        """One UserError for the first impossible value: a choice not in its list, a number out
+        of its range (NaN and infinity included), or a model too big for this machine
+        (`sheepop.model_size`, checked last, once every size is known to be positive)."""
         m, t, d, s = self.model, self.train, self.data, self.sample
-        checks = [(getattr(getattr(self, section), f.name) in f.metadata["choices"],
-                   f"{section}.{f.name} must be one of {', '.join(f.metadata['choices'])}, not "
-                   f"'{getattr(getattr(self, section), f.name)}'")
-                  for section, cls in SECTIONS.items() for f in fields(cls)
-                  if f.metadata["choices"]]
+        values = [(f"{section}.{f.name}", getattr(getattr(self, section), f.name), f)
+                  for section, cls in SECTIONS.items() for f in fields(cls)]
+        checks = [(value in f.metadata["choices"],
+                   f"{name} must be one of {', '.join(f.metadata['choices'])}, not "
+                   f"{shown(value)}")
+                  for name, value, f in values if f.metadata["choices"]]
+        checks += [(math.isfinite(value), f"{name} must be a finite number, not {value}")
+                   for name, value, _ in values if isinstance(value, float)]
         checks += [
             (m.vocab_size >= 0, "model.vocab_size must be >= 0 (0: taken from the tokenizer)"),
             (m.n_layer >= 1, "model.n_layer must be at least 1"),
             (m.n_head >= 1, "model.n_head must be at least 1"),
             (m.n_embd >= 1, "model.n_embd must be at least 1"),
-            (m.n_embd % m.n_head == 0,
+            (m.n_head >= 1 and m.n_embd % m.n_head == 0,
              f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})"),
             (m.block_size >= 1, "model.block_size must be at least 1"),
             (m.d_ff >= 0, "model.d_ff must be >= 0"),
@@ -230,15 +246,27 @@ class Config:
             (m.pos_encoding != "sinusoidal" or m.n_embd % 2 == 0,
              "model.n_embd must be even for sinusoidal positions"),
             (m.ln_eps > 0, "model.ln_eps must be positive"),
+            (m.pos_scale >= 0, "model.pos_scale must be >= 0 (0: 1/sqrt(n_embd))"),
             (t.steps >= 1, "train.steps must be at least 1"),
             (t.batch_size >= 1, "train.batch_size must be at least 1"),
             (t.grad_accum >= 1, "train.grad_accum must be at least 1"),
             (t.lr > 0 and t.min_lr >= 0, "train.lr must be positive and train.min_lr >= 0"),
             (t.warmup_steps >= 0 and t.decay_steps >= 0, "warmup/decay steps must be >= 0"),
             (t.eval_batches >= 1, "train.eval_batches must be at least 1"),
+            (0 <= t.beta1 < 1 and 0 <= t.beta2 < 1, "train.beta1 and beta2 must be in [0, 1)"),
+            (t.eps > 0, "train.eps must be positive"),
+            (min(t.weight_decay, t.grad_clip, t.max_minutes) >= 0,
+             "train.weight_decay, grad_clip and max_minutes must be >= 0"),
+            (min(t.eval_interval, t.checkpoint_interval, t.threads) >= 0,
+             "train.eval_interval, checkpoint_interval and threads must be >= 0"),
+            (0 <= t.seed < 2**63 and 0 <= s.seed < 2**63,
+             "train.seed and sample.seed must be in [0, 2^63)"),
             (t.log_interval >= 1, "train.log_interval must be at least 1"),
+            (t.max_grad_norm >= 0, "train.max_grad_norm must be >= 0 (0: no limit)"),
             (0.0 <= d.val_fraction < 1.0, "data.val_fraction must be in [0, 1)"),
             (d.stride >= 0, "data.stride must be >= 0"),
+            (d.vocab_size >= 0, "data.vocab_size must be >= 0 (0: the kind's default)"),
+            (d.max_bytes >= 1, "data.max_bytes must be at least 1"),
             (s.max_new_tokens >= 0, f"sample.max_new_tokens must be >= 0, not {s.max_new_tokens}"),
             (s.temperature >= 0, f"sample.temperature must be >= 0 (0: greedy), not "
                                  f"{s.temperature}"),
@@ -250,6 +278,7 @@ class Config:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        check_model_size(m)
         return self
 
 

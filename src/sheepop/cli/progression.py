@@ -149,7 +149,8 @@ def run_train(args: argparse.Namespace) -> int:
     for line in summary.lines():
         print(line)
     print(f"evaluate it with: sheepop progression eval {args.out} --data {args.data}")
-    return 130 if summary.interrupted else 0
+    from sheepop.train.signals import exit_status
+    return exit_status(summary.signum) if summary.interrupted else 0
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from sheepop.cli.common import (
+    CONFIG_FLAGS,
     HelpFormatter,
     add_config_flag,
     add_config_options,
@@ -38,6 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "brings its own)")
     add_config_flag(p, "--vocab-size", "data.vocab_size")
     add_config_flag(p, "--text-field", "data.text_field", metavar="FIELD")
+    links = p.add_argument("--follow-links", action="store_true", default=None,
+                           help="raw-text DATA: also read what symbolic links leading outside "
+                                "it point to (data.follow_links)")
+    p.set_defaults(**{CONFIG_FLAGS: {**p.get_default(CONFIG_FLAGS), links.dest:
+                                     "data.follow_links"}})
     p.add_argument("--resume", action="store_true",
                    help="continue the run in RUN_DIR from its last checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -62,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.nproc and not distributed.under_torchrun():
         from sheepop.cli.launch import argv_from_args, launch
         return launch(args.nproc, ["train", *argv_from_args(args.train_parser, args, ("nproc",))])
+    from sheepop.train import signals
     from sheepop.train.loop import setup
     cfg = config_from_args(args)
     with distributed.session(cfg.train) as job:  # one process, or this rank of a torchrun job
@@ -70,10 +77,11 @@ def run(args: argparse.Namespace) -> int:
                         wrap_engine=job.wrap_engine)
         job.shard(trainer)
         summary = trainer.run()
-    if not job.is_main:
-        return 130 if summary.interrupted else 0
-    from sheepop.train.plots import write_run_plots  # rank 0 only: matplotlib is slow to load
-    write_run_plots(args.out, cfg.train)
-    for line in summary.lines():
-        print(line)
-    return 130 if summary.interrupted else 0
+    # Interrupted (Ctrl-C, SIGTERM, SIGHUP): 128 + the signal's number, as a shell reports it.
+    status = signals.exit_status(summary.signum) if summary.interrupted else 0
+    if job.is_main:
+        from sheepop.train.plots import write_run_plots  # rank 0 only: matplotlib loads slowly
+        write_run_plots(args.out, cfg.train)
+        for line in summary.lines():
+            print(line)
+    return job.leave(status)  # a rank of a torchrun job exits here (distributed.Ranks.leave)

@@ -6,16 +6,21 @@
   data.max_bytes), or nothing (the built-in standard-library corpus, sheepop.data.corpus): a
   tokenizer trained on it (or the run's own tokenizer when resuming), encoded with EOS between
   documents, and split: the last `val_fraction` of the tokens is the validation split.
+
+`Dataset.source` is the record of what DATA was (sheepop.data.source), saved with the run's
+checkpoints so that `--resume` continues on the same data.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from sheepop.config import DataConfig
+from sheepop.data import source
 from sheepop.data.corpus import stdlib_texts
 from sheepop.errors import UserError
 from sheepop.tokenizers import Tokenizer, train_tokenizer
@@ -27,6 +32,7 @@ class Dataset:
     val: np.ndarray
     tokenizer: Tokenizer
     report: list[str] = field(default_factory=list)
+    source: dict[str, Any] | None = None  # what DATA was (None: a task's own token streams)
 
 
 def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
@@ -51,7 +57,8 @@ def raw_documents(path: str | Path | None, cfg: DataConfig) -> tuple[list[str], 
         return texts, [f"data: {corpus.summary()}"]
     from sheepop.data.ingest.collect import read_raw_text  # the readers' libraries load here
 
-    raw = read_raw_text(path, cfg.max_bytes, text_field=cfg.text_field)
+    raw = read_raw_text(path, cfg.max_bytes, text_field=cfg.text_field,
+                        follow_links=cfg.follow_links)
     lines = raw.lines()
     return raw.texts, [f"data: {lines[0]}", *lines[1:]]
 
@@ -65,7 +72,8 @@ def load_dataset(path: str | Path | None, cfg: DataConfig,
             raise UserError(f"{path} was prepared with another tokenizer than this run's")
         report = [f"data: {path} (prepared: {len(prepared.train):,} train and "
                   f"{len(prepared.val):,} val tokens)"]
-        return Dataset(prepared.train, prepared.val, prepared.tokenizer, report)
+        return Dataset(prepared.train, prepared.val, prepared.tokenizer, report,
+                       source.describe(path))
     texts, report = raw_documents(path, cfg)
     if tokenizer is None:
         tokenizer = train_tokenizer(cfg.tokenizer, texts, cfg.vocab_size)
@@ -75,4 +83,4 @@ def load_dataset(path: str | Path | None, cfg: DataConfig,
         raise UserError("the data encodes to no tokens")
     train, val = split_tokens(tokens, cfg.val_fraction)
     report.append(f"tokens: {len(train):,} train, {len(val):,} val")
-    return Dataset(train, val, tokenizer, report)
+    return Dataset(train, val, tokenizer, report, source.describe(path))

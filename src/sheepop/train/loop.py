@@ -3,9 +3,10 @@
 For each optimizer step s: lr = lr_for(s) (warmup + cosine), draw `grad_accum` micro-batches,
 let the engine do forward, backward, clipping and the AdamW update; every `eval_interval` steps
 measure the validation loss on a fixed set of windows; every `checkpoint_interval` steps write a
-checkpoint. Metrics go to `metrics.jsonl`; plots are drawn at the end. Ctrl-C writes a checkpoint
-of the last finished step and stops cleanly; `--resume` continues from it so that the losses are
-those of an uninterrupted run, step for step.
+checkpoint. Metrics go to `metrics.jsonl`; plots are drawn at the end. Ctrl-C, SIGTERM or SIGHUP
+lets the step in progress finish, then writes a checkpoint of it and stops cleanly
+(sheepop.train.signals); `--resume` continues from it so that the losses are those of an
+uninterrupted run, step for step.
 
 An engine is any object with `train_step(micro_batches, lr) -> (loss, grad_norm)`,
 `eval_loss(x, y) -> (loss_sum, count)`, `weights()`, `optimizer_arrays()`,
@@ -27,11 +28,14 @@ from tqdm import tqdm
 
 from sheepop import checkpoint, files
 from sheepop.config import Config, resolve_vocab_size
+from sheepop.data import source as data_source
 from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError
 from sheepop.schedule import lr_for
 from sheepop.tokenizers import loads as load_tokenizer
+from sheepop.train import divergence, run_lock
+from sheepop.train.signals import StopRequest, signal_name
 
 
 class Engine(Protocol):
@@ -65,6 +69,7 @@ class Summary:
     tokens_per_sec: float
     interrupted: bool
     run_dir: Path
+    signum: int | None = None  # the signal that interrupted the run (None: Ctrl-C or none)
 
     def lines(self) -> list[str]:
         val = (f"val loss {self.val_loss:.4f} (perplexity {math.exp(self.val_loss):.2f})"
@@ -102,10 +107,15 @@ class Trainer:
             self.best_val = state.get("best_val_loss") or math.inf
         self.metrics_path = run_dir / "metrics.jsonl"
         # Under torchrun (sheepop.train.distributed): the number of processes, for the whole
-        # job's tokens/s, and rank 0's decision to stop, which every rank then follows.
+        # job's tokens/s, and the ranks' joint decision to stop, which every rank follows.
         self.world_size = 1
         self.agree: Callable[[bool], bool] = bool
         self._step_start_sampler: dict[str, Any] | None = None
+        # The step of the checkpoint on disk (None: none yet), what made the run diverge (None:
+        # it has not), and this writer's lock on run_dir (set by `setup`; None on ranks > 0).
+        self.saved_step: int | None = start_step if state is not None else None
+        self.diverged: str | None = None
+        self.run_lock: run_lock.RunLock | None = None
 
     def evaluate(self) -> float | None:
         if self.eval_x is None:
@@ -126,15 +136,53 @@ class Trainer:
         sampler = self.sampler.state(self._step_start_sampler)
         state = {"step": self.step, "engine": self.engine.name, "sampler": sampler,
                  "best_val_loss": None if math.isinf(self.best_val) else self.best_val, **info}
-        checkpoint.save_checkpoint(self.run_dir, weights, self.cfg.to_dict(),
-                                   self.data.tokenizer.to_json(), arrays, state)
+        if self.data.source is not None:  # what DATA was, for --resume (sheepop.data.source)
+            state["data"] = self.data.source
+        if self.diverged is None and not divergence.finite(weights):
+            self.diverged = "the weights are no longer finite numbers"
+        if self.diverged is not None:  # never over a good checkpoint (the Ctrl-C path too)
+            raise UserError(divergence.stopped_message(self.step, self.diverged, self.run_dir,
+                                                       self.saved_step, self.cfg.train.lr))
+        try:
+            checkpoint.save_checkpoint(self.run_dir, weights, self.cfg.to_dict(),
+                                       self.data.tokenizer.to_json(), arrays, state)
+        except checkpoint.SaveFailed as e:
+            raise UserError(self._save_failed(e)) from None
+        self.saved_step = self.step
+
+    def _save_failed(self, e: checkpoint.SaveFailed) -> str:
+        """The one line of a save the system refused (disk full, I/O error)."""
+        resume = f"`sheepop train --resume --out {self.run_dir}`"
+        if e.committed:
+            kept = f"the checkpoint of step {self.step} is committed: {resume} completes it"
+        elif self.saved_step is None:
+            kept = "no checkpoint was kept (it was the first): free space, then start again"
+        else:
+            kept = (f"the checkpoint of step {self.saved_step} is intact: free space, then "
+                    f"continue with {resume}")
+        return (f"saving the checkpoint of step {self.step} in {self.run_dir} failed: "
+                f"{e.reason}; {kept}")
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
         if self.is_main:
-            with open(self.metrics_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            try:
+                with open(self.metrics_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(record) + "\n")
+            except OSError as e:  # e.g. a full disk: stop with one line, the checkpoint kept
+                failed = checkpoint.SaveFailed(self.run_dir, checkpoint.describe_os_error(e),
+                                               committed=False)
+                raise UserError(self._save_failed(failed).replace(
+                    "saving the checkpoint", "writing the metrics", 1)) from None
 
     def run(self) -> Summary:
+        """Train to train.steps (or until stopped), then let go of the run's lock."""
+        try:
+            return self._train()
+        finally:
+            if self.run_lock is not None:
+                self.run_lock.release()
+
+    def _train(self) -> Summary:
         t, m = self.cfg.train, self.cfg.model
         tokens_per_step = t.batch_size * t.grad_accum * m.block_size * self.world_size
         start_step, t0 = self.step, time.perf_counter()
@@ -145,6 +193,9 @@ class Trainer:
         interrupted = False
         bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
                    disable=not (self.progress and self.is_main))
+        # Signals are recorded, not raised, from here to the end of the last save: a step is
+        # never torn and a save always completes (sheepop.train.signals).
+        stop = StopRequest().__enter__()
         try:
             while self.step < t.steps:
                 lr = lr_for(self.step, t)
@@ -152,9 +203,10 @@ class Trainer:
                 micro = [self.sampler.next_batch() for _ in range(t.grad_accum)]
                 loss, norm = self.engine.train_step(micro, lr)
                 self._step_start_sampler = None
-                if not math.isfinite(loss):
-                    raise UserError(f"the loss became {loss} at step {self.step + 1}: lower "
-                                    "train.lr or check the data")
+                self.diverged = divergence.problem(loss, norm, t)
+                if self.diverged is not None:  # stop before anything saves these weights
+                    raise UserError(divergence.stopped_message(
+                        self.step + 1, self.diverged, self.run_dir, self.saved_step, t.lr))
                 self.step += 1
                 elapsed = time.perf_counter() - t0
                 rate = (self.step - start_step) * tokens_per_step / max(elapsed, 1e-9)
@@ -175,18 +227,32 @@ class Trainer:
                 bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
                 if last:
                     break
+                # Under torchrun every rank asks: all stop at the same step if any was signalled.
+                if self.agree(stop.requested):
+                    interrupted = True
+                    if self.is_main:
+                        why = signal_name(stop.signum) if stop.signum else "a signal to a rank"
+                        bar.write(f"interrupted ({why}): saving a checkpoint of step {self.step}")
+                    break
                 if t.checkpoint_interval and self.step % t.checkpoint_interval == 0:
                     self.save()
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # raised by code, not by a signal (those are recorded)
             interrupted = True
             if self.is_main:
                 bar.write(f"interrupted: saving a checkpoint of step {self.step}")
+        except BaseException:
+            stop.__exit__(None, None, None)
+            raise
         finally:
             bar.close()
-        self.save()
+        try:
+            self.save()
+        finally:
+            stop.__exit__(None, None, None)
         seconds = time.perf_counter() - t0
         rate = (self.step - start_step) * tokens_per_step / max(seconds, 1e-9)
-        return Summary(self.step, seconds, loss, self.last_val, rate, interrupted, self.run_dir)
+        return Summary(self.step, seconds, loss, self.last_val, rate, interrupted, self.run_dir,
+                       stop.signum if interrupted else None)
 
 
 def _sig(x: float) -> float:
@@ -199,32 +265,62 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.exists():
         return
     keep = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line)["step"] <= step]
+            if (row := _metrics_row(line)) is not None and row["step"] <= step]
     files.atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
+def _metrics_row(line: str) -> dict[str, Any] | None:
+    """One row of metrics.jsonl, or None for a line torn by a crash (or a full disk)."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
+
+
 def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool = False,
-          log=print, is_main: bool = True, progress: bool = True,
-          dataset: Dataset | None = None,
-          wrap_engine: Callable[[Engine], Engine] | None = None, sampler=None,
-          eval_data: tuple[np.ndarray, np.ndarray] | None = None) -> Trainer:
+          log=print, is_main: bool = True, **options: Any) -> Trainer:
     """Load data and (when resuming) the run's state; build the engine and the trainer.
 
-    A task that builds its own token streams (e.g. the progression task) passes `dataset`
-    instead of `data_path`, and may pass its own `sampler` and `eval_data` windows. Under
-    torchrun, `wrap_engine` puts the engine under DDP or FSDP (sheepop.train.distributed)
-    before any optimizer state is loaded.
+    The writer (rank 0 under torchrun) first takes the run directory's lock, so two trainings
+    never write into one (sheepop.train.run_lock), then finishes or drops a save that a crash
+    interrupted (`checkpoint.recover`): "holds a run" means holds a committed checkpoint. The
+    trainer lets the lock go when its `run` ends; a failed start lets it go at once.
+
+    `options`: `progress`; a task that builds its own token streams (e.g. the progression
+    task) passes `dataset` instead of `data_path`, and may pass its own `sampler` and
+    `eval_data` windows; under torchrun, `wrap_engine` puts the engine under DDP or FSDP
+    (sheepop.train.distributed) before any optimizer state is loaded.
     """
     run_dir = Path(run_dir)
+    lock = run_lock.acquire(run_dir) if is_main else None
+    try:
+        if lock is not None:
+            checkpoint.recover(run_dir)
+        trainer = _setup(data_path, cfg, run_dir, resume, log, is_main, **options)
+    except BaseException:
+        if lock is not None:
+            lock.release(undo=True)
+        raise
+    trainer.run_lock = lock
+    return trainer
+
+
+def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log, is_main: bool,
+           progress: bool = True, dataset: Dataset | None = None,
+           wrap_engine: Callable[[Engine], Engine] | None = None, sampler=None,
+           eval_data: tuple[np.ndarray, np.ndarray] | None = None) -> Trainer:
     weights = tokenizer = arrays = state = None
     if resume:
-        if not (run_dir / checkpoint.MODEL_FILE).exists():
+        if not checkpoint.holds_checkpoint(run_dir):
             raise UserError(f"--resume: no checkpoint in {run_dir}")
         tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
                                    str(run_dir / checkpoint.TOKENIZER_FILE))
         weights = checkpoint.load_weights(run_dir)
         arrays, state = checkpoint.load_trainer_state(run_dir)
-    elif (run_dir / checkpoint.MODEL_FILE).exists():
+        if dataset is None:  # the data the run recorded, unless DATA is given
+            data_path = data_source.for_resume(data_path, state.get("data"), run_dir, log)
+    elif checkpoint.holds_checkpoint(run_dir):
         raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
                         "another --out")
     cfg.validate()

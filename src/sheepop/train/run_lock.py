@@ -1,0 +1,107 @@
+"""One writer per run directory: an exclusive lock on run_dir/train.lock.
+
+The lock is `fcntl.flock` on an open file. The kernel holds it while that file is open in this
+process and drops it when the process ends in any way (exit, exception, `kill -9`, a crash), so a
+crash never leaves a stale lock; the file itself stays behind as a harmless note. The holder
+writes who it is into the file (one JSON object: pid, host, command, start time) so that a
+second writer's message names it:
+
+    runs/r is in use by another training process (pid 4242 on host1, `sheepop train --out
+    runs/r`, since 2025-01-01 10:00:00): wait for it to end or stop it, or choose another --out
+
+The lock lives in sheepop.train, not the shared core: the trainer is the only process that
+writes into a run directory again and again (`sheepop import` writes a new directory once), and
+a lock is a process's concern, which the engine-neutral core has none of. Under torchrun only
+rank 0 takes it (it alone writes). flock is advisory and local to one machine: two machines
+writing into one shared (NFS) folder are not kept apart.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from sheepop.errors import UserError
+
+LOCK_FILE = "train.lock"
+
+
+class RunLock:
+    """A held lock; `release()` lets the next writer in (ending the process does too)."""
+
+    def __init__(self, run_dir: Path, file: IO[str], created_dir: bool):
+        self.run_dir, self._file, self._created_dir = run_dir, file, created_dir
+
+    @property
+    def held(self) -> bool:
+        return not self._file.closed
+
+    def release(self, undo: bool = False) -> None:
+        """Let go. `undo`: this writer never wrote, so remove the directory it created (a failed
+        start leaves nothing behind)."""
+        if not self.held:
+            return
+        if undo and self._created_dir:
+            # Still holding the lock: nobody else can be using the file or the directory.
+            (self.run_dir / LOCK_FILE).unlink(missing_ok=True)
+            try:
+                self.run_dir.rmdir()
+            except OSError:
+                pass  # something else appeared in it: keep it
+        self._file.close()
+
+
+def acquire(run_dir: str | Path) -> RunLock:
+    """Take `run_dir`'s lock (creating the directory), or raise UserError naming the holder."""
+    run_dir = Path(run_dir)
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        file = open(run_dir / LOCK_FILE, "a+", encoding="utf-8")  # no truncation before holding
+    except OSError as e:
+        raise UserError(f"cannot use {run_dir} as a run directory: {e.strerror}") from None
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        file.seek(0)
+        holder = describe_holder(file.read())
+        file.close()
+        raise UserError(f"{run_dir} is in use by another training process ({holder}): wait for "
+                        "it to end or stop it, or choose another --out") from None
+    file.seek(0)
+    file.truncate()
+    file.write(json.dumps(holder_record()) + "\n")
+    file.flush()
+    return RunLock(run_dir, file, created)
+
+
+def holder_record() -> dict[str, object]:
+    """Who holds the lock: this process."""
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if program == "__main__.py":  # started as `python -m sheepop`
+        program = f"python -m {Path(sys.argv[0]).parent.name}"
+    command = " ".join([program, shlex.join(sys.argv[1:])])
+    return {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"), "since_unix": round(time.time(), 3)}
+
+
+def describe_holder(text: str) -> str:
+    """One clause naming the holder from its record (what is legible of it)."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        return "its record is not written yet"
+    command = str(record.get("command", "?"))
+    if len(command) > 160:
+        command = command[:157] + "..."
+    return (f"pid {record.get('pid', '?')} on {record.get('host', '?')}, `{command}`, "
+            f"since {record.get('since', '?')}")

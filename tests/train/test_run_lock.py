@@ -1,0 +1,83 @@
+"""One writer per run directory (sheepop.train.run_lock), with real processes: a second
+`sheepop train --out SAME`, fresh or --resume, exits 2 naming the holder; the lock dies with its
+holder, even under kill -9, so a crashed run is resumed without any cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sheepop.errors import UserError
+from sheepop.train import run_lock
+
+TINY = ["--engine", "numpy", "--no-progress", "--set", "model.n_layer=1",
+        "--set", "model.n_embd=16", "--set", "model.n_head=2", "--set", "model.block_size=16",
+        "--set", "train.batch_size=2", "--set", "train.checkpoint_interval=1",
+        "--set", "train.eval_interval=0"]
+
+
+def _sheepop(*args: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sheepop", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _wait_for(condition, proc: subprocess.Popen, seconds: float = 60) -> None:
+    end = time.monotonic() + seconds
+    while not condition():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def data(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text("hello world, hello sheep. " * 200)
+    return str(path)
+
+
+def test_a_second_writer_is_refused_naming_the_first_until_it_dies(tmp_path, data):
+    out = tmp_path / "run"
+    first = _sheepop("train", data, "--out", str(out), "--steps", "1000000", *TINY)
+    try:
+        _wait_for(lambda: (out / "trainer.json").exists(), first)
+        record = json.loads((out / run_lock.LOCK_FILE).read_text())
+        assert record["pid"] == first.pid
+        for again in ([], ["--resume"]):
+            second = subprocess.run([sys.executable, "-m", "sheepop", "train", data, "--out",
+                                     str(out), "--steps", "5", *again, *TINY],
+                                    capture_output=True, text=True, timeout=120)
+            assert second.returncode == 2, second.stderr
+            lines = second.stderr.strip().splitlines()
+            assert len(lines) == 1 and "Traceback" not in second.stderr, second.stderr
+            assert f"is in use by another training process (pid {first.pid} on " in lines[0]
+            assert "python -m sheepop train" in lines[0] and f"since {record['since']}" in lines[0]
+        assert first.poll() is None  # the first run was not disturbed
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    # kill -9 left the lock file but not the lock: --resume takes over, recovering the run.
+    step = json.loads((out / "trainer.json").read_text())["step"]
+    resumed = subprocess.run([sys.executable, "-m", "sheepop", "train", "--resume", data,
+                              "--out", str(out), "--steps", str(step + 2), *TINY],
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "trainer.json").read_text())["step"] == step + 2
+
+
+def test_the_lock_is_released_when_the_run_ends_and_a_failed_start_leaves_nothing(tmp_path):
+    lock = run_lock.acquire(tmp_path / "new")
+    with pytest.raises(UserError, match="in use by another training process \\(pid "
+                                        f"{os.getpid()}"):
+        run_lock.acquire(tmp_path / "new")  # one writer, even within one process
+    lock.release(undo=True)
+    assert not (tmp_path / "new").exists()
+    run_lock.acquire(tmp_path / "new").release()
+    assert (tmp_path / "new" / run_lock.LOCK_FILE).exists()
+    run_lock.acquire(tmp_path / "new").release()
