@@ -28,7 +28,7 @@ from sheepop.config import Config, ModelConfig, build_config
 from sheepop.data.dataset import Dataset
 from sheepop.model import GPT, TorchLM
 from sheepop.tokenizers import train_tokenizer
-from sheepop.train.loop import setup
+from sheepop.train.start import setup
 
 sys.path.insert(0, str(Path(__file__).with_name("helpers")))
 

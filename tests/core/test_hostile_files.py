@@ -32,7 +32,7 @@ from sheepop.errors import UserError
 from sheepop.model_size import MAX_LAYERS, check_model_size, memory_bytes, param_count
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import loads, train_tokenizer
-from sheepop.train.loop import setup
+from sheepop.train.start import setup
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 

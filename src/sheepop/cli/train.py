@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         from sheepop.cli.launch import argv_from_args, launch
         return launch(args.nproc, ["train", *argv_from_args(args.train_parser, args, ("nproc",))])
     from sheepop.train import signals
-    from sheepop.train.loop import setup
+    from sheepop.train.start import setup
     cfg = config_from_args(args)
     with distributed.session(cfg.train) as job:  # one process, or this rank of a torchrun job
         trainer = setup(args.data, cfg, args.out, resume=args.resume, log=job.log,

@@ -83,7 +83,7 @@ def task_dataset(data: Progressions, opts: TaskOptions) -> tuple[Dataset, TermWi
 
 def seconds_per_step(cfg: Config, windows: TermWindows, steps: int = 6) -> float:
     """Median wall time of an optimizer step of a throwaway engine (after one warm-up step)."""
-    from sheepop.train.loop import make_engine
+    from sheepop.train.start import make_engine
     engine = make_engine(cfg)
     sampler = TermWindowSampler(windows, cfg.train.batch_size, cfg.train.seed + 1)
     times = []
@@ -117,7 +117,7 @@ def train(data: Progressions, cfg: Config, opts: TaskOptions, run_dir: str | Pat
     """Train on `data` and return the trainer's Summary (plots written into `run_dir`).
     `base`: the config before the user's changes, to tell derived settings apart from
     contradicting ones (`derive_settings`)."""
-    from sheepop.train.loop import setup
+    from sheepop.train.start import setup
     from sheepop.train.plots import write_run_plots
     run_dir = Path(run_dir)
     if resume:

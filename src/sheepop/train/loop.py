@@ -26,14 +26,12 @@ from typing import Any, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from sheepop import checkpoint, files
-from sheepop.config import Config, resolve_vocab_size
-from sheepop.data import source as data_source
-from sheepop.data.dataset import Dataset, load_dataset
+from sheepop import checkpoint
+from sheepop.config import Config
+from sheepop.data.dataset import Dataset
 from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError
 from sheepop.schedule import lr_for
-from sheepop.tokenizers import loads as load_tokenizer
 from sheepop.train import divergence, run_lock
 from sheepop.train.signals import StopRequest, signal_name
 
@@ -50,14 +48,6 @@ class Engine(Protocol):
     def load_optimizer_arrays(self, arrays: dict[str, np.ndarray], info: dict[str, Any]
                               ) -> None: ...
     def num_params(self) -> int: ...
-
-
-def make_engine(cfg: Config, weights: dict[str, np.ndarray] | None = None) -> Engine:
-    if cfg.train.engine == "numpy":
-        from sheepop.train.engine_numpy import NumpyEngine
-        return NumpyEngine(cfg.model, cfg.train, weights)
-    from sheepop.train.engine_torch import TorchEngine
-    return TorchEngine(cfg.model, cfg.train, weights)
 
 
 @dataclass
@@ -258,90 +248,3 @@ class Trainer:
 def _sig(x: float) -> float:
     """x to 7 significant digits: short lines, yet a loss of 3e-7 is not logged as 0."""
     return float(f"{x:.7g}")
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Keep the metrics of steps <= `step` (a resumed run rewrites what came after)."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text(encoding="utf-8").splitlines()
-            if (row := _metrics_row(line)) is not None and row["step"] <= step]
-    files.atomic_write_text(path, "".join(line + "\n" for line in keep))
-
-
-def _metrics_row(line: str) -> dict[str, Any] | None:
-    """One row of metrics.jsonl, or None for a line torn by a crash (or a full disk)."""
-    try:
-        row = json.loads(line)
-    except ValueError:
-        return None
-    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
-
-
-def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool = False,
-          log=print, is_main: bool = True, **options: Any) -> Trainer:
-    """Load data and (when resuming) the run's state; build the engine and the trainer.
-
-    The writer (rank 0 under torchrun) first takes the run directory's lock, so two trainings
-    never write into one (sheepop.train.run_lock), then finishes or drops a save that a crash
-    interrupted (`checkpoint.recover`): "holds a run" means holds a committed checkpoint. The
-    trainer lets the lock go when its `run` ends; a failed start lets it go at once.
-
-    `options`: `progress`; a task that builds its own token streams (e.g. the progression
-    task) passes `dataset` instead of `data_path`, and may pass its own `sampler` and
-    `eval_data` windows; under torchrun, `wrap_engine` puts the engine under DDP or FSDP
-    (sheepop.train.distributed) before any optimizer state is loaded.
-    """
-    run_dir = Path(run_dir)
-    lock = run_lock.acquire(run_dir) if is_main else None
-    try:
-        if lock is not None:
-            checkpoint.recover(run_dir)
-        trainer = _setup(data_path, cfg, run_dir, resume, log, is_main, **options)
-    except BaseException:
-        if lock is not None:
-            lock.release(undo=True)
-        raise
-    trainer.run_lock = lock
-    return trainer
-
-
-def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log, is_main: bool,
-           progress: bool = True, dataset: Dataset | None = None,
-           wrap_engine: Callable[[Engine], Engine] | None = None, sampler=None,
-           eval_data: tuple[np.ndarray, np.ndarray] | None = None) -> Trainer:
-    weights = tokenizer = arrays = state = None
-    if resume:
-        if not checkpoint.holds_checkpoint(run_dir):
-            raise UserError(f"--resume: no checkpoint in {run_dir}")
-        tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
-                                   str(run_dir / checkpoint.TOKENIZER_FILE))
-        weights = checkpoint.load_weights(run_dir)
-        arrays, state = checkpoint.load_trainer_state(run_dir)
-        if dataset is None:  # the data the run recorded, unless DATA is given
-            data_path = data_source.for_resume(data_path, state.get("data"), run_dir, log)
-    elif checkpoint.holds_checkpoint(run_dir):
-        raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
-                        "another --out")
-    cfg.validate()
-    data = dataset if dataset is not None else load_dataset(data_path, cfg.data, tokenizer)
-    resolve_vocab_size(cfg.model, data.tokenizer.vocab_size, "the tokenizer")
-    cfg.validate()
-    for line in data.report:
-        log(line)
-    engine = make_engine(cfg, weights)
-    if wrap_engine is not None:
-        engine = wrap_engine(engine)
-    start = 0
-    if resume:
-        engine.load_optimizer_arrays(arrays, state)
-        start = int(state["step"])
-        log(f"resuming {run_dir} at step {start}")
-    if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _truncate_metrics(run_dir / "metrics.jsonl", start)
-    log(f"model: {engine.num_params():,} parameters ({cfg.model.n_layer} layers, "
-        f"{cfg.model.n_head} heads, width {cfg.model.n_embd}, context {cfg.model.block_size}); "
-        f"{engine.description}")
-    return Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress, sampler,
-                   eval_data)
