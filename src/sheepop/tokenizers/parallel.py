@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -65,8 +66,18 @@ def imap_ordered(fn: Callable[[T], R], items: Iterable[T], workers: int,
             initializer(*initargs)
         yield from map(fn, items)
         return
-    with mp.get_context(START_METHOD).Pool(workers, initializer, initargs) as pool:
+    with mp.get_context(START_METHOD).Pool(workers, _worker_start,
+                                           (initializer, initargs)) as pool:
         yield from pool.imap(fn, items, chunksize=chunksize)
+
+
+def _worker_start(initializer: Callable[..., Any] | None, initargs: tuple) -> None:
+    """A worker ignores Ctrl-C: a terminal sends SIGINT to the whole process group, and the
+    parent alone decides (it stops the pool and reports one line); a worker dying on it would
+    print its own traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if initializer is not None:
+        initializer(*initargs)
 
 
 def map_ordered(fn: Callable[[T], R], items: Sequence[T], workers: int,

@@ -33,7 +33,7 @@ RAISING_SIGNALS = tuple(s for s in STOP_SIGNALS if s != signal.SIGINT)  # SIGINT
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP received outside the training loop: unwinds as Ctrl-C does."""
+    """A stop signal received outside the training loop: unwinds as Ctrl-C does."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -121,3 +121,15 @@ class StopRequest:
         assert self._block is not None
         self._block.__exit__(*exc)
         self._block = None
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Inside the block the three signals are recorded, and the first is raised as `Stopped`
+    once the block has ended. For code a KeyboardInterrupt must not cut in the middle: a
+    Ctrl-C during `import torch` was measured to abort the process from inside torch's C++
+    start-up ("terminate called after throwing ... KeyboardInterrupt", SIGABRT)."""
+    with StopRequest() as request:
+        yield
+    if request.signum is not None:
+        raise Stopped(request.signum)
