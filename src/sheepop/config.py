@@ -14,16 +14,15 @@ the `[sample]` section is what `sheepop generate` uses, its flags override it.
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from sheepop.config_checks import check_config
 from sheepop.config_values import convert_value
 from sheepop.errors import UserError
 from sheepop.files import shown
-from sheepop.model_size import check_model_size
 from sheepop.presets import PRESETS
 
 if sys.version_info >= (3, 11):
@@ -221,64 +220,8 @@ class Config:
         setattr(getattr(self, section), key, convert_value(value, f, dotted, where))
 
     def validate(self) -> Config:
-        """One UserError for the first impossible value: a choice not in its list, a number out
-        of its range (NaN and infinity included), or a model too big for this machine
-        (`sheepop.model_size`, checked last, once every size is known to be positive)."""
-        m, t, d, s = self.model, self.train, self.data, self.sample
-        values = [(f"{section}.{f.name}", getattr(getattr(self, section), f.name), f)
-                  for section, cls in SECTIONS.items() for f in fields(cls)]
-        checks = [(value in f.metadata["choices"],
-                   f"{name} must be one of {', '.join(f.metadata['choices'])}, not "
-                   f"{shown(value)}")
-                  for name, value, f in values if f.metadata["choices"]]
-        checks += [(math.isfinite(value), f"{name} must be a finite number, not {value}")
-                   for name, value, _ in values if isinstance(value, float)]
-        checks += [
-            (m.vocab_size >= 0, "model.vocab_size must be >= 0 (0: taken from the tokenizer)"),
-            (m.n_layer >= 1, "model.n_layer must be at least 1"),
-            (m.n_head >= 1, "model.n_head must be at least 1"),
-            (m.n_embd >= 1, "model.n_embd must be at least 1"),
-            (m.n_head >= 1 and m.n_embd % m.n_head == 0,
-             f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})"),
-            (m.block_size >= 1, "model.block_size must be at least 1"),
-            (m.d_ff >= 0, "model.d_ff must be >= 0"),
-            (0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)"),
-            (m.pos_encoding != "sinusoidal" or m.n_embd % 2 == 0,
-             "model.n_embd must be even for sinusoidal positions"),
-            (m.ln_eps > 0, "model.ln_eps must be positive"),
-            (m.pos_scale >= 0, "model.pos_scale must be >= 0 (0: 1/sqrt(n_embd))"),
-            (t.steps >= 1, "train.steps must be at least 1"),
-            (t.batch_size >= 1, "train.batch_size must be at least 1"),
-            (t.grad_accum >= 1, "train.grad_accum must be at least 1"),
-            (t.lr > 0 and t.min_lr >= 0, "train.lr must be positive and train.min_lr >= 0"),
-            (t.warmup_steps >= 0 and t.decay_steps >= 0, "warmup/decay steps must be >= 0"),
-            (t.eval_batches >= 1, "train.eval_batches must be at least 1"),
-            (0 <= t.beta1 < 1 and 0 <= t.beta2 < 1, "train.beta1 and beta2 must be in [0, 1)"),
-            (t.eps > 0, "train.eps must be positive"),
-            (min(t.weight_decay, t.grad_clip, t.max_minutes) >= 0,
-             "train.weight_decay, grad_clip and max_minutes must be >= 0"),
-            (min(t.eval_interval, t.checkpoint_interval, t.threads) >= 0,
-             "train.eval_interval, checkpoint_interval and threads must be >= 0"),
-            (0 <= t.seed < 2**63 and 0 <= s.seed < 2**63,
-             "train.seed and sample.seed must be in [0, 2^63)"),
-            (t.log_interval >= 1, "train.log_interval must be at least 1"),
-            (t.max_grad_norm >= 0, "train.max_grad_norm must be >= 0 (0: no limit)"),
-            (0.0 <= d.val_fraction < 1.0, "data.val_fraction must be in [0, 1)"),
-            (d.stride >= 0, "data.stride must be >= 0"),
-            (d.vocab_size >= 0, "data.vocab_size must be >= 0 (0: the kind's default)"),
-            (d.max_bytes >= 1, "data.max_bytes must be at least 1"),
-            (s.max_new_tokens >= 0, f"sample.max_new_tokens must be >= 0, not {s.max_new_tokens}"),
-            (s.temperature >= 0, f"sample.temperature must be >= 0 (0: greedy), not "
-                                 f"{s.temperature}"),
-            (s.top_k >= 0, f"sample.top_k must be >= 0 (0: off), not {s.top_k}"),
-            (0 < s.top_p <= 1, f"sample.top_p must be in (0, 1] (1: off), not {s.top_p}"),
-            (s.repetition_penalty > 0, f"sample.repetition_penalty must be > 0 (1: off), not "
-                                       f"{s.repetition_penalty}"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise UserError(message)
-        check_model_size(m)
+        """One UserError for the first impossible value (the rules: sheepop.config_checks)."""
+        check_config(self, SECTIONS)
         return self
 
 

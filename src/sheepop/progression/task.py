@@ -117,8 +117,8 @@ def train(data: Progressions, cfg: Config, opts: TaskOptions, run_dir: str | Pat
     """Train on `data` and return the trainer's Summary (plots written into `run_dir`).
     `base`: the config before the user's changes, to tell derived settings apart from
     contradicting ones (`derive_settings`)."""
-    from sheepop.train.start import setup
     from sheepop.train.plots import write_run_plots
+    from sheepop.train.start import setup
     run_dir = Path(run_dir)
     if resume:
         saved = TaskOptions.load(run_dir)
