@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sheepop.arch.params import check_shapes
 from sheepop.errors import UserError
 from sheepop.files import open_regular, parse_json, shown
 
@@ -109,15 +110,7 @@ def _header_length(first: bytes, size: int, where: str) -> int:
 def check_expected(entries: dict[str, TensorEntry], expected: dict[str, tuple[int, ...]],
                    where: str) -> None:
     """The header names exactly the `expected` tensors, each of its shape."""
-    missing = sorted(set(expected) - set(entries))
-    unexpected = sorted(set(entries) - set(expected))
-    if missing or unexpected:
-        raise UserError(f"{where} does not match the model config: missing {missing[:3]}, "
-                        f"unexpected {[shown(n) for n in unexpected[:3]]}")
-    for name, shape in expected.items():
-        if entries[name].shape != tuple(shape):
-            raise UserError(f"{where}: {name} has shape {entries[name].shape}, the config "
-                            f"expects {tuple(shape)}")
+    check_shapes({name: e.shape for name, e in entries.items()}, expected, where)
 
 
 def check_dtypes(entries: dict[str, TensorEntry], where: str) -> None:

@@ -14,7 +14,10 @@ Weight decay applies to matrices only (ndim >= 2): never to biases or norm gains
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+
+from sheepop.errors import UserError
+from sheepop.files import shown
 
 INIT_STD = 0.02
 GAINS = ("ln1.weight", "ln2.weight", "ln_f.weight")
@@ -30,6 +33,21 @@ def init_rule(name: str, n_layer: int) -> tuple[str, float]:
     if name.endswith(RESIDUAL_PROJECTIONS):
         return "normal", INIT_STD / math.sqrt(2 * n_layer)
     return "normal", INIT_STD
+
+
+def check_shapes(found: Mapping[str, Sequence[int]], expected: Mapping[str, Sequence[int]],
+                 where: str) -> None:
+    """`found` (name -> shape: a checkpoint's tensors) names exactly the `expected` parameters,
+    each of its shape; one UserError naming the first difference otherwise."""
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    if missing or unexpected:
+        raise UserError(f"{where} does not match the model config: missing {missing[:3]}, "
+                        f"unexpected {[shown(n) for n in unexpected[:3]]}")
+    for name, shape in expected.items():
+        if tuple(found[name]) != tuple(shape):
+            raise UserError(f"{where}: {name} has shape {tuple(found[name])}, the config "
+                            f"expects {tuple(shape)}")
 
 
 def decays(shape: Sequence[int]) -> bool:

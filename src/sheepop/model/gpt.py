@@ -19,9 +19,8 @@ import torch.nn.functional as F
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.kv_cache import KVCache, cache_shape
-from sheepop.arch.params import init_rule
+from sheepop.arch.params import check_shapes, init_rule
 from sheepop.config import ModelConfig
-from sheepop.errors import UserError
 from sheepop.model.attention import CausalSelfAttention
 from sheepop.model.ffn import make_ffn
 from sheepop.model.norm import make_norm
@@ -160,15 +159,8 @@ class GPT(nn.Module):
     def load_numpy_weights(self, weights: dict[str, np.ndarray], where: str = "checkpoint"
                            ) -> None:
         params = dict(self.named_parameters())
-        missing = sorted(set(params) - set(weights))
-        unexpected = sorted(set(weights) - set(params))
-        if missing or unexpected:
-            raise UserError(f"{where} does not match the model config: missing {missing[:3]}, "
-                            f"unexpected {unexpected[:3]}")
+        check_shapes({name: np.shape(w) for name, w in weights.items()},
+                     {name: p.shape for name, p in params.items()}, where)
         with torch.no_grad():
             for name, p in params.items():
-                w = weights[name]
-                if tuple(w.shape) != tuple(p.shape):
-                    raise UserError(f"{where}: {name} has shape {tuple(w.shape)}, the config "
-                                    f"expects {tuple(p.shape)}")
-                p.copy_(torch.from_numpy(np.asarray(w, dtype=np.float32)))
+                p.copy_(torch.from_numpy(np.asarray(weights[name], dtype=np.float32)))

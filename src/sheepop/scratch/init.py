@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sheepop.arch.params import init_rule
+from sheepop.arch.params import check_shapes, init_rule
 from sheepop.config import ModelConfig
-from sheepop.errors import UserError
 from sheepop.scratch.attention import attention_params
 from sheepop.scratch.ffn import FFNS
 from sheepop.scratch.norm import NORMS
@@ -44,15 +43,7 @@ def check_weights(cfg: ModelConfig, weights: dict[str, np.ndarray], where: str =
     """The parameter names of `cfg`, after checking that `weights` has exactly these, each of
     its shape (one clear UserError otherwise)."""
     shapes = param_shapes(cfg)
-    missing = sorted(set(shapes) - set(weights))
-    unexpected = sorted(set(weights) - set(shapes))
-    if missing or unexpected:
-        raise UserError(f"{where} does not match the model config: missing {missing[:3]}, "
-                        f"unexpected {unexpected[:3]}")
-    for name, shape in shapes.items():
-        if tuple(np.shape(weights[name])) != shape:
-            raise UserError(f"{where}: {name} has shape {tuple(np.shape(weights[name]))}, the "
-                            f"config expects {shape}")
+    check_shapes({name: np.shape(w) for name, w in weights.items()}, shapes, where)
     return list(shapes)
 
 
