@@ -23,6 +23,7 @@ from sheepop.config_checks import check_config
 from sheepop.config_values import convert_value
 from sheepop.errors import UserError
 from sheepop.files import shown
+from sheepop.layer_kinds import FFN_SHAPES, NORM_VECTORS
 from sheepop.presets import PRESETS
 
 if sys.version_info >= (3, 11):
@@ -36,8 +37,8 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 INFERENCE_DTYPES = ("float32", "bfloat16")  # `sheepop generate --dtype`: weights and KV cache
 POS_ENCODINGS = ("sinusoidal", "learned")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
-NORMS = ("layernorm",)
-FFNS = ("mlp",)
+NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.layer_kinds
+FFNS = tuple(FFN_SHAPES)
 TOKENIZER_KINDS = ("char", "word", "bpe", "digits")
 SAMPLING_MODES = ("random", "chunks")
 

@@ -5,20 +5,22 @@ A config.json is a user's file, and its numbers decide every allocation that fol
 blocks). `check_model_size` runs inside `Config.validate()`, so a config is refused with one
 line before anything is allocated. The rule:
 
-    parameters  P = V d (1 + untied) + V head_bias + T d learned + 2 d (final norm)
-                    + L (4 d (two norms) + 4 d^2 (qkv, proj) + 2 d f (fc, proj)
-                         + bias (3d + d + f + d))
+    parameters  P = V d (1 + untied) + V head_bias + T d learned + n d (final norm)
+                    + L (2 n d (two norms) + 4 d^2 (qkv, proj) + m d f (the FFN's matrices)
+                         + bias (3d + d (qkv, proj) + b f + d (the FFN's biases)))
     position table  T d        (sinusoidal: a computed buffer; learned: already in P)
     KV cache        2 L T d    (keys and values of one sequence of T tokens)
     bytes = 4 (P + T d [sinusoidal] + 2 L T d)        (float32)
 
-with V = vocab_size, d = n_embd, f = d_ff (or 4d), T = block_size, L = n_layer. A model is
+with V = vocab_size, d = n_embd, f = d_ff (or 4d), T = block_size, L = n_layer, and what each
+layer kind costs from its entry in sheepop.layer_kinds: n = NORM_VECTORS[norm] (layernorm: gain and
+shift), m and b = FFN_SHAPES[ffn] (mlp: two matrices, one bias of width f). A model is
 refused when these bytes exceed the machine's physical memory (`os.sysconf`: page size x
 physical pages; a machine that cannot say is taken to have 1 TiB), or when L > MAX_LAYERS
 (1024: each block is a few Python objects, so depth costs time and memory beyond its floats;
 the deepest published transformers have ~1000 layers). P is exact for the layer kinds that
 exist (tests/core/test_hostile_files.py compares it with both engines' parameter lists); a new
-kind with other parameters must add them here.
+kind states its cost in its one line of sheepop.layer_kinds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import os
 from typing import Any
 
 from sheepop.errors import UserError
+from sheepop.layer_kinds import FFN_SHAPES, NORM_VECTORS
 
 MAX_LAYERS = 1024
 FALLBACK_MEMORY = 2**40  # when os.sysconf cannot say (not POSIX)
@@ -45,9 +48,11 @@ def param_count(m: Any) -> int:
     """The number of parameters of a model config (`ModelConfig`), by the formula above."""
     d, V, T, L = m.n_embd, m.vocab_size, m.block_size, m.n_layer
     f = m.d_ff or 4 * d
-    per_block = 4 * d + 4 * d * d + 2 * d * f + (3 * d + d + f + d if m.bias else 0)
+    n, ffn = NORM_VECTORS[m.norm], FFN_SHAPES[m.ffn]
+    per_block = (2 * n * d + 4 * d * d + ffn["matrices"] * d * f
+                 + (3 * d + d + ffn["biases"] * f + d if m.bias else 0))
     return (V * d * (1 if m.tie_weights else 2) + (V if m.head_bias else 0)
-            + (T * d if m.pos_encoding == "learned" else 0) + 2 * d + L * per_block)
+            + (T * d if m.pos_encoding == "learned" else 0) + n * d + L * per_block)
 
 
 def memory_bytes(m: Any) -> int:
