@@ -4,8 +4,8 @@ the numbers the size rule (sheepop.model_size) needs to refuse a config before a
 allocated. A new kind is one line here, plus its unit in each engine (docs/architecture.md).
 """
 
-NORM_VECTORS = {"layernorm": 2}
-"""A norm kind's parameter vectors of width d: layernorm's gain and shift."""
+NORM_VECTORS = {"layernorm": 2, "rmsnorm": 1}
+"""A norm kind's parameter vectors of width d: layernorm's gain and shift, rmsnorm's gain."""
 
 FFN_SHAPES = {"mlp": {"matrices": 2, "biases": 1}}
 """A feed-forward kind's d x d_ff matrices, and its bias vectors of width d_ff (with model.bias;

@@ -380,6 +380,7 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(copy):
 @pytest.mark.parametrize("options", [
     {}, {"pos_encoding": "learned", "tie_weights": False, "head_bias": True},
     {"bias": False, "d_ff": 40, "n_layer": 3}, {"n_head": 1, "n_embd": 6, "vocab_size": 1},
+    {"norm": "rmsnorm", "bias": False},
 ])
 def test_the_parameter_count_is_exact_for_both_engines(options):
     import torch

@@ -19,7 +19,7 @@ from sheepop.scratch.block import block_forward
 from sheepop.scratch.ffn import ffn_forward
 from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import param_shapes
-from sheepop.scratch.norm import layernorm_forward
+from sheepop.scratch.norm import layernorm_forward, rmsnorm_forward
 
 
 def t64(a) -> torch.Tensor:
@@ -118,6 +118,17 @@ def layernorm(v):
     return {"mu": x.mean(1), "var": x.var(1), "unbiased_var": x.var(1, ddof=1),
             "rstd": cache.rstd[:, 0], "xhat": cache.xhat, "y": y,
             "mean_square_xhat": (cache.xhat ** 2).mean(1)}
+
+
+def rmsnorm(v):
+    x = np.asarray(v["x"], dtype=np.float64)
+    gamma, eps = np.asarray(v["gamma"], float), float(v["eps"])
+    y, cache = rmsnorm_forward(x.copy(), gamma, eps)  # scratch
+    norm = torch.nn.RMSNorm(x.shape[1], eps=eps).double()  # torch, model.norm = rmsnorm
+    with torch.no_grad():
+        norm.weight.copy_(t64(gamma))
+        close(norm(t64(x)), y, 1e-9)
+    return {"mean_square": (x * x).mean(1), "rstd": cache.rstd[:, 0], "y": y}
 
 
 def rule(shape: tuple[int, ...], s: int) -> np.ndarray:
@@ -237,6 +248,7 @@ CHECKS = {
     "activations": (("x",), activations),
     "ffn": (("x", "w_fc", "b_fc", "w_proj", "b_proj"), ffn),
     "layernorm": (("x", "gamma", "beta", "eps"), layernorm),
+    "rmsnorm": (("x", "gamma", "eps"), rmsnorm),
     "parameter_count": (("n_vocab", "d", "n_layer", "n_head", "block_size"), parameter_count),
     "cross_entropy": (("z", "y"), cross_entropy),
     "uniform_loss": (("n_vocab",), uniform_loss),

@@ -122,6 +122,7 @@ def test_export_loads_in_transformers_with_the_same_logits(tmp_path, bpe):
     ({"tie_weights": False}, "model.tie_weights=false"),
     ({"head_bias": True}, "model.head_bias=true"),
     ({"bias": False}, "model.bias=false"),
+    ({"norm": "rmsnorm"}, "model.norm=rmsnorm"),
 ])
 def test_export_refuses_models_that_are_not_gpt2(tmp_path, bpe, setting, match):
     cfg = ModelConfig(**{**gpt2_cfg(bpe.vocab_size).__dict__, **setting})

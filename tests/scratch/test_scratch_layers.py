@@ -207,3 +207,16 @@ def test_self_attention_with_a_rotation_of_queries_and_keys():
     dx, grads = att.self_attention_backward(dout, cache)
     check(forward, {"x": x, "w_qkv": w_qkv, "w_proj": w_proj},
           {"x": dx, "w_qkv": grads["qkv.weight"], "w_proj": grads["proj.weight"]}, dout)
+
+
+@pytest.mark.parametrize("shape", [(5, 8), (2, 3, 6)])
+def test_rmsnorm(shape):
+    rng = np.random.default_rng(14)
+    x = rand(rng, *shape) * 3 + 1
+    gamma = rand(rng, shape[-1])
+    out, cache = N.rmsnorm_forward(x, gamma, 1e-5)
+    np.testing.assert_allclose(out, gamma * x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5))
+    dout = rand(rng, *out.shape)
+    dx, dg = N.rmsnorm_backward(dout, cache)
+    check(lambda: N.rmsnorm_forward(x, gamma, 1e-5)[0], {"x": x, "gamma": gamma},
+          {"x": dx, "gamma": dg}, dout)

@@ -70,6 +70,7 @@ MODEL_VARIANTS = [
     {"tie_weights": False, "head_bias": True, "pos_encoding": "learned"},
     {"n_head": 1, "bias": False, "activation": "gelu_tanh"},       # the single-head model
     {"n_head": 4, "activation": "relu", "n_layer": 1},
+    {"norm": "rmsnorm", "bias": False, "pos_encoding": "learned"},
 ]
 
 

@@ -23,6 +23,7 @@ VARIANTS = [
     {"tie_weights": False, "head_bias": True, "pos_encoding": "learned"},
     {"n_head": 1, "bias": False, "activation": "gelu_tanh"},
     {"n_head": 4, "activation": "relu", "n_layer": 3},
+    {"norm": "rmsnorm", "bias": False},
 ]
 
 

@@ -73,6 +73,7 @@ def check_gpt2_shaped(cfg: ModelConfig) -> None:
         (cfg.tie_weights, "model.tie_weights=false (GPT-2's head is the token embedding)"),
         (not cfg.head_bias, "model.head_bias=true (GPT-2's head has no bias)"),
         (cfg.bias, "model.bias=false (GPT-2 has biases in every linear layer)"),
+        (cfg.norm == "layernorm", f"model.norm={cfg.norm} (GPT-2 uses layernorm)"),
     ]
     for ok, setting in problems:
         if not ok:

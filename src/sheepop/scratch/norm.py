@@ -1,6 +1,7 @@
 """Normalisation layers of the NumPy engine, one per `model.norm` kind, forward and backward.
 
     layernorm   y = gamma * (x - mu) / sqrt(var + eps) + beta   (mu, biased var over features)
+    rmsnorm     y = gamma * x / sqrt(mean(x^2) + eps)            (no centring, no shift)
 
 A kind is a `Norm`: the names of its parameters (each a vector of width d, stored under the
 layer's prefix, e.g. `blocks.0.ln1.weight`), `forward(x, *params, eps) -> (y, cache)` and
@@ -52,13 +53,40 @@ def layernorm_backward(dout: np.ndarray, cache: LayerNormCache
     return dx, dgamma, dbeta
 
 
+class RMSNormCache(NamedTuple):
+    xhat: np.ndarray   # x * rstd
+    rstd: np.ndarray   # 1 / sqrt(mean(x^2) + eps), shape (..., 1)
+    gamma: np.ndarray
+
+
+def rmsnorm_forward(x: np.ndarray, gamma: np.ndarray, eps: float
+                    ) -> tuple[np.ndarray, RMSNormCache]:
+    """y = gamma * x / sqrt(mean(x^2) + eps), the mean over the last axis."""
+    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    xhat = x * rstd
+    return xhat * gamma, RMSNormCache(xhat, rstd, gamma)
+
+
+def rmsnorm_backward(dout: np.ndarray, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray]:
+    """dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma (mean over features): LayerNorm's
+    backward without the mean(g) term, since no mean was subtracted; dgamma = sum dy * xhat."""
+    xhat, rstd, gamma = cache
+    d = xhat.shape[-1]
+    g = dout * gamma
+    dx = g - xhat * (np.einsum("...i,...i->...", g, xhat)[..., None] / d)
+    dx *= rstd
+    dgamma = np.einsum("ni,ni->i", dout.reshape(-1, d), xhat.reshape(-1, d))
+    return dx, dgamma
+
+
 class Norm(NamedTuple):
     params: tuple[str, ...]
     forward: Callable
     backward: Callable
 
 
-NORMS = {"layernorm": Norm(("weight", "bias"), layernorm_forward, layernorm_backward)}
+NORMS = {"layernorm": Norm(("weight", "bias"), layernorm_forward, layernorm_backward),
+         "rmsnorm": Norm(("weight",), rmsnorm_forward, rmsnorm_backward)}
 
 
 def norm_forward(kind: str, x: np.ndarray, params: dict[str, np.ndarray], prefix: str,
