@@ -140,8 +140,8 @@ class Trainer:
             raise UserError(self._save_failed(e)) from None
         self.saved_step = self.step
 
-    def _save_failed(self, e: checkpoint.SaveFailed) -> str:
-        """The one line of a save the system refused (disk full, I/O error)."""
+    def _save_failed(self, e: checkpoint.SaveFailed, what: str = "saving the checkpoint") -> str:
+        """The one line of a write the system refused (disk full, I/O error)."""
         resume = f"`sheepop train --resume --out {self.run_dir}`"
         if e.committed:
             kept = f"the checkpoint of step {self.step} is committed: {resume} completes it"
@@ -150,7 +150,7 @@ class Trainer:
         else:
             kept = (f"the checkpoint of step {self.saved_step} is intact: free space, then "
                     f"continue with {resume}")
-        return (f"saving the checkpoint of step {self.step} in {self.run_dir} failed: "
+        return (f"{what} of step {self.step} in {self.run_dir} failed: "
                 f"{e.reason}; {kept}")
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
@@ -161,8 +161,7 @@ class Trainer:
             except OSError as e:  # e.g. a full disk: stop with one line, the checkpoint kept
                 failed = checkpoint.SaveFailed(self.run_dir, checkpoint.describe_os_error(e),
                                                committed=False)
-                raise UserError(self._save_failed(failed).replace(
-                    "saving the checkpoint", "writing the metrics", 1)) from None
+                raise UserError(self._save_failed(failed, "writing the metrics")) from None
 
     def run(self) -> Summary:
         """Train to train.steps (or until stopped), then let go of the run's lock."""
@@ -185,60 +184,55 @@ class Trainer:
                    disable=not (self.progress and self.is_main))
         # Signals are recorded, not raised, from here to the end of the last save: a step is
         # never torn and a save always completes (sheepop.train.signals).
-        stop = StopRequest().__enter__()
-        try:
-            while self.step < t.steps:
-                lr = lr_for(self.step, t)
-                self._step_start_sampler = self.sampler.snapshot()
-                micro = [self.sampler.next_batch() for _ in range(t.grad_accum)]
-                loss, norm = self.engine.train_step(micro, lr)
-                self._step_start_sampler = None
-                self.diverged = divergence.problem(loss, norm, t)
-                if self.diverged is not None:  # stop before anything saves these weights
-                    raise UserError(divergence.stopped_message(
-                        self.step + 1, self.diverged, self.run_dir, self.saved_step, t.lr))
-                self.step += 1
-                elapsed = time.perf_counter() - t0
-                rate = (self.step - start_step) * tokens_per_step / max(elapsed, 1e-9)
-                record: dict[str, Any] = {"step": self.step, "loss": _sig(loss),
-                                          "lr": lr, "grad_norm": _sig(norm),
-                                          "tokens_per_sec": round(rate, 1)}
-                last = self.step == t.steps or bool(
-                    t.max_minutes and self.agree(elapsed > 60 * t.max_minutes))
-                if (t.eval_interval and self.step % t.eval_interval == 0) or last:
-                    self.last_val = self.evaluate()
-                    if self.last_val is not None:
-                        record.update(val_loss=_sig(self.last_val),
-                                      val_perplexity=_sig(math.exp(min(self.last_val, 50))))
-                        self.best_val = min(self.best_val, self.last_val)
-                if self.step % t.log_interval == 0 or "val_loss" in record or last:
-                    self._append_metrics(record)
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
-                if last:
-                    break
-                # Under torchrun every rank asks: all stop at the same step if any was signalled.
-                if self.agree(stop.requested):
-                    interrupted = True
-                    if self.is_main:
-                        why = signal_name(stop.signum) if stop.signum else "a signal to a rank"
-                        bar.write(f"interrupted ({why}): saving a checkpoint of step {self.step}")
-                    break
-                if t.checkpoint_interval and self.step % t.checkpoint_interval == 0:
-                    self.save()
-        except KeyboardInterrupt:  # raised by code, not by a signal (those are recorded)
-            interrupted = True
-            if self.is_main:
-                bar.write(f"interrupted: saving a checkpoint of step {self.step}")
-        except BaseException:
-            stop.__exit__(None, None, None)
-            raise
-        finally:
-            bar.close()
-        try:
+        with StopRequest() as stop:
+            try:
+                while self.step < t.steps:
+                    lr = lr_for(self.step, t)
+                    self._step_start_sampler = self.sampler.snapshot()
+                    micro = [self.sampler.next_batch() for _ in range(t.grad_accum)]
+                    loss, norm = self.engine.train_step(micro, lr)
+                    self._step_start_sampler = None
+                    self.diverged = divergence.problem(loss, norm, t)
+                    if self.diverged is not None:  # stop before anything saves these weights
+                        raise UserError(divergence.stopped_message(
+                            self.step + 1, self.diverged, self.run_dir, self.saved_step, t.lr))
+                    self.step += 1
+                    elapsed = time.perf_counter() - t0
+                    rate = (self.step - start_step) * tokens_per_step / max(elapsed, 1e-9)
+                    record: dict[str, Any] = {"step": self.step, "loss": _sig(loss),
+                                              "lr": lr, "grad_norm": _sig(norm),
+                                              "tokens_per_sec": round(rate, 1)}
+                    last = self.step == t.steps or bool(
+                        t.max_minutes and self.agree(elapsed > 60 * t.max_minutes))
+                    if (t.eval_interval and self.step % t.eval_interval == 0) or last:
+                        self.last_val = self.evaluate()
+                        if self.last_val is not None:
+                            record.update(val_loss=_sig(self.last_val),
+                                          val_perplexity=_sig(math.exp(min(self.last_val, 50))))
+                            self.best_val = min(self.best_val, self.last_val)
+                    if self.step % t.log_interval == 0 or "val_loss" in record or last:
+                        self._append_metrics(record)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
+                    if last:
+                        break
+                    # Under torchrun every rank asks: all stop at one step if any was signalled.
+                    if self.agree(stop.requested):
+                        interrupted = True
+                        if self.is_main:
+                            why = signal_name(stop.signum) if stop.signum else "a signal to a rank"
+                            bar.write(f"interrupted ({why}): saving a checkpoint of step "
+                                      f"{self.step}")
+                        break
+                    if t.checkpoint_interval and self.step % t.checkpoint_interval == 0:
+                        self.save()
+            except KeyboardInterrupt:  # raised by code, not by a signal (those are recorded)
+                interrupted = True
+                if self.is_main:
+                    bar.write(f"interrupted: saving a checkpoint of step {self.step}")
+            finally:
+                bar.close()
             self.save()
-        finally:
-            stop.__exit__(None, None, None)
         seconds = time.perf_counter() - t0
         rate = (self.step - start_step) * tokens_per_step / max(seconds, 1e-9)
         return Summary(self.step, seconds, loss, self.last_val, rate, interrupted, self.run_dir,
