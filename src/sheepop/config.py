@@ -23,7 +23,7 @@ from sheepop.config_checks import check_config
 from sheepop.config_values import convert_value
 from sheepop.errors import UserError
 from sheepop.files import shown
-from sheepop.layer_kinds import FFN_SHAPES, NORM_VECTORS
+from sheepop.layer_kinds import FFN_SHAPES, NORM_VECTORS, POSITION_KINDS, default_ffn_width
 from sheepop.presets import PRESETS
 
 if sys.version_info >= (3, 11):
@@ -35,8 +35,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 ENGINES = ("torch", "numpy")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 INFERENCE_DTYPES = ("float32", "bfloat16")  # `sheepop generate --dtype`: weights and KV cache
-POS_ENCODINGS = ("sinusoidal", "learned")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+POS_ENCODINGS = tuple(POSITION_KINDS)
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.layer_kinds
 FFNS = tuple(FFN_SHAPES)
 TOKENIZER_KINDS = ("char", "word", "bpe", "digits")
@@ -68,23 +68,33 @@ class ModelConfig:
     block_size: int = _f(128, "context length T in tokens")
     n_layer: int = _f(4, "number of transformer blocks")
     n_head: int = _f(4, "attention heads per block (1: the single-head model)")
+    n_kv_head: int = _f(0, "key/value heads per block (0: n_head; fewer: grouped-query "
+                        "attention, 1: multi-query), a divisor of n_head")
     n_embd: int = _f(128, "model width d")
-    d_ff: int = _f(0, "feed-forward hidden width (0: 4 * n_embd)")
+    d_ff: int = _f(0, "feed-forward hidden width (0: 4 * n_embd for mlp; for swiglu the "
+                   "multiple of 64 nearest 8 * n_embd / 3)")
     dropout: float = _f(0.0, "dropout on embeddings, attention weights and residual branches")
     pos_encoding: str = _f("sinusoidal", "positional encoding", POS_ENCODINGS)
     pos_scale: float = _f(0.0, "multiplier on the sinusoidal table (0: 1/sqrt(n_embd))")
+    rope_theta: float = _f(10000.0, "rope: the base of the rotation frequencies "
+                           "theta^(-2i/head_dim)")
     activation: str = _f("gelu", "FFN activation (gelu: the exact erf form)", ACTIVATIONS)
     norm: str = _f("layernorm", "normalisation before attention, FFN and head", NORMS)
-    ffn: str = _f("mlp", "feed-forward kind (mlp: act(x W_fc^T) W_proj^T, act = activation)",
-                  FFNS)
-    ln_eps: float = _f(1e-5, "LayerNorm epsilon")
+    ffn: str = _f("mlp", "feed-forward kind (mlp: act(x W_fc^T) W_proj^T, act = activation; "
+                  "swiglu: (silu(x W_gate^T) * x W_up^T) W_proj^T)", FFNS)
+    ln_eps: float = _f(1e-5, "epsilon of the norms (layernorm and rmsnorm)")
     bias: bool = _f(True, "biases in the attention and FFN linear layers")
     tie_weights: bool = _f(True, "share the token embedding with the output head")
     head_bias: bool = _f(False, "a bias on the output head")
 
     @property
     def ffn_dim(self) -> int:
-        return self.d_ff or 4 * self.n_embd
+        return self.d_ff or default_ffn_width(self.ffn, self.n_embd)
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_head, or n_head when 0 (plain multi-head attention)."""
+        return self.n_kv_head or self.n_head
 
     @property
     def head_dim(self) -> int:

@@ -33,6 +33,14 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (m.n_embd >= 1, "model.n_embd must be at least 1"),
         (m.n_head >= 1 and m.n_embd % m.n_head == 0,
          f"model.n_embd ({m.n_embd}) must be divisible by model.n_head ({m.n_head})"),
+        (m.n_kv_head >= 0, "model.n_kv_head must be >= 0 (0: n_head)"),
+        (m.n_head >= 1 and m.n_kv_head >= 0 and m.n_head % m.kv_heads == 0,
+         f"model.n_head ({m.n_head}) must be divisible by model.n_kv_head ({m.n_kv_head})"),
+        (m.pos_encoding != "rope" or (m.n_head >= 1 and m.n_embd % m.n_head == 0
+                                      and m.head_dim % 2 == 0),
+         f"rope rotates pairs: the head width n_embd / n_head ({m.n_embd} / {m.n_head}) "
+         "must be even"),
+        (m.rope_theta > 1, f"model.rope_theta must be > 1, not {m.rope_theta}"),
         (m.block_size >= 1, "model.block_size must be at least 1"),
         (m.d_ff >= 0, "model.d_ff must be >= 0"),
         (0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)"),

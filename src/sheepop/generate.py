@@ -4,8 +4,13 @@ An engine takes part through a `LanguageModel` adapter that returns the next-tok
 last position as NumPy, with or without its KV cache (and, for `generate_batch`, a
 `BatchLanguageModel` that does the same for several left-padded sequences at once). The loop
 keeps the context to the last `block_size` tokens: a longer prompt is cropped, and once
-generation runs past the context the window slides (the cache is refilled from the last
-`block_size` tokens, so cached and uncached generation compute exactly the same logits).
+generation runs past the context the window slides. With absolute positions the cache is
+refilled from the last `block_size` tokens (so cached and uncached generation compute exactly
+the same logits, at the cost of a whole window per token); with rotary positions (`lm.slides`)
+the cache rolls on and each token costs one decode step. Those models attend over the
+`block_size` most recent tokens at every layer (sliding-window attention), and without a cache
+the loop recomputes exactly that: a forward pass over the whole sequence since the (cropped)
+prompt (sheepop.arch.kv_cache).
 
 Every step of every sequence computes logits = f(last min(n, block_size) tokens) and draws the
 next token from its own `numpy.random.Generator`, so a prompt generated inside a batch gets the
@@ -36,6 +41,7 @@ from sheepop.sample import (
 class LanguageModel(Protocol):
     block_size: int
     never_generate: Sequence[int]  # ids never drawn (optional: a model without it has none)
+    slides: bool  # a full cache rolls on past the context (optional: False without it)
 
     def prefill(self, ids: Sequence[int]) -> np.ndarray:
         """Start a fresh cache holding `ids`; return the logits (V,) after the last of them."""
@@ -53,6 +59,7 @@ class LanguageModel(Protocol):
 class BatchLanguageModel(Protocol):
     block_size: int
     never_generate: Sequence[int]
+    slides: bool
 
     def prefill_batch(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
         """Start a fresh batch cache holding `rows` (left-padded); logits (B, V) after each."""
@@ -118,11 +125,12 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
         raise ValueError("generation needs at least one prompt token")
     _check(cfg)
     T = lm.block_size
-    ids = list(prompt)
+    ids = list(prompt)[-T:]
     rng = np.random.default_rng(cfg.seed)
-    logits = lm.prefill(ids[-T:]) if use_cache else lm.full(ids[-T:])
-    seen = _seen_mask(ids, logits.shape[-1]) if cfg.repetition_penalty != 1.0 else None
+    logits = lm.prefill(ids) if use_cache else lm.full(ids)
+    seen = _seen_mask(prompt, logits.shape[-1]) if cfg.repetition_penalty != 1.0 else None
     never = never_generated(lm)
+    slides = getattr(lm, "slides", False)
     for n in range(cfg.max_new_tokens):
         token, shown = next_token(logits, cfg, rng, seen, show_probs > 0, never)
         shown_top = top_tokens(shown, show_probs) if show_probs and shown is not None else []
@@ -133,8 +141,8 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
         if seen is not None:
             seen[token] = True
         if not use_cache:
-            logits = lm.full(ids[-T:])
-        elif lm.cache_length < T:
+            logits = lm.full(ids if slides else ids[-T:])
+        elif lm.cache_length < T or slides:
             logits = lm.decode(token)
         else:  # the context is full: slide the window by refilling the cache
             logits = lm.prefill(ids[-T:])
@@ -165,14 +173,14 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
     if len(seeds) != len(prompts):
         raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
     T = lm.block_size
-    ids = [list(p) for p in prompts]
+    ids = [list(p)[-T:] for p in prompts]
     rngs = [np.random.default_rng(s) for s in seeds]
     active = list(range(len(ids)))  # row r of the model's batch is prompt active[r]
-    window = [row[-T:] for row in ids]
-    logits = lm.prefill_batch(window) if use_cache else lm.full_batch(window)
-    seen = ([_seen_mask(row, logits.shape[-1]) for row in ids]
+    logits = lm.prefill_batch(ids) if use_cache else lm.full_batch(ids)
+    seen = ([_seen_mask(p, logits.shape[-1]) for p in prompts]
             if cfg.repetition_penalty != 1.0 else None)
     never = never_generated(lm)
+    slides = getattr(lm, "slides", False)
     for n in range(cfg.max_new_tokens):
         out: list[int | None] = [None] * len(ids)
         still = []
@@ -195,8 +203,8 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
                 lm.keep_rows(still)
             active = [active[r] for r in still]
         if not use_cache:
-            logits = lm.full_batch([ids[b][-T:] for b in active])
-        elif lm.batch_length < T:
+            logits = lm.full_batch([ids[b] if slides else ids[b][-T:] for b in active])
+        elif lm.batch_length < T or slides:
             logits = lm.decode_batch([ids[b][-1] for b in active])
         else:  # some row fills the context: slide every row's window by refilling the cache
             logits = lm.prefill_batch([ids[b][-T:] for b in active])

@@ -1,12 +1,29 @@
-"""The layer kinds a config can choose for its norms and feed-forward networks, and what each
-costs in parameters: the one list of them (sheepop.config's allowed values are its keys) and
-the numbers the size rule (sheepop.model_size) needs to refuse a config before anything is
-allocated. A new kind is one line here, plus its unit in each engine (docs/architecture.md).
+"""The layer kinds a config can choose for its positions, norms and feed-forward networks, and
+what each costs in parameters: the one list of them (sheepop.config's allowed values are its
+keys) and the numbers the size rule (sheepop.model_size) needs to refuse a config before
+anything is allocated. A new kind is one line here, plus its unit in each engine
+(docs/architecture.md).
 """
+
+POSITION_KINDS = {"sinusoidal": "absolute", "learned": "absolute", "rope": "relative"}
+"""Where a position kind acts, and what attention then depends on. Absolute kinds add a table
+row to each token embedding (a position past the table does not exist); a relative kind
+(rope) rotates queries and keys so that q . k depends only on the offset between them, which
+lets a KV cache slide past the context (sheepop.arch.kv_cache)."""
 
 NORM_VECTORS = {"layernorm": 2, "rmsnorm": 1}
 """A norm kind's parameter vectors of width d: layernorm's gain and shift, rmsnorm's gain."""
 
-FFN_SHAPES = {"mlp": {"matrices": 2, "biases": 1}}
+FFN_SHAPES = {"mlp": {"matrices": 2, "biases": 1}, "swiglu": {"matrices": 3, "biases": 2}}
 """A feed-forward kind's d x d_ff matrices, and its bias vectors of width d_ff (with model.bias;
-the output projection's bias of width d is always one): mlp's fc and proj."""
+the output projection's bias of width d is always one): mlp's fc and proj; swiglu's gate, up
+and proj."""
+
+
+def default_ffn_width(kind: str, d: int) -> int:
+    """The hidden width f when model.d_ff is 0. mlp: 4d (GPT-2). swiglu: its three matrices at
+    f = 8d/3 cost what mlp's two cost at 4d (Shazeer 2020, Llama), rounded to a multiple of 64
+    (whole SIMD tiles; never below 64)."""
+    if kind == "swiglu":
+        return max(64, 64 * round(8 * d / 3 / 64))
+    return 4 * d

@@ -6,13 +6,15 @@ blocks). `check_model_size` runs inside `Config.validate()`, so a config is refu
 line before anything is allocated. The rule:
 
     parameters  P = V d (1 + untied) + V head_bias + T d learned + n d (final norm)
-                    + L (2 n d (two norms) + 4 d^2 (qkv, proj) + m d f (the FFN's matrices)
-                         + bias (3d + d (qkv, proj) + b f + d (the FFN's biases)))
-    position table  T d        (sinusoidal: a computed buffer; learned: already in P)
-    KV cache        2 L T d    (keys and values of one sequence of T tokens)
-    bytes = 4 (P + T d [sinusoidal] + 2 L T d)        (float32)
+                    + L (2 n d (two norms) + 2 d^2 + 2 d k (q and proj; k and v)
+                         + m d f (the FFN's matrices)
+                         + bias (d + 2 k + d (qkv, proj) + b f + d (the FFN's biases)))
+    position table  T d        (sinusoidal: a computed buffer; learned: already in P; rope: none)
+    KV cache        2 L T k    (keys and values of one sequence of T tokens)
+    bytes = 4 (P + T d [sinusoidal] + 2 L T k)        (float32)
 
-with V = vocab_size, d = n_embd, f = d_ff (or 4d), T = block_size, L = n_layer, and what each
+with V = vocab_size, d = n_embd, f = d_ff (or its kind's default), T = block_size, L = n_layer,
+k = kv_heads * head_dim (= d without grouped-query attention), and what each
 layer kind costs from its entry in sheepop.layer_kinds: n = NORM_VECTORS[norm] (layernorm: gain and
 shift), m and b = FFN_SHAPES[ffn] (mlp: two matrices, one bias of width f). A model is
 refused when these bytes exceed the machine's physical memory (`os.sysconf`: page size x
@@ -44,13 +46,24 @@ def physical_memory() -> int:
         return FALLBACK_MEMORY
 
 
+def kv_width(m: Any) -> int:
+    """k = kv_heads * head_dim: the width of one token's keys (and of its values) per layer."""
+    return m.kv_heads * (m.n_embd // m.n_head)
+
+
+def kv_cache_bytes_per_token(m: Any, itemsize: int = BYTES_PER_FLOAT) -> int:
+    """The KV cache's bytes per token of context: 2 L k elements (keys and values, every
+    layer); grouped-query attention divides them by n_head / kv_heads."""
+    return 2 * m.n_layer * kv_width(m) * itemsize
+
+
 def param_count(m: Any) -> int:
     """The number of parameters of a model config (`ModelConfig`), by the formula above."""
-    d, V, T, L = m.n_embd, m.vocab_size, m.block_size, m.n_layer
-    f = m.d_ff or 4 * d
+    d, V, T, L, k = m.n_embd, m.vocab_size, m.block_size, m.n_layer, kv_width(m)
+    f = m.ffn_dim
     n, ffn = NORM_VECTORS[m.norm], FFN_SHAPES[m.ffn]
-    per_block = (2 * n * d + 4 * d * d + ffn["matrices"] * d * f
-                 + (3 * d + d + ffn["biases"] * f + d if m.bias else 0))
+    per_block = (2 * n * d + 2 * d * d + 2 * d * k + ffn["matrices"] * d * f
+                 + (d + 2 * k + d + ffn["biases"] * f + d if m.bias else 0))
     return (V * d * (1 if m.tie_weights else 2) + (V if m.head_bias else 0)
             + (T * d if m.pos_encoding == "learned" else 0) + n * d + L * per_block)
 
@@ -59,8 +72,8 @@ def memory_bytes(m: Any) -> int:
     """Bytes to hold the model for inference: parameters, position table, one sequence's KV
     cache, all float32."""
     T, d = m.block_size, m.n_embd
-    table = 0 if m.pos_encoding == "learned" else T * d
-    return BYTES_PER_FLOAT * (param_count(m) + table + 2 * m.n_layer * T * d)
+    table = T * d if m.pos_encoding == "sinusoidal" else 0
+    return BYTES_PER_FLOAT * (param_count(m) + table) + T * kv_cache_bytes_per_token(m)
 
 
 def check_model_size(m: Any, memory: int | None = None) -> None:

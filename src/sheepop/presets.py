@@ -16,6 +16,18 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                   "warmup_steps": 100, "eval_interval": 250, "eval_batches": 10,
                   "checkpoint_interval": 500},
     },
+    # tiny with the Llama architecture: rotary positions, RMSNorm, SwiGLU, grouped-query
+    # attention (2 key/value heads for 4 query heads), no biases, an untied head. d_ff 384
+    # (3d, not the default 8d/3 = 320) brings its parameters to tiny's (within 3%), so the two
+    # compare architecture, not size (benchmarks/architectures.py).
+    "tiny-llama": {
+        "model": {"n_layer": 4, "n_head": 4, "n_kv_head": 2, "n_embd": 128, "d_ff": 384,
+                  "block_size": 128, "dropout": 0.0, "pos_encoding": "rope", "norm": "rmsnorm",
+                  "ffn": "swiglu", "bias": False, "tie_weights": False},
+        "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "min_lr": 2e-4,
+                  "warmup_steps": 100, "eval_interval": 250, "eval_batches": 10,
+                  "checkpoint_interval": 500},
+    },
     # The classic character-level configuration (6 layers, 6 heads, 384 wide, context 256).
     "baby": {
         "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "dropout": 0.2},
@@ -30,6 +42,16 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "train": {"steps": 5000, "batch_size": 12, "grad_accum": 40, "lr": 6e-4, "min_lr": 6e-5,
                   "warmup_steps": 200, "beta2": 0.95, "eval_interval": 500},
         "data": {"tokenizer": "bpe", "vocab_size": 50257},
+    },
+    # A Llama-shaped model of GPT-2 small's size (125M parameters with a 32k vocabulary), for
+    # GPU users: 12 layers, 12 query and 4 key/value heads, SwiGLU 2048 wide, context 1024.
+    "llama-small": {
+        "model": {"n_layer": 12, "n_head": 12, "n_kv_head": 4, "n_embd": 768, "d_ff": 2048,
+                  "block_size": 1024, "dropout": 0.0, "pos_encoding": "rope", "norm": "rmsnorm",
+                  "ffn": "swiglu", "bias": False, "tie_weights": False, "ln_eps": 1e-6},
+        "train": {"steps": 5000, "batch_size": 12, "grad_accum": 40, "lr": 6e-4, "min_lr": 6e-5,
+                  "warmup_steps": 200, "beta2": 0.95, "eval_interval": 500},
+        "data": {"tokenizer": "bpe", "vocab_size": 32000},
     },
     # The arithmetic-progression task (sheepop.progression): the classic single-head sketch;
     # `sheepop progression train` sets block_size from the digits and the window's terms.

@@ -34,16 +34,21 @@ def left_pad(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray, np.
     return idx, pos, real
 
 
-def allowed_keys(T: int, past: int, key_mask: np.ndarray | None = None) -> np.ndarray:
+def allowed_keys(T: int, past: int, key_mask: np.ndarray | None = None,
+                 window: int | None = None) -> np.ndarray:
     """Boolean mask of the keys each of T queries may see; the queries sit at positions
     past .. past+T-1 and the keys at 0 .. past+T-1.
 
-    Without `key_mask`: causal, (T, past+T), allowed[i, j] = j <= past + i.
+    Without `key_mask`: causal, (T, past+T), allowed[i, j] = j <= past + i; with `window` W
+    also past + i - j < W (sliding-window attention: the last W keys, the query's own
+    included; what a rolling KV cache computes, sheepop.arch.kv_cache).
     With `key_mask` (B, >= past+T), True at real tokens: (B, 1, T, past+T), causal and real
     keys only, and every query sees itself (see the module docstring)."""
     q_pos = np.arange(past, past + T)[:, None]
     k_pos = np.arange(past + T)[None, :]
     causal = k_pos <= q_pos
+    if window is not None:
+        causal &= q_pos - k_pos < window
     if key_mask is None:
         return causal
     return ((causal & key_mask[:, None, :past + T]) | (k_pos == q_pos))[:, None]

@@ -25,9 +25,13 @@ from sheepop.arch.kv_cache import KVCache
 class CachedLM:
     block_size: int
 
-    def __init__(self, block_size: int, never_generate: Sequence[int] = ()):
+    def __init__(self, block_size: int, never_generate: Sequence[int] = (),
+                 slides: bool = False):
         self.block_size = block_size
         self.never_generate: tuple[int, ...] = tuple(never_generate)
+        # Rotary positions: a full cache rolls on (sheepop.arch.kv_cache), so `decode` continues
+        # past the context at one token's cost; otherwise the loops refill a sliding window.
+        self.slides = slides
         self.cache: KVCache
         # Batch state: a cache of B rows, which key columns hold real tokens, each row's next
         # position (rows count positions from their own first real token), any padding at all.
@@ -104,10 +108,11 @@ class CachedLM:
         """Append one token to every row of the batch cache; logits (B, V) after them."""
         assert self.batch_cache is not None and self._next_pos is not None, "prefill_batch first"
         x = np.asarray(list(tokens), dtype=np.int64)[:, None]
-        end = self.batch_cache.length + 1
+        cache = self.batch_cache
         kw = {}
-        if self._padded:
-            self._key_mask[:, end - 1] = True
+        if self._padded:  # the new token's column is real in every row (in a full ring: the
+            self._key_mask[:, cache.column()] = True  # oldest, which it overwrites)
+            end = min(cache.length + 1, cache.max_len)
             kw = {"pos_ids": self._next_pos[:, None].copy(), "key_mask": self._key_mask[:, :end]}
         logits = self._logits(x, self.batch_cache, **kw)
         self._next_pos += 1

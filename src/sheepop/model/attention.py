@@ -1,8 +1,13 @@
 """Causal multi-head self-attention of the torch engine, with the shared KV cache.
 
-    [Q; K; V] = X W_qkv^T + b_qkv,  heads of width d_k = d / H
-    Y = softmax(Q K^T / sqrt(d_k) + M) V   per head, M = -inf where a query may not see a key
+    [Q; K; V] = X W_qkv^T + b_qkv,  H query heads and H_kv key/value heads of width d_k = d / H
+    Y_h = softmax(Q_h K_g^T / sqrt(d_k) + M) V_g   per query head h, g = h // (H / H_kv),
+                                                   M = -inf where a query may not see a key
     out = concat(heads) W_proj^T + b_proj
+
+H_kv = H is multi-head attention; fewer is grouped-query attention (each key/value head serves
+H / H_kv consecutive query heads), H_kv = 1 multi-query attention. The KV cache stores the H_kv
+heads only.
 
 Which keys a query may see (causal; padding hidden) is the shared rule
 `sheepop.arch.batch.allowed_keys`; the NumPy engine's unit is sheepop/scratch/attention.py.
@@ -32,8 +37,9 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
-        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
+        self.qkv = nn.Linear(cfg.n_embd, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim,
+                             bias=cfg.bias)
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.use_sdpa = True  # False: the explicit masked-softmax path (same output)
@@ -45,13 +51,15 @@ class CausalSelfAttention(nn.Module):
         """`attn_mask`: boolean (B, 1, T, T_keys), True where a query may see a key; None is
         the plain causal mask. `positions.rotate` acts on the queries and keys (RoPE)."""
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
+        H, H_kv, d_k = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.qkv(x).split((H * d_k, H_kv * d_k, H_kv * d_k), dim=2)
+        q = q.view(B, T, H, d_k).transpose(1, 2)
+        k, v = (t.view(B, T, H_kv, d_k).transpose(1, 2) for t in (k, v))
         if positions is not None:
             q, k = positions.rotate(q, k, pos)
         past = 0
         if cache is not None:
-            past = cache.length
+            past = cache.query_offset(T)
             k, v = cache.update(layer, k, v)
         weights = None
         if self.use_sdpa and not return_weights:
@@ -65,8 +73,10 @@ class CausalSelfAttention(nn.Module):
                     is_causal = True
             p = self.attn_drop.p if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                               is_causal=is_causal)
+                                               is_causal=is_causal, enable_gqa=H_kv < H)
         else:
+            if H_kv < H:  # each key/value head, once per query head of its group
+                k, v = (t.repeat_interleave(H // H_kv, dim=1) for t in (k, v))
             allowed = attn_mask if attn_mask is not None else causal_mask(T, past, x.device)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             scores = scores.masked_fill(~allowed, float("-inf"))

@@ -1,6 +1,8 @@
 """Feed-forward networks of the torch engine, one class per `model.ffn` kind.
 
-    mlp   FFN(x) = act(x W_fc^T + b_fc) W_proj^T + b_proj,   act = model.activation
+    mlp      FFN(x) = act(x W_fc^T + b_fc) W_proj^T + b_proj,   act = model.activation
+    swiglu   FFN(x) = (silu(x W_gate^T + b_gate) * (x W_up^T + b_up)) W_proj^T + b_proj,
+             silu(z) = z sigmoid(z): W2 (silu(W1 x) * W3 x) in the paper's names
 
 The NumPy engine's units are in sheepop/scratch/ffn.py.
 """
@@ -17,6 +19,7 @@ ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),                        # x * Phi(x), Phi the normal CDF (erf)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
+    "silu": F.silu,                                     # x * sigmoid(x)
 }
 
 
@@ -33,7 +36,21 @@ class MLP(nn.Module):
         return self.proj(self.act(self.fc(x)))
 
 
-FFNS = {"mlp": MLP}
+class SwiGLU(nn.Module):
+    """FFN(x) = (silu(x W_gate^T) * x W_up^T) W_proj^T (+ biases): a gated linear unit whose gate
+    is silu (Shazeer 2020), the feed-forward of Llama."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate = nn.Linear(cfg.n_embd, cfg.ffn_dim, bias=cfg.bias)
+        self.up = nn.Linear(cfg.n_embd, cfg.ffn_dim, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.ffn_dim, cfg.n_embd, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.silu(self.gate(x)) * self.up(x))
+
+
+FFNS = {"mlp": MLP, "swiglu": SwiGLU}
 
 
 def make_ffn(cfg: ModelConfig) -> nn.Module:

@@ -18,7 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sheepop.arch import IGNORE_INDEX
-from sheepop.arch.kv_cache import KVCache, cache_shape
+from sheepop.arch.batch import allowed_keys
+from sheepop.arch.kv_cache import KVCache, cache_shape, slides
 from sheepop.arch.params import check_shapes, init_rule
 from sheepop.config import ModelConfig
 from sheepop.model.attention import CausalSelfAttention
@@ -118,12 +119,19 @@ class GPT(nn.Module):
         Batches of prompts of different lengths (left padding): `pos_ids` (B, T) gives each
         token's position within its own row, and `attn_mask` (B, 1, T, cached + T) the keys
         each query may see (`sheepop.arch.batch.allowed_keys`).
+
+        Rotary positions exist at any index, so with rope a sequence may pass block_size: each
+        query then attends over the block_size most recent keys (sliding-window attention),
+        which is also what a rolling cache computes (sheepop.arch.kv_cache).
         """
         B, T = idx.shape
         start = cache.length if cache is not None else 0
-        if start + T > self.cfg.block_size:
+        if start + T > self.cfg.block_size and not slides(self.cfg):
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
                              f"{self.cfg.block_size}")
+        if attn_mask is None and cache is None and T > self.cfg.block_size:
+            window = allowed_keys(T, 0, window=self.cfg.block_size)
+            attn_mask = torch.from_numpy(window).to(idx.device)
         pos = slice(start, start + T) if pos_ids is None else pos_ids
         x = self.drop(self.pos_emb.embed(self.tok_emb(idx), pos))
         attentions = []
@@ -146,7 +154,7 @@ class GPT(nn.Module):
         p = self.tok_emb.weight
         shape = cache_shape(self.cfg, batch, max_len)
         return KVCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
-                       torch.zeros(shape, device=p.device, dtype=p.dtype))
+                       torch.zeros(shape, device=p.device, dtype=p.dtype), slides(self.cfg))
 
     def set_attention_path(self, sdpa: bool) -> None:
         for block in self.blocks:

@@ -14,7 +14,7 @@ import torch
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
-from sheepop.arch.kv_cache import KVCache
+from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.lm import CachedLM
 from sheepop.model.gpt import GPT, cross_entropy
 
@@ -34,7 +34,7 @@ class TorchLM(CachedLM):
 
     def __init__(self, model: GPT, compile: bool = False, decode_layout: bool = True,
                  never_generate: Sequence[int] = ()):
-        super().__init__(model.cfg.block_size, never_generate)
+        super().__init__(model.cfg.block_size, never_generate, slides(model.cfg))
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.decode_layout = decode_layout and self.device.type == "cpu"
@@ -68,9 +68,10 @@ class TorchLM(CachedLM):
                 key_mask: np.ndarray | None = None) -> np.ndarray:
         kw = {}
         if pos_ids is not None:
-            past = cache.length if cache is not None else 0
+            past = cache.query_offset(idx.shape[1]) if cache is not None else 0
             kw = {"pos_ids": self._tensor(pos_ids),
-                  "attn_mask": self._tensor(allowed_keys(idx.shape[1], past, key_mask))}
+                  "attn_mask": self._tensor(allowed_keys(idx.shape[1], past, key_mask,
+                                                         self.block_size))}
         with torch.inference_mode():
             logits, _ = self.forward(self._tensor(idx), cache=cache, last_only=True, **kw)
         return logits[:, -1].float().cpu().numpy()

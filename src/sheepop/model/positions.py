@@ -3,7 +3,7 @@
 A kind acts in one or both of two places (docs/math/03-positions.md):
 
     embed(x, pos)     x + P[pos] on the token embeddings (sinusoidal, learned)
-    rotate(q, k, pos) on each head's queries and keys, inside attention (none yet: identity)
+    rotate(q, k, pos) on each head's queries and keys, inside attention (rope)
 
 `pos` is a slice (every row at positions start .. start+T-1) or an index tensor (B, T) (each
 row of a left-padded batch counts from its own first real token); `table[pos]` reads either.
@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from sheepop.config import ModelConfig
-from sheepop.positional import sinusoidal_table
+from sheepop.positional import rope_frequencies, sinusoidal_table
 
 Pos = slice | torch.Tensor
 
@@ -56,7 +56,44 @@ class LearnedPositions(Positions):
         return x + self.weight[pos]
 
 
-POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}
+class RotaryPositions(Positions):
+    """RoPE: pair i = (2i, 2i+1) of every query and key head at position p turns by p omega_i,
+
+        [x'_2i, x'_2i+1] = [x_2i cos(p omega_i) - x_2i+1 sin(p omega_i),
+                            x_2i sin(p omega_i) + x_2i+1 cos(p omega_i)]
+        omega_i = theta^(-2i/d_k)
+
+    so q_m . k_n depends on m - n only (docs/architectures.md). Nothing is added to the
+    embeddings and nothing is learned; the angles are computed for the positions asked, so any
+    position exists (a cache can slide past the context)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        omega = rope_frequencies(cfg.head_dim, cfg.rope_theta)
+        self.register_buffer("omega", torch.from_numpy(omega).float(), persistent=False)
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, pos: Pos
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(pos, slice):
+            p = torch.arange(pos.start, pos.stop, device=q.device)       # (T,)
+        else:
+            p = pos[:, None, :]                                           # (B, 1, T)
+        angle = p.to(self.omega.dtype)[..., None] * self.omega           # (..., T, d_k/2)
+        cos, sin = torch.cos(angle), torch.sin(angle)
+        return _turn(q, cos, sin), _turn(k, cos, sin)
+
+
+def _turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the interleaved pairs of x (..., T, d_k) by the angles whose cos and sin are given
+    (broadcast over the heads), in float32 at least; back in x's dtype."""
+    pairs = x.unflatten(-1, (-1, 2)).to(cos.dtype)
+    even, odd = pairs[..., 0], pairs[..., 1]
+    turned = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
+    return turned.flatten(-2).to(x.dtype)
+
+
+POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions,
+             "rope": RotaryPositions}
 
 
 def make_positions(cfg: ModelConfig) -> Positions:

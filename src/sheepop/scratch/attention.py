@@ -1,9 +1,15 @@
 """Causal multi-head self-attention, forward and backward, with every gradient written out.
 
-    [Q; K; V] = X Wqkv^T + bqkv                 X (B, T, d); heads of width d_k = d / H
+    [Q; K; V] = X Wqkv^T + bqkv                 X (B, T, d); H query heads and H_kv key/value
+                                                heads, all of width d_k = d / H
+    K, V <- each key/value head repeated for the H / H_kv query heads of its group
     S = Q K^T / sqrt(d_k) + M                   per head; M = -inf above the diagonal
     A = softmax(S)  (row-wise),  Ad = Drop(A)
     Y = Ad V,  heads concatenated,  out = Y Wproj^T + bproj
+
+H_kv = H is multi-head attention, fewer grouped-query attention, 1 multi-query attention. The
+repetition is a copy in the forward pass, so its backward is a sum: a shared key/value head
+receives the gradients of every query head that read it (repeat_kv_forward / _backward).
 
 With a KV cache (generation) the same function stores the new keys and values and attends over
 all cached ones. n_head = 1 is the single-head model; heads are a batch axis (B, H, T, d_k) for
@@ -106,11 +112,28 @@ def attention_core_backward(dy: np.ndarray, cache: CoreCache
     return dq, dk, dv
 
 
-def split_heads(qkv: np.ndarray, n_head: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(B, T, 3d) with rows [Q; K; V] -> three (B, H, T, d_k) views (no copy)."""
-    B, T, three_d = qkv.shape
-    heads = qkv.reshape(B, T, 3, n_head, three_d // (3 * n_head)).transpose(2, 0, 3, 1, 4)
-    return heads[0], heads[1], heads[2]
+def split_heads(qkv: np.ndarray, n_head: int, n_kv_head: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(B, T, (H + 2 H_kv) d_k) with columns [Q; K; V] -> views (no copy): queries
+    (B, H, T, d_k), keys and values (B, H_kv, T, d_k)."""
+    B, T, width = qkv.shape
+    heads = qkv.reshape(B, T, n_head + 2 * n_kv_head, -1).transpose(0, 2, 1, 3)
+    return (heads[:, :n_head], heads[:, n_head:n_head + n_kv_head],
+            heads[:, n_head + n_kv_head:])
+
+
+def repeat_kv_forward(x: np.ndarray, groups: int) -> np.ndarray:
+    """(B, H_kv, T, d_k) -> (B, H_kv * groups, T, d_k): head g serves query heads
+    g*groups .. g*groups + groups-1 (a view-free copy only when groups > 1)."""
+    return x if groups == 1 else np.repeat(x, groups, axis=1)
+
+
+def repeat_kv_backward(dx: np.ndarray, groups: int) -> np.ndarray:
+    """dK_g = sum over the query heads h of group g of dK_h: the adjoint of the copy."""
+    if groups == 1:
+        return dx
+    B, H, T, dk = dx.shape
+    return dx.reshape(B, H // groups, groups, T, dk).sum(axis=2)
 
 
 def merge_heads(y: np.ndarray) -> np.ndarray:
@@ -124,6 +147,7 @@ class AttentionCache(NamedTuple):
     core: CoreCache
     proj: LinearCache
     n_head: int
+    n_kv_head: int
     rotate_backward: Callable | None
     rotation: Any
 
@@ -137,23 +161,27 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
                            w_proj: np.ndarray, b_proj: np.ndarray | None, n_head: int,
                            dropout: float = 0.0, rng: np.random.Generator | None = None,
                            cache: KVCache | None = None, layer: int = 0,
-                           mask: np.ndarray | None = None, rotate: Rotation | None = None
-                           ) -> tuple[np.ndarray, AttentionCache]:
+                           mask: np.ndarray | None = None, rotate: Rotation | None = None,
+                           n_kv_head: int | None = None) -> tuple[np.ndarray, AttentionCache]:
     """out = merge(Drop(softmax(Q K^T / sqrt(d_k) + M)) V) Wproj^T + bproj, Q K V from X Wqkv^T.
 
     With a KV `cache` (inference), the new keys and values are stored in it at `layer` and the
     queries attend over every cached key; `mask` (additive, broadcastable to (B, H, T, T_keys))
-    replaces the causal one (left-padded batches). `rotate` turns Q and K by their positions."""
+    replaces the causal one (left-padded batches). `rotate` turns Q and K by their positions;
+    `n_kv_head` (default n_head) key/value heads are shared by groups of query heads."""
+    n_kv_head = n_kv_head or n_head
     qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)
-    q, k, v = split_heads(qkv, n_head)
+    q, k, v = split_heads(qkv, n_head, n_kv_head)
     rotation = None
     if rotate is not None:
         q, k, rotation = rotate[0](q, k)
     if cache is not None:
         k, v = cache.update(layer, k, v)
+    groups = n_head // n_kv_head
+    k, v = repeat_kv_forward(k, groups), repeat_kv_forward(v, groups)
     y, core_cache = attention_core_forward(q, k, v, dropout, rng, mask)
     out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)
-    return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head,
+    return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head, n_kv_head,
                                rotate[1] if rotate is not None else None, rotation)
 
 
@@ -162,14 +190,16 @@ def self_attention_backward(dout: np.ndarray, cache: AttentionCache
     """dx and the gradients {qkv.weight, qkv.bias, proj.weight, proj.bias} (bias None if absent)."""
     dmerged, dw_proj, db_proj = linear_backward(dout, cache.proj)
     B, T, d = dmerged.shape
-    H = cache.n_head
+    H, H_kv = cache.n_head, cache.n_kv_head
     dy = dmerged.reshape(B, T, H, d // H).transpose(0, 2, 1, 3)
     dq, dk, dv = attention_core_backward(dy, cache.core)
+    dk, dv = repeat_kv_backward(dk, H // H_kv), repeat_kv_backward(dv, H // H_kv)
     if cache.rotate_backward is not None:
         dq, dk = cache.rotate_backward(dq, dk, cache.rotation)
-    # Write the three head gradients straight into one (B, T, 3d) buffer laid out as [Q; K; V].
-    dqkv = np.empty((B, T, 3 * d), dtype=dout.dtype)
-    dq_view, dk_view, dv_view = split_heads(dqkv, H)
+    # Write the three gradients straight into one (B, T, (H + 2 H_kv) d_k) buffer laid out as
+    # [Q; K; V].
+    dqkv = np.empty((B, T, (H + 2 * H_kv) * (d // H)), dtype=dout.dtype)
+    dq_view, dk_view, dv_view = split_heads(dqkv, H, H_kv)
     dq_view[...] = dq
     dk_view[...] = dk
     dv_view[...] = dv
@@ -180,7 +210,7 @@ def self_attention_backward(dout: np.ndarray, cache: AttentionCache
 
 def attention_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The attention's parameters under the block's `attn.` prefix (biases when cfg.bias)."""
-    d = cfg.n_embd
-    shapes = {"qkv.weight": (3 * d, d), "qkv.bias": (3 * d,), "proj.weight": (d, d),
+    d, width = cfg.n_embd, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
+    shapes = {"qkv.weight": (width, d), "qkv.bias": (width,), "proj.weight": (d, d),
               "proj.bias": (d,)}
     return {k: v for k, v in shapes.items() if cfg.bias or k.endswith("weight")}

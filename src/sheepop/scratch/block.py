@@ -50,7 +50,8 @@ def block_forward(x: np.ndarray, params: Params, prefix: str, cfg: ModelConfig,
     a_in, ln1 = norm_forward(cfg.norm, x, params, prefix + "ln1.", cfg.ln_eps)
     a, attn = self_attention_forward(a_in, p("attn.qkv.weight"), p("attn.qkv.bias"),
                                      p("attn.proj.weight"), p("attn.proj.bias"), cfg.n_head,
-                                     cfg.dropout, rng, cache, layer, mask, rotate)
+                                     cfg.dropout, rng, cache, layer, mask, rotate,
+                                     cfg.kv_heads)
     a, drop1 = dropout_forward(a, cfg.dropout, rng)
     x1 = x + a
     f_in, ln2 = norm_forward(cfg.norm, x1, params, prefix + "ln2.", cfg.ln_eps)

@@ -1,6 +1,7 @@
 """Feed-forward networks of the NumPy engine, one per `model.ffn` kind, forward and backward.
 
-    mlp   FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj,   act = model.activation
+    mlp      FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj,   act = model.activation
+    swiglu   FFN(x) = (silu(x Wgate^T + bgate) * (x Wup^T + bup)) Wproj^T + bproj
 
 An `FFNKind` names its parameters (relative to the block's `ffn.` prefix) and its
 forward(x, params, cfg) / backward(dout, cache) pair. The torch engine's units are in
@@ -15,7 +16,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.config import ModelConfig
-from sheepop.scratch.layers import ACTIVATIONS, LinearCache, linear_backward, linear_forward
+from sheepop.scratch.layers import (
+    ACTIVATIONS,
+    LinearCache,
+    linear_backward,
+    linear_forward,
+    silu_backward,
+    silu_forward,
+)
 
 Params = dict[str, np.ndarray]
 
@@ -52,6 +60,46 @@ def mlp_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {k: v for k, v in shapes.items() if cfg.bias or k.endswith("weight")}
 
 
+class SwiGLUCache(NamedTuple):
+    gate: LinearCache
+    up: LinearCache
+    silu: Any
+    a: np.ndarray        # silu(g)
+    u: np.ndarray        # the up projection
+    proj: LinearCache
+
+
+def swiglu_forward(x: np.ndarray, w_gate: np.ndarray, b_gate: np.ndarray | None,
+                   w_up: np.ndarray, b_up: np.ndarray | None, w_proj: np.ndarray,
+                   b_proj: np.ndarray | None) -> tuple[np.ndarray, SwiGLUCache]:
+    """FFN(x) = (silu(g) * u) Wproj^T + bproj, g = x Wgate^T + bgate, u = x Wup^T + bup:
+    the gate decides, per hidden unit, how much of u goes through."""
+    g, gate_cache = linear_forward(x, w_gate, b_gate)
+    u, up_cache = linear_forward(x, w_up, b_up)
+    a, silu_cache = silu_forward(g)
+    out, proj_cache = linear_forward(a * u, w_proj, b_proj)
+    return out, SwiGLUCache(gate_cache, up_cache, silu_cache, a, u, proj_cache)
+
+
+def swiglu_backward(dout: np.ndarray, cache: SwiGLUCache) -> tuple[np.ndarray, Params]:
+    """dh = dout Wproj; the product rule splits it: da = dh * u, du = dh * silu(g);
+    dg = silu'(g) da; x fed both projections, so dx = dg Wgate + du Wup."""
+    dh, dw_proj, db_proj = linear_backward(dout, cache.proj)
+    dg = silu_backward(dh * cache.u, cache.silu)
+    dx, dw_gate, db_gate = linear_backward(dg, cache.gate)
+    dx_up, dw_up, db_up = linear_backward(dh * cache.a, cache.up)
+    dx += dx_up
+    return dx, {"gate.weight": dw_gate, "gate.bias": db_gate, "up.weight": dw_up,
+                "up.bias": db_up, "proj.weight": dw_proj, "proj.bias": db_proj}
+
+
+def swiglu_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    d, f = cfg.n_embd, cfg.ffn_dim
+    shapes = {"gate.weight": (f, d), "gate.bias": (f,), "up.weight": (f, d), "up.bias": (f,),
+              "proj.weight": (d, f), "proj.bias": (d,)}
+    return {k: v for k, v in shapes.items() if cfg.bias or k.endswith("weight")}
+
+
 class FFNKind(NamedTuple):
     params: Callable[[ModelConfig], dict[str, tuple[int, ...]]]
     forward: Callable[[np.ndarray, Callable[[str], Any], ModelConfig], tuple[np.ndarray, Any]]
@@ -63,4 +111,9 @@ FFNS = {
                    lambda x, p, cfg: ffn_forward(x, p("fc.weight"), p("fc.bias"),
                                                  p("proj.weight"), p("proj.bias"), cfg.activation),
                    ffn_backward),
+    "swiglu": FFNKind(swiglu_params,
+                      lambda x, p, cfg: swiglu_forward(x, p("gate.weight"), p("gate.bias"),
+                                                       p("up.weight"), p("up.bias"),
+                                                       p("proj.weight"), p("proj.bias")),
+                      swiglu_backward),
 }

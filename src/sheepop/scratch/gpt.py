@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.arch.batch import allowed_keys
-from sheepop.arch.kv_cache import KVCache, cache_shape
+from sheepop.arch.kv_cache import KVCache, cache_shape, slides
 from sheepop.config import ModelConfig
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward
@@ -74,11 +74,13 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     `last_only` computes the head for the last position only. For left-padded batches,
     `pos_ids` (B, T) gives each token's position in its own row and `key_mask` (B, cached + T)
     is True at real tokens (sheepop.arch.batch). The backward pass is for uncached forwards.
+    With rope a sequence may pass block_size: each query then attends over the block_size most
+    recent keys (sliding-window attention; a rolling cache computes the same).
     """
     idx = np.asarray(idx)
     T = idx.shape[-1]
     start = cache.length if cache is not None else 0
-    if start + T > cfg.block_size:
+    if start + T > cfg.block_size and not slides(cfg):
         raise ValueError(f"sequence of {start + T} tokens exceeds block_size {cfg.block_size}")
     pos = slice(start, start + T) if pos_ids is None else pos_ids
     kind = POSITIONS[cfg.pos_encoding]
@@ -90,7 +92,10 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         h += pos_values
     rotate = None if kind.rotate_forward is None else (
         partial(kind.rotate_forward, pos=pos, cfg=cfg), kind.rotate_backward)
-    mask = None if key_mask is None else additive(allowed_keys(T, start, key_mask))
+    past = cache.query_offset(T) if cache is not None else 0
+    mask = None
+    if key_mask is not None or past + T > cfg.block_size:
+        mask = additive(allowed_keys(T, past, key_mask, cfg.block_size))
     h, drop = dropout_forward(h, cfg.dropout, rng)
     blocks = []
     for i in range(cfg.n_layer):
@@ -114,7 +119,7 @@ def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
               dtype: type = np.float32) -> KVCache:
     """A KV cache of NumPy buffers (sheepop.arch.kv_cache)."""
     shape = cache_shape(cfg, batch, max_len)
-    return KVCache(np.zeros(shape, dtype=dtype), np.zeros(shape, dtype=dtype))
+    return KVCache(np.zeros(shape, dtype=dtype), np.zeros(shape, dtype=dtype), slides(cfg))
 
 
 def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.0,

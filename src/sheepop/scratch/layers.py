@@ -122,8 +122,27 @@ def relu_backward(dout: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return dout * mask
 
 
+def silu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """SiLU(x) = x * sigmoid(x) (the "swish"); the cache is x and sigmoid(x)."""
+    sig = sigmoid(x)
+    return x * sig, (x, sig)
+
+
+def silu_backward(dout: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """SiLU'(x) = sigmoid(x) + x sigmoid(x) (1 - sigmoid(x)) = s (1 + x (1 - s))."""
+    x, sig = cache
+    return dout * sig * (1.0 + x * (1.0 - sig))
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """1 / (1 + e^-x), written as (1 + tanh(x/2)) / 2: the same function, and no overflow of
+    e^-x for large negative x."""
+    return 0.5 * (1.0 + np.tanh(0.5 * x))
+
+
 ACTIVATIONS = {
     "gelu": (gelu_forward, gelu_backward),
+    "silu": (silu_forward, silu_backward),
     "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
     "relu": (relu_forward, relu_backward),
 }

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
-from sheepop.arch.kv_cache import KVCache
+from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.lm import CachedLM
 from sheepop.config import ModelConfig
 from sheepop.scratch.gpt import gpt_forward, new_cache
@@ -25,7 +25,7 @@ class NumpyLM(CachedLM):
 
     def __init__(self, cfg: ModelConfig, weights: Params, dtype: type = np.float32,
                  never_generate: Sequence[int] = ()):
-        super().__init__(cfg.block_size, never_generate)
+        super().__init__(cfg.block_size, never_generate, slides(cfg))
         self.params = {name: np.array(weights[name], dtype=dtype)
                        for name in check_weights(cfg, weights)}
         self.dtype = np.dtype(dtype)

@@ -3,7 +3,7 @@
 A kind acts in one or both of two places (docs/math/03-positions.md):
 
     embed       h0 = E[x] + P[pos]                      (sinusoidal, learned)
-    rotate      q, k -> R(pos) q, R(pos) k per head     (inside attention; none yet)
+    rotate      q, k -> R(pos) q, R(pos) k per head     (inside attention: rope)
 
 `pos` is a slice (positions start .. start+T-1 for every row) or an index array (B, T) (each
 row of a left-padded batch counts from its own first real token). A `PositionKind` names its
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.config import ModelConfig
-from sheepop.positional import sinusoidal_table
+from sheepop.positional import rope_frequencies, sinusoidal_table
 
 Pos = slice | np.ndarray
 Params = dict[str, np.ndarray]
@@ -67,6 +67,50 @@ def learned_positions_backward(dout: np.ndarray, cache: PositionCache) -> np.nda
     return dtable
 
 
+class RopeCache(NamedTuple):
+    cos: np.ndarray      # (T, d_k/2), or (B, 1, T, d_k/2) for per-row positions
+    sin: np.ndarray
+
+
+def rope_angles(pos: Pos, head_dim: int, theta: float, dtype: np.dtype) -> RopeCache:
+    """cos and sin of the angles p omega_i for every position p asked and pair i, computed in
+    float64 (any position exists) and given in the model's dtype; per-row positions (B, T)
+    get a head axis to broadcast over."""
+    p = np.arange(pos.start, pos.stop) if isinstance(pos, slice) else np.asarray(pos)[:, None]
+    angle = p[..., None].astype(np.float64) * rope_frequencies(head_dim, theta)
+    return RopeCache(np.cos(angle).astype(dtype), np.sin(angle).astype(dtype))
+
+
+def rope_forward(x: np.ndarray, cache: RopeCache) -> np.ndarray:
+    """Turn each interleaved pair (x_2i, x_2i+1) of x (B, H, T, d_k) by its angle:
+
+        x'_2i   = x_2i cos - x_2i+1 sin
+        x'_2i+1 = x_2i sin + x_2i+1 cos          (R(p omega_i) applied to the pair)"""
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2] = even * cache.cos - odd * cache.sin
+    out[..., 1::2] = even * cache.sin + odd * cache.cos
+    return out
+
+
+def rope_backward(dout: np.ndarray, cache: RopeCache) -> np.ndarray:
+    """dx = R^T dout: a rotation's Jacobian is the rotation itself, whose transpose is the
+    rotation by the opposite angle (cos unchanged, sin negated)."""
+    return rope_forward(dout, RopeCache(cache.cos, -cache.sin))
+
+
+def rope_rotate_forward(q: np.ndarray, k: np.ndarray, pos: Pos, cfg: ModelConfig
+                        ) -> tuple[np.ndarray, np.ndarray, RopeCache]:
+    """Queries and keys turned by their positions (the same angles for both)."""
+    angles = rope_angles(pos, cfg.head_dim, cfg.rope_theta, q.dtype)
+    return rope_forward(q, angles), rope_forward(k, angles), angles
+
+
+def rope_rotate_backward(dq: np.ndarray, dk: np.ndarray, cache: RopeCache
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    return rope_backward(dq, cache), rope_backward(dk, cache)
+
+
 class PositionKind(NamedTuple):
     params: Callable[[ModelConfig], dict[str, tuple[int, ...]]]
     embed_forward: Callable[[Params, ModelConfig, Pos, np.dtype], tuple[np.ndarray, Any]] | None
@@ -82,4 +126,5 @@ POSITIONS = {
         lambda cfg: {"pos_emb.weight": (cfg.block_size, cfg.n_embd)},
         lambda params, cfg, pos, dtype: learned_positions_forward(params["pos_emb.weight"], pos),
         lambda dout, cache: {"pos_emb.weight": learned_positions_backward(dout, cache)}),
+    "rope": PositionKind(lambda cfg: {}, None, None, rope_rotate_forward, rope_rotate_backward),
 }
