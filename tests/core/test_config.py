@@ -261,3 +261,35 @@ def test_no_list_of_allowed_values_is_spelled_out_twice():
         code = path.read_text()
         for allowed in lists:
             assert ", ".join(f'"{v}"' for v in allowed) not in code, (path, allowed)
+
+
+def test_the_llama_preset_matches_tiny_in_size_and_the_modern_settings_are_checked():
+    from sheepop.model_size import kv_cache_bytes_per_token, param_count
+    sizes = {}
+    for preset in ("tiny", "tiny-llama"):
+        cfg = build_config(preset)
+        cfg.model.vocab_size = 65  # the built-in data's characters
+        sizes[preset] = param_count(cfg.validate().model)
+    assert abs(sizes["tiny-llama"] / sizes["tiny"] - 1) < 0.10, sizes
+    llama = build_config("tiny-llama").model
+    assert (llama.pos_encoding, llama.norm, llama.ffn, llama.kv_heads, llama.bias,
+            llama.tie_weights) == ("rope", "rmsnorm", "swiglu", 2, False, False)
+    assert kv_cache_bytes_per_token(llama) == 2 * 4 * 2 * 32 * 4  # 2 of 4 heads: half of tiny's
+    assert kv_cache_bytes_per_token(build_config("tiny").model) == 2 * 4 * 128 * 4
+    assert build_config("llama-small").validate().model.kv_heads == 4
+    assert ModelConfig(ffn="swiglu", n_embd=128).ffn_dim == 320   # 8d/3 = 341 -> 5 x 64
+    assert ModelConfig(ffn="swiglu", n_embd=768).ffn_dim == 2048  # Llama's rule of thumb
+    assert ModelConfig(ffn="swiglu", n_embd=16).ffn_dim == 64
+    assert ModelConfig(n_embd=128).ffn_dim == 512
+    for settings, message in [
+        (["model.n_kv_head=3"], "model.n_head (4) must be divisible by model.n_kv_head (3)"),
+        (["model.n_kv_head=-1"], "model.n_kv_head must be >= 0"),
+        (["model.pos_encoding=rope", "model.n_head=4", "model.n_embd=12"],
+         "rope rotates pairs: the head width n_embd / n_head (12 / 4) must be even"),
+        (["model.pos_encoding=rope", "model.rope_theta=1"], "model.rope_theta must be > 1"),
+        (["model.ffn=geglu"], "model.ffn must be one of mlp, swiglu, not 'geglu'"),
+        (["model.pos_encoding=alibi"],
+         "model.pos_encoding must be one of sinusoidal, learned, rope, not 'alibi'"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            build_config(None, None, settings).validate()

@@ -381,6 +381,10 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(copy):
     {}, {"pos_encoding": "learned", "tie_weights": False, "head_bias": True},
     {"bias": False, "d_ff": 40, "n_layer": 3}, {"n_head": 1, "n_embd": 6, "vocab_size": 1},
     {"norm": "rmsnorm", "bias": False},
+    {"ffn": "swiglu"}, {"ffn": "swiglu", "bias": False, "d_ff": 40},
+    {"n_head": 4, "n_kv_head": 1}, {"n_head": 4, "n_kv_head": 2, "pos_encoding": "rope"},
+    {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu", "n_kv_head": 1, "bias": False,
+     "tie_weights": False},
 ])
 def test_the_parameter_count_is_exact_for_both_engines(options):
     import torch
@@ -401,6 +405,11 @@ def test_the_size_rule_refuses_what_memory_cannot_hold():
     assert need == 4 * (124_439_808 + 2 * 12 * 1024 * 768)  # + the KV cache of one sequence
     sinusoidal = ModelConfig(**{**cfg.__dict__, "pos_encoding": "sinusoidal"})
     assert memory_bytes(sinusoidal) == need  # the table moves from the parameters to a buffer
+    rope = ModelConfig(**{**cfg.__dict__, "pos_encoding": "rope"})
+    assert memory_bytes(rope) == need - 4 * 1024 * 768  # no table: the angles are computed
+    gqa = ModelConfig(**{**cfg.__dict__, "n_kv_head": 4})  # 4 key/value heads for 12 queries
+    assert param_count(gqa) == 124_439_808 - 12 * 2 * (768 * 512 + 512)
+    assert memory_bytes(gqa) == 4 * (param_count(gqa) + 2 * 12 * 1024 * 256)  # a third of the cache
     check_model_size(cfg, memory=need)  # exactly enough is enough
     refused(lambda: check_model_size(cfg, memory=need - 1), "the model would need 0.5 GiB "
             "(124,439,808 parameters, context 1,024, width 768, 12 layers) but this machine has")

@@ -61,6 +61,28 @@ def test_a_torch_run_resumes_in_the_numpy_engine(tmp_path, interrupt_after, tiny
     np.testing.assert_allclose([x["loss"] for x in b], [x["loss"] for x in a], atol=2e-5)
 
 
+LLAMA = {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu", "n_kv_head": 1,
+         "bias": False, "tie_weights": False}
+
+
+@pytest.mark.parametrize("model", [{}, LLAMA])
+def test_a_numpy_run_resumes_in_the_torch_engine(tmp_path, interrupt_after, tiny_config,
+                                                 tiny_trainer, read_metrics, model):
+    def cfg(engine):
+        c = tiny_config(engine, dropout=0.0)
+        for k, v in model.items():
+            c.set(f"model.{k}", v)
+        return c
+    tiny_trainer(cfg("numpy"), tmp_path / "numpy").run()
+    first = tiny_trainer(cfg("numpy"), tmp_path / "mixed")
+    interrupt_after(first, 5)
+    first.run()
+    tiny_trainer(cfg("torch"), tmp_path / "mixed", resume=True).run()
+    a, b = read_metrics(tmp_path / "numpy"), read_metrics(tmp_path / "mixed")
+    assert [x["step"] for x in b] == list(range(1, 13))
+    np.testing.assert_allclose([x["loss"] for x in b], [x["loss"] for x in a], atol=2e-5)
+
+
 def model_pair(**kw):
     cfg = ModelConfig(vocab_size=13, block_size=10, n_layer=2, n_head=2, n_embd=16, **kw)
     weights = GPT(cfg, seed=4).numpy_weights()
@@ -70,7 +92,8 @@ def model_pair(**kw):
     return cfg, weights
 
 
-@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned", "tie_weights": False}])
+@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned", "tie_weights": False},
+                                {**LLAMA, "n_kv_head": 2}])
 def test_kv_cache_gives_the_logits_of_a_full_forward(kw):
     cfg, weights = model_pair(**kw)
     params = GPT(cfg, weights, np.float64).params
@@ -85,8 +108,9 @@ def test_kv_cache_gives_the_logits_of_a_full_forward(kw):
     assert cache.length == 9
 
 
-def test_generation_matches_the_torch_engine_past_the_context():
-    cfg, weights = model_pair()
+@pytest.mark.parametrize("kw", [{}, LLAMA])
+def test_generation_matches_the_torch_engine_past_the_context(kw):
+    cfg, weights = model_pair(**kw)
     torch_model = TorchGPT(cfg)
     torch_model.load_numpy_weights(weights)
     ours, theirs = NumpyLM(cfg, weights), TorchLM(torch_model)
@@ -99,7 +123,7 @@ def test_generation_matches_the_torch_engine_past_the_context():
     assert a == b == c and len(a) == 25
 
 
-@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned"}])
+@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned"}, LLAMA])
 def test_batched_generation_with_left_padding_matches_torch_and_single_prompts(kw):
     cfg, weights = model_pair(**kw)
     torch_model = TorchGPT(cfg)

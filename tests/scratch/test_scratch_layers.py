@@ -80,7 +80,7 @@ def test_layernorm_forward_values():
     np.testing.assert_allclose(y, (x - 3.0) / np.sqrt(3.5), rtol=1e-14)
 
 
-@pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "relu"])
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "relu", "silu"])
 def test_activations(name):
     rng = np.random.default_rng(5)
     x = rand(rng, 3, 4, 5) * 2
@@ -220,3 +220,100 @@ def test_rmsnorm(shape):
     dx, dg = N.rmsnorm_backward(dout, cache)
     check(lambda: N.rmsnorm_forward(x, gamma, 1e-5)[0], {"x": x, "gamma": gamma},
           {"x": dx, "gamma": dg}, dout)
+
+
+def test_silu_values_and_sigmoid_without_overflow():
+    x = np.array([-800.0, -2.0, 0.0, 1.5, 800.0])
+    out, _ = L.silu_forward(x)
+    expected = np.array([0.0, -2 / (1 + np.e ** 2), 0.0, 1.5 / (1 + np.exp(-1.5)), 800.0])
+    np.testing.assert_allclose(out, expected, rtol=1e-15, atol=1e-300)
+    assert np.all(np.isfinite(L.sigmoid(np.array([-1e4, 1e4], dtype=np.float32))))
+
+
+@pytest.mark.parametrize("pos", [slice(0, 5), slice(7, 12), "rows"])
+def test_rope_rotation_and_its_backward(pos):
+    """Pairs (2i, 2i+1) turn by p * theta^(-2i/d_k); the backward is the opposite turn."""
+    rng = np.random.default_rng(15)
+    B, H, T, dk = 2, 3, 5, 8
+    if pos == "rows":  # per-row positions (left-padded batches)
+        pos = np.array([[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
+    angles = P.rope_angles(pos, dk, 10000.0, np.float64)
+    x = rand(rng, B, H, T, dk)
+    out = P.rope_forward(x, angles)
+    p = np.arange(pos.start, pos.stop)[None, None, :] if isinstance(pos, slice) else pos[:, None]
+    for i in range(dk // 2):  # the defining formula, pair by pair
+        a = p * 10000.0 ** (-2 * i / dk)
+        np.testing.assert_allclose(out[..., 2 * i],
+                                   x[..., 2 * i] * np.cos(a) - x[..., 2 * i + 1] * np.sin(a),
+                                   rtol=0, atol=1e-14)
+        np.testing.assert_allclose(out[..., 2 * i + 1],
+                                   x[..., 2 * i] * np.sin(a) + x[..., 2 * i + 1] * np.cos(a),
+                                   rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(x, axis=-1))
+    dout = rand(rng, *out.shape)
+    np.testing.assert_allclose(P.rope_backward(P.rope_forward(dout, angles), angles), dout,
+                               atol=1e-14)  # R^T R = I
+    check(lambda: P.rope_forward(x, angles), {"x": x}, {"x": P.rope_backward(dout, angles)},
+          dout)
+
+
+def test_rope_dot_products_depend_only_on_the_offset():
+    rng = np.random.default_rng(16)
+    q, k = rand(rng, 1, 1, 1, 16), rand(rng, 1, 1, 1, 16)
+
+    def dot(m, n):
+        turn = lambda x, p: P.rope_forward(x, P.rope_angles(slice(p, p + 1), 16, 10000.0,  # noqa
+                                                            np.float64))
+        return float(np.sum(turn(q, m) * turn(k, n)))
+
+    assert dot(3, 1) == pytest.approx(dot(1003, 1001), abs=1e-12)
+    assert dot(3, 1) == pytest.approx(dot(2, 0), abs=1e-12)
+    assert dot(3, 1) != pytest.approx(dot(3, 2), abs=1e-3)
+
+
+@pytest.mark.parametrize("H,H_kv,bias", [(4, 2, True), (4, 1, False), (2, 2, False)])
+def test_grouped_query_attention(H, H_kv, bias):
+    """Each key/value head serves H / H_kv query heads; its gradient sums theirs."""
+    rng = np.random.default_rng(17)
+    B, T, d = 2, 5, 8
+    dk = d // H
+    width = (H + 2 * H_kv) * dk
+    x = rand(rng, B, T, d)
+    params = {"qkv.weight": rand(rng, width, d) * 0.5, "proj.weight": rand(rng, d, d) * 0.5,
+              "qkv.bias": rand(rng, width) if bias else None,
+              "proj.bias": rand(rng, d) if bias else None}
+    angles = lambda q, k: P.rope_rotate_forward(q, k, slice(0, T), _RopeCfg(dk))  # noqa: E731
+    rotate = (angles, P.rope_rotate_backward)
+
+    def forward():
+        return att.self_attention_forward(x, params["qkv.weight"], params["qkv.bias"],
+                                          params["proj.weight"], params["proj.bias"], H,
+                                          rotate=rotate, n_kv_head=H_kv)[0]
+
+    out, cache = att.self_attention_forward(x, params["qkv.weight"], params["qkv.bias"],
+                                            params["proj.weight"], params["proj.bias"], H,
+                                            rotate=rotate, n_kv_head=H_kv)
+    # The same as multi-head attention whose key/value rows are each group's copied out.
+    q_rows, kv = params["qkv.weight"][:H * dk], params["qkv.weight"][H * dk:]
+    k_rows, v_rows = kv[:H_kv * dk], kv[H_kv * dk:]
+    copy = lambda w: np.repeat(w.reshape(H_kv, dk, -1), H // H_kv, 0).reshape(H * dk, -1)  # noqa
+    w_mha = np.concatenate([q_rows, copy(k_rows), copy(v_rows)])
+    b_mha = None
+    if bias:
+        b = params["qkv.bias"][:, None]
+        b_mha = np.concatenate([b[:H * dk], copy(b[H * dk:(H + H_kv) * dk]),
+                                copy(b[(H + H_kv) * dk:])])[:, 0]
+    mha, _ = att.self_attention_forward(x, w_mha, b_mha, params["proj.weight"],
+                                        params["proj.bias"], H, rotate=rotate)
+    np.testing.assert_allclose(out, mha, rtol=0, atol=1e-13)
+    dout = rand(rng, B, T, d)
+    dx, grads = att.self_attention_backward(dout, cache)
+    inputs = {"x": x, **{k: v for k, v in params.items() if v is not None}}
+    check(forward, inputs, {"x": dx, **grads}, dout)
+
+
+class _RopeCfg:
+    """The two settings rope reads from a ModelConfig."""
+
+    def __init__(self, head_dim: int):
+        self.head_dim, self.rope_theta = head_dim, 10000.0

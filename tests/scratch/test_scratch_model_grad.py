@@ -10,7 +10,7 @@ from scratch_gradcheck import check
 
 from sheepop.config import ModelConfig
 from sheepop.scratch.block import block_backward, block_forward
-from sheepop.scratch.ffn import ffn_backward, ffn_forward
+from sheepop.scratch.ffn import ffn_backward, ffn_forward, swiglu_backward, swiglu_forward
 from sheepop.scratch.gpt import GPT, gpt_backward, gpt_forward
 from sheepop.scratch.init import init_params, param_shapes
 from sheepop.scratch.special import normal_cdf
@@ -45,7 +45,36 @@ def test_ffn(activation):
           {"x": dx, **grads}, dout)
 
 
-@pytest.mark.parametrize("kw", [{}, {"n_head": 1, "bias": False}, {"dropout": 0.2}])
+@pytest.mark.parametrize("bias", [True, False])
+def test_swiglu(bias):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 4))
+    w = {"gate.weight": rng.standard_normal((6, 4)), "up.weight": rng.standard_normal((6, 4)),
+         "proj.weight": rng.standard_normal((4, 6))}
+    if bias:
+        w.update({"gate.bias": rng.standard_normal(6), "up.bias": rng.standard_normal(6),
+                  "proj.bias": rng.standard_normal(4)})
+
+    def forward():
+        return swiglu_forward(x, w["gate.weight"], w.get("gate.bias"), w["up.weight"],
+                              w.get("up.bias"), w["proj.weight"], w.get("proj.bias"))[0]
+
+    out = forward()
+    g = x @ w["gate.weight"].T + w.get("gate.bias", 0)
+    u = x @ w["up.weight"].T + w.get("up.bias", 0)
+    expected = (g / (1 + np.exp(-g)) * u) @ w["proj.weight"].T + w.get("proj.bias", 0)
+    np.testing.assert_allclose(out, expected, rtol=1e-13, atol=1e-13)  # W2 (silu(W1 x) * W3 x)
+    _, cache = swiglu_forward(x, w["gate.weight"], w.get("gate.bias"), w["up.weight"],
+                              w.get("up.bias"), w["proj.weight"], w.get("proj.bias"))
+    dout = rng.standard_normal(out.shape)
+    dx, grads = swiglu_backward(dout, cache)
+    assert (grads["gate.bias"] is None) == (not bias)
+    check(forward, {"x": x, **w}, {"x": dx, **grads}, dout)
+
+
+@pytest.mark.parametrize("kw", [{}, {"n_head": 1, "bias": False}, {"dropout": 0.2},
+                                {"ffn": "swiglu", "n_head": 4, "n_kv_head": 2},
+                                {"ffn": "swiglu", "norm": "rmsnorm", "bias": False}])
 def test_block(kw):
     cfg = small_config(**kw)
     rng = np.random.default_rng(1)
@@ -71,6 +100,11 @@ MODEL_VARIANTS = [
     {"n_head": 1, "bias": False, "activation": "gelu_tanh"},       # the single-head model
     {"n_head": 4, "activation": "relu", "n_layer": 1},
     {"norm": "rmsnorm", "bias": False, "pos_encoding": "learned"},
+    {"pos_encoding": "rope", "n_head": 4, "n_kv_head": 2},                     # rope + GQA
+    {"pos_encoding": "rope", "n_head": 2, "n_kv_head": 1, "bias": False},      # rope + MQA
+    {"norm": "rmsnorm", "ffn": "swiglu"},                                      # with biases
+    {"norm": "rmsnorm", "ffn": "swiglu", "bias": False, "pos_encoding": "rope",
+     "n_head": 4, "n_kv_head": 2, "tie_weights": False},                      # Llama-shaped
 ]
 
 

@@ -24,6 +24,12 @@ VARIANTS = [
     {"n_head": 1, "bias": False, "activation": "gelu_tanh"},
     {"n_head": 4, "activation": "relu", "n_layer": 3},
     {"norm": "rmsnorm", "bias": False},
+    # The modern decoder, in the combinations that matter (issue 14).
+    {"pos_encoding": "rope", "n_kv_head": 1, "n_head": 4},                     # rope + MQA
+    {"pos_encoding": "rope", "n_kv_head": 2, "n_head": 4, "bias": False},      # rope + GQA
+    {"norm": "rmsnorm", "ffn": "swiglu"},                                      # with biases
+    {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu", "n_kv_head": 1,
+     "bias": False, "tie_weights": False},                                     # Llama-shaped
 ]
 
 
@@ -116,8 +122,11 @@ def test_ten_adamw_steps_match_torch_in_float64():
         assert rel(ours.model.params[name], p.detach().numpy()) <= 1e-7, name
 
 
-def test_checkpoints_cross_load_with_the_same_logits(tmp_path):
-    cfg = config(pos_encoding="learned", tie_weights=False)
+@pytest.mark.parametrize("kw", [{"pos_encoding": "learned", "tie_weights": False},
+                                {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu",
+                                 "n_kv_head": 1, "bias": False, "tie_weights": False}])
+def test_checkpoints_cross_load_with_the_same_logits(tmp_path, kw):
+    cfg = config(**kw)
     tcfg = TrainConfig(steps=3, lr=1e-2, warmup_steps=1, device="cpu", seed=5, dtype="float32")
     x, y = batch(cfg, 2, 7, pad=False)
     for trainer_cls, name in ((NumpyEngine, "numpy"), (TorchEngine, "torch")):
