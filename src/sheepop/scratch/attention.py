@@ -112,11 +112,12 @@ def attention_core_backward(dy: np.ndarray, cache: CoreCache
     return dq, dk, dv
 
 
-def split_heads(qkv: np.ndarray, n_head: int, n_kv_head: int
+def split_heads(qkv: np.ndarray, n_head: int, n_kv_head: int | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(B, T, (H + 2 H_kv) d_k) with columns [Q; K; V] -> views (no copy): queries
-    (B, H, T, d_k), keys and values (B, H_kv, T, d_k)."""
-    B, T, width = qkv.shape
+    (B, H, T, d_k), keys and values (B, H_kv, T, d_k); H_kv = H by default."""
+    n_kv_head = n_kv_head or n_head
+    B, T, _ = qkv.shape
     heads = qkv.reshape(B, T, n_head + 2 * n_kv_head, -1).transpose(0, 2, 1, 3)
     return (heads[:, :n_head], heads[:, n_head:n_head + n_kv_head],
             heads[:, n_head + n_kv_head:])
