@@ -1,8 +1,14 @@
-"""`sheepop eval RUN_DIR --data PATH`: loss and perplexity of a trained model on any text."""
+"""`sheepop eval RUN_DIR --data PATH`: loss, perplexity and bits per byte of a trained model on
+any text.
+
+Bits per byte (sheepop.tokenizers.token_bytes) counts the UTF-8 bytes of exactly the targets
+scored: with --max-windows, only the windows evaluated.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 
 import numpy as np
@@ -12,9 +18,14 @@ from sheepop.config import ENGINES
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "eval", help="loss and perplexity on a text",
-        description="Mean cross-entropy (nats/token) and perplexity exp(loss) of a trained model "
-                    "on DATA, cut into non-overlapping windows of the model's context.",
+        "eval", help="loss, perplexity and bits per byte on a text",
+        description="Mean cross-entropy (nats/token), perplexity exp(loss) and bits per byte "
+                    "(all the nats over ln 2 times the UTF-8 bytes of the text scored: the "
+                    "figure that compares models with different tokenizers; "
+                    "docs/math/08-loss.md) of a trained model on DATA, cut into "
+                    "non-overlapping windows of the model's context. --json prints one object "
+                    "with the keys loss, perplexity, bits_per_byte (null when the targets hold "
+                    "no text), tokens (targets scored), bytes and windows.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--data", required=True, metavar="PATH",
@@ -24,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-windows", type=int, default=2000,
                    help="evaluate at most this many windows (evenly spread)")
     p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--json", action="store_true",
+                   help="print the figures as one JSON object instead of a sentence")
     p.set_defaults(func=run)
 
 
@@ -31,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.data.dataset import load_dataset
     from sheepop.data.windows import eval_windows
     from sheepop.inference import load
+    from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
     model = load(args.run_dir, args.engine)
     cfg, tokenizer = model.config, model.tokenizer
     cfg.data.val_fraction = 0.0
@@ -42,7 +56,13 @@ def run(args: argparse.Namespace) -> int:
     for i in range(0, len(x), args.batch_size):
         s, n = model.loss_sum(x[i:i + args.batch_size], y[i:i + args.batch_size])
         total, count = total + s, count + n
-    loss = total / max(count, 1)
-    print(f"{count:,} tokens in {len(x)} windows: loss {loss:.4f} nats/token, "
-          f"perplexity {math.exp(loss):.3f}")
+    n_bytes = TargetBytes(tokenizer).count(x, y)
+    loss, bpb = total / max(count, 1), bits_per_byte(total, n_bytes)
+    if args.json:
+        print(json.dumps({"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": bpb,
+                          "tokens": count, "bytes": n_bytes, "windows": len(x)}))
+        return 0
+    per_byte = f"{bpb:.4f} bits/byte" if bpb is not None else "no bytes of text to count"
+    print(f"{count:,} tokens ({n_bytes:,} bytes) in {len(x)} windows: loss {loss:.4f} "
+          f"nats/token, perplexity {math.exp(loss):.3f}, {per_byte}")
     return 0

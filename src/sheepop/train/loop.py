@@ -3,8 +3,9 @@
 For each optimizer step s: lr = lr_for(s) (warmup + cosine), draw `grad_accum` micro-batches,
 let the engine do forward, backward, clipping and the AdamW update; every `eval_interval` steps
 measure the validation loss on a fixed set of windows; every `checkpoint_interval` steps write a
-checkpoint. Metrics go to `metrics.jsonl`; plots are drawn at the end. Ctrl-C, SIGTERM or SIGHUP
-lets the step in progress finish, then writes a checkpoint of it and stops cleanly
+checkpoint. Metrics go to `metrics.jsonl` (the validation loss also in bits per byte of the
+val text, `val_bpb`: sheepop.tokenizers.token_bytes); plots are drawn at the end. Ctrl-C,
+SIGTERM or SIGHUP lets the step in progress finish, then writes a checkpoint of it and stops cleanly
 (sheepop.train.signals); `--resume` continues from it so that the losses are those of an
 uninterrupted run, step for step.
 
@@ -32,6 +33,7 @@ from sheepop.data.dataset import Dataset
 from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError
 from sheepop.schedule import lr_for
+from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
 from sheepop.train import divergence, run_lock
 from sheepop.train.signals import StopRequest, signal_name
 
@@ -60,9 +62,11 @@ class Summary:
     interrupted: bool
     run_dir: Path
     signum: int | None = None  # the signal that interrupted the run (None: Ctrl-C or none)
+    val_bpb: float | None = None  # the validation loss in bits per byte of the val text
 
     def lines(self) -> list[str]:
-        val = (f"val loss {self.val_loss:.4f} (perplexity {math.exp(self.val_loss):.2f})"
+        bpb = f", {self.val_bpb:.4f} bits/byte" if self.val_bpb is not None else ""
+        val = (f"val loss {self.val_loss:.4f} (perplexity {math.exp(self.val_loss):.2f}{bpb})"
                if self.val_loss is not None else "no validation split")
         state = "interrupted at" if self.interrupted else "finished"
         return [f"{state} step {self.steps} in {self.seconds:.0f} s, "
@@ -90,8 +94,12 @@ class Trainer:
         elif len(data.val) > 1:
             self.eval_x, self.eval_y = eval_windows(data.val, m.block_size,
                                                     t.eval_batches * t.batch_size, pad)
+        # The windows are fixed, so the bytes of text their targets stand for are counted once.
+        self.eval_bytes = (TargetBytes(data.tokenizer).count(self.eval_x, self.eval_y)
+                           if self.eval_x is not None else 0)
         self.best_val = math.inf
         self.last_val: float | None = None
+        self.last_val_bpb: float | None = None
         if state is not None:
             self.sampler.set_state(state["sampler"])
             self.best_val = state.get("best_val_loss") or math.inf
@@ -107,14 +115,16 @@ class Trainer:
         self.diverged: str | None = None
         self.run_lock: run_lock.RunLock | None = None
 
-    def evaluate(self) -> float | None:
+    def evaluate(self) -> tuple[float, float | None] | None:
+        """(mean loss in nats/token, bits per byte) on the validation windows; None without
+        them. Bits per byte = sum of nats / (ln 2 * bytes of the targets' text)."""
         if self.eval_x is None:
             return None
         B, total, count = self.cfg.train.batch_size, 0.0, 0
         for i in range(0, len(self.eval_x), B):
             s, n = self.engine.eval_loss(self.eval_x[i:i + B], self.eval_y[i:i + B])
             total, count = total + s, count + n
-        return total / max(count, 1)
+        return total / max(count, 1), bits_per_byte(total, self.eval_bytes)
 
     def save(self) -> None:
         # Every rank gathers (FSDP's shards are collected by all); rank 0 alone writes.
@@ -205,10 +215,13 @@ class Trainer:
                     last = self.step == t.steps or bool(
                         t.max_minutes and self.agree(elapsed > 60 * t.max_minutes))
                     if (t.eval_interval and self.step % t.eval_interval == 0) or last:
-                        self.last_val = self.evaluate()
-                        if self.last_val is not None:
+                        val = self.evaluate()
+                        if val is not None:
+                            self.last_val, self.last_val_bpb = val
                             record.update(val_loss=_sig(self.last_val),
                                           val_perplexity=_sig(math.exp(min(self.last_val, 50))))
+                            if self.last_val_bpb is not None:
+                                record["val_bpb"] = _sig(self.last_val_bpb)
                             self.best_val = min(self.best_val, self.last_val)
                     if self.step % t.log_interval == 0 or "val_loss" in record or last:
                         self._append_metrics(record)
@@ -236,7 +249,7 @@ class Trainer:
         seconds = time.perf_counter() - t0
         rate = (self.step - start_step) * tokens_per_step / max(seconds, 1e-9)
         return Summary(self.step, seconds, loss, self.last_val, rate, interrupted, self.run_dir,
-                       stop.signum if interrupted else None)
+                       stop.signum if interrupted else None, self.last_val_bpb)
 
 
 def _sig(x: float) -> float:
