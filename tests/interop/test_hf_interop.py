@@ -143,7 +143,7 @@ def test_import_refuses_pickles_and_other_models(tmp_path):
                                                "n_head": 1}))
     (d / "vocab.json").write_text("{}")
     (d / "pytorch_model.bin").write_bytes(b"\x80\x04not really")
-    with pytest.raises(UserError, match="pickle"):
+    with pytest.raises(UserError, match="has only pickle weights"):
         import_gpt2(d, tmp_path / "run")
     (d / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(UserError, match="not 'gpt2'"):

@@ -1,11 +1,21 @@
-"""Hugging Face interop: GPT-2-shaped models to and from `transformers`' GPT2LMHeadModel.
+"""Hugging Face interop: GPT-2- and Llama-shaped models to and from `transformers`.
 
-    from sheepop.interop import export_gpt2, import_gpt2
-    export_gpt2("runs/my-run", "hf/my-model")     # then transformers' from_pretrained works
-    import_gpt2("hf/gpt2", "runs/gpt2")           # then `sheepop generate runs/gpt2` works
+    export_hf("runs/my-run", "hf/my-model", "hf-llama")   # then from_pretrained works
+    import_hf("hf/llama", "runs/llama")                   # then `sheepop generate` works
+    export_gpt2 / import_gpt2, export_llama / import_llama: one architecture each
 """
 
 from sheepop.interop.gpt2 import check_gpt2_shaped
-from sheepop.interop.hf import export_gpt2, import_gpt2
+from sheepop.interop.hf import (
+    ARCHITECTURES,
+    export_gpt2,
+    export_hf,
+    export_llama,
+    import_gpt2,
+    import_hf,
+    import_llama,
+)
+from sheepop.interop.llama import check_llama_shaped
 
-__all__ = ["check_gpt2_shaped", "export_gpt2", "import_gpt2"]
+__all__ = ["ARCHITECTURES", "check_gpt2_shaped", "check_llama_shaped", "export_gpt2",
+           "export_hf", "export_llama", "import_gpt2", "import_hf", "import_llama"]

@@ -1,170 +1,140 @@
-"""Moving GPT-2-shaped models between a sheepop run directory and a Hugging Face directory.
+"""Moving models between a sheepop run directory and a Hugging Face directory.
 
-A Hugging Face GPT-2 directory holds `config.json`, `model.safetensors` (or shards listed in
-`model.safetensors.index.json`) and the tokenizer: `tokenizer.json` (the `tokenizers` format)
-and/or GPT-2's `vocab.json` + `merges.txt`. Export writes all of these (the tokenizer when it is
-a byte-level BPE, the only kind with a Hugging Face form), so
-`transformers.AutoModelForCausalLM.from_pretrained(out_dir)` and `AutoTokenizer` load it.
-Import reads them into a run directory that every sheepop command accepts. Only safetensors
-weights are read: a `pytorch_model.bin` is a pickle, which could run code.
+Two architectures, each a module with the same five functions (the shape check, the config
+both ways, the weights both ways): GPT-2 (`sheepop.interop.gpt2`, GPT2LMHeadModel) and Llama
+(`sheepop.interop.llama`, LlamaForCausalLM). Export writes config.json, model.safetensors,
+generation_config.json and the BPE tokenizer (`sheepop.interop.hf_files`), so
+`transformers.AutoModelForCausalLM.from_pretrained(out_dir)` and `AutoTokenizer` load it; import
+picks the architecture from config.json's `model_type` and writes a run directory that every
+sheepop command accepts.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from safetensors.numpy import save as st_save
-from safetensors.torch import load as st_load_torch
 
 from sheepop import checkpoint
-from sheepop.config import Config
+from sheepop.config import Config, ModelConfig
 from sheepop.errors import UserError
-from sheepop.files import atomic_write_bytes, atomic_write_text, read_bytes, read_json
-from sheepop.interop.gpt2 import (
-    check_gpt2_shaped,
-    from_hf_weights,
-    hf_config,
-    model_config_from_hf,
-    to_hf_weights,
+from sheepop.interop import gpt2, llama
+from sheepop.interop.hf_files import (
+    export_tokenizer,
+    import_tokenizer,
+    read_hf_config,
+    read_weights,
+    weight_files,
+    write_json,
+    write_weights,
 )
-from sheepop.tokenizers import Tokenizer
 from sheepop.tokenizers import loads as load_tokenizer
 
-WEIGHTS = "model.safetensors"
-INDEX = "model.safetensors.index.json"
+Weights = dict[str, np.ndarray]
 
 
-def _write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+@dataclass(frozen=True)
+class Architecture:
+    name: str  # for messages: "GPT-2"
+    format: str  # `sheepop export --to` and the run's source.format: "hf-gpt2"
+    model_type: str  # config.json's model_type: "gpt2"
+    check_shaped: Callable[[ModelConfig], None]
+    hf_config: Callable[[ModelConfig, int | None, int | None], dict[str, Any]]
+    to_hf_weights: Callable[[Weights, ModelConfig], Weights]
+    model_config_from_hf: Callable[[dict[str, Any], str], ModelConfig]
+    from_hf_weights: Callable[[Weights, ModelConfig, str], tuple[ModelConfig, Weights]]
+
+
+GPT2 = Architecture("GPT-2", "hf-gpt2", "gpt2", gpt2.check_gpt2_shaped, gpt2.hf_config,
+                    gpt2.to_hf_weights, gpt2.model_config_from_hf, gpt2.from_hf_weights)
+LLAMA = Architecture("Llama", "hf-llama", "llama", llama.check_llama_shaped, llama.hf_config,
+                     llama.to_hf_weights, llama.model_config_from_hf, llama.from_hf_weights)
+ARCHITECTURES = {a.format: a for a in (GPT2, LLAMA)}
 
 
 # ----- export ---------------------------------------------------------------------------------
 
-def export_gpt2(run_dir: str | Path, out_dir: str | Path) -> list[str]:
-    """Write the run's model (and BPE tokenizer) as a Hugging Face GPT-2 directory.
-
-    Returns notes for the user (e.g. a tokenizer that has no Hugging Face form)."""
+def export_hf(run_dir: str | Path, out_dir: str | Path, format: str) -> list[str]:
+    """Write the run's model (and BPE tokenizer) as a Hugging Face directory of `format`
+    (hf-gpt2 | hf-llama). Returns notes for the user (e.g. a tokenizer that has no Hugging
+    Face form). A model the format cannot hold is refused before anything is written."""
+    arch = _architecture(format)
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     saved = checkpoint.load_config(run_dir)
     cfg = Config.from_dict({k: v for k, v in saved.items() if k == "model"},
                            str(run_dir / checkpoint.CONFIG_FILE)).model
-    check_gpt2_shaped(cfg)  # before reading the weights or writing anything
+    arch.check_shaped(cfg)  # before reading the weights or writing anything
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"output path exists and is not a directory: {out_dir}")
     tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
                                str(run_dir / checkpoint.TOKENIZER_FILE))
-    weights = to_hf_weights(checkpoint.load_weights(run_dir), cfg)
+    weights = arch.to_hf_weights(checkpoint.load_weights(run_dir), cfg)
     out_dir.mkdir(parents=True, exist_ok=True)
-    # transformers insists on the "format" metadata of a safetensors file.
-    atomic_write_bytes(out_dir / WEIGHTS, st_save(weights, metadata={"format": "pt"}))
-    _write_json(out_dir / "config.json", hf_config(cfg, tokenizer.bos_id, tokenizer.eos_id))
-    _write_json(out_dir / "generation_config.json",
-                {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id})
-    return _export_tokenizer(tokenizer, out_dir, cfg.block_size)
+    write_weights(out_dir, weights)
+    write_json(out_dir / "config.json", arch.hf_config(cfg, tokenizer.bos_id, tokenizer.eos_id))
+    write_json(out_dir / "generation_config.json",
+               {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id})
+    return export_tokenizer(tokenizer, out_dir, cfg.block_size)
 
 
-def _export_tokenizer(tok: Tokenizer, out_dir: Path, max_length: int) -> list[str]:
-    if tok.kind != "bpe":
-        return [f"the run's tokenizer is '{tok.kind}', which has no Hugging Face form: wrote "
-                f"the model only (encode text with sheepop, or train a bpe tokenizer)"]
-    from sheepop.tokenizers.gpt2 import export_gpt2 as export_vocab_merges
-    from sheepop.tokenizers.hf import export_hf
-    export_hf(tok, out_dir / "tokenizer.json")
-    export_vocab_merges(tok, out_dir / "vocab.json", out_dir / "merges.txt")
-    special = {"bos_token": tok.bos_id, "eos_token": tok.eos_id, "pad_token": tok.pad_id,
-               "unk_token": tok.unk_id}
-    config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": max_length,
-              "add_prefix_space": False, "clean_up_tokenization_spaces": False}
-    config.update({k: tok.id_to_token(i) for k, i in special.items() if i is not None})
-    _write_json(out_dir / "tokenizer_config.json", config)
-    return []
+def export_gpt2(run_dir: str | Path, out_dir: str | Path) -> list[str]:
+    return export_hf(run_dir, out_dir, GPT2.format)
+
+
+def export_llama(run_dir: str | Path, out_dir: str | Path) -> list[str]:
+    return export_hf(run_dir, out_dir, LLAMA.format)
+
+
+def _architecture(format: str) -> Architecture:
+    if format not in ARCHITECTURES:
+        raise UserError(f"unknown export format {format!r} (known: {', '.join(ARCHITECTURES)})")
+    return ARCHITECTURES[format]
 
 
 # ----- import ---------------------------------------------------------------------------------
 
-def import_gpt2(hf_dir: str | Path, run_dir: str | Path, overwrite: bool = False) -> Config:
-    """Read a Hugging Face GPT-2 directory into a new sheepop run directory."""
+def import_hf(hf_dir: str | Path, run_dir: str | Path, overwrite: bool = False,
+              model_type: str | None = None) -> tuple[Config, Architecture]:
+    """Read a Hugging Face directory into a new sheepop run directory; the architecture is
+    config.json's model_type (or must be `model_type` when given)."""
     hf_dir, run_dir = Path(hf_dir), Path(run_dir)
     if not hf_dir.is_dir():
         raise UserError(f"Hugging Face model directory not found: {hf_dir}")
     if (run_dir / checkpoint.CONFIG_FILE).exists() and not overwrite:
         raise UserError(f"{run_dir} already holds a run; choose a new directory")
-    hf = read_json(hf_dir / "config.json", what="config.json")
-    if not isinstance(hf, dict):
-        raise UserError(f"{hf_dir / 'config.json'} is not a JSON object")
-    model_cfg = model_config_from_hf(hf, str(hf_dir / "config.json"))
-    tokenizer = _import_tokenizer(hf_dir)
-    model_cfg, weights = from_hf_weights(_read_weights(hf_dir), model_cfg, str(hf_dir))
-    if tokenizer.vocab_size != model_cfg.vocab_size:
-        raise UserError(f"{hf_dir}: the tokenizer has {tokenizer.vocab_size} ids but the model "
-                        f"{model_cfg.vocab_size} (sheepop needs them equal)")
+    hf = read_hf_config(hf_dir)
+    where = str(hf_dir / "config.json")
+    known = {a.model_type: a for a in ARCHITECTURES.values()}
+    arch = known.get(model_type or hf.get("model_type"))
+    if arch is None:
+        raise UserError(f"{where}: model_type is {hf.get('model_type')!r}; sheepop imports "
+                        f"{', '.join(repr(t) for t in known)}")
     cfg = Config()
-    cfg.model = model_cfg
+    cfg.model = arch.model_config_from_hf(hf, where)  # refuses another model_type too
+    try:
+        cfg.validate()  # (before any weight is read)
+    except UserError as e:
+        raise UserError(f"{where}: {e}") from None
+    files = weight_files(hf_dir)  # pickles refused before the tokenizer is looked at
+    tokenizer = import_tokenizer(hf_dir)
+    cfg.model, weights = arch.from_hf_weights(read_weights(files), cfg.model, str(hf_dir))
+    if tokenizer.vocab_size != cfg.model.vocab_size:
+        raise UserError(f"{hf_dir}: the tokenizer has {tokenizer.vocab_size} ids but the model "
+                        f"{cfg.model.vocab_size} (sheepop needs them equal)")
     cfg.data.tokenizer, cfg.data.vocab_size = "bpe", tokenizer.vocab_size
-    config = {**cfg.to_dict(), "source": {"format": "hf-gpt2", "path": str(hf_dir.resolve())}}
+    config = {**cfg.to_dict(), "source": {"format": arch.format, "path": str(hf_dir.resolve())}}
     checkpoint.save_checkpoint(run_dir, weights, config, tokenizer.to_json())
-    return cfg
+    return cfg, arch
 
 
-def _read_weights(hf_dir: Path) -> dict[str, np.ndarray]:
-    if (hf_dir / WEIGHTS).exists():
-        files = [hf_dir / WEIGHTS]
-    elif (hf_dir / INDEX).exists():
-        index = read_json(hf_dir / INDEX, what=INDEX)
-        shards = sorted(set(index.get("weight_map", {}).values())) if isinstance(index, dict) \
-            else []
-        if not shards:
-            raise UserError(f"{hf_dir / INDEX} lists no weight files")
-        files = [hf_dir / name for name in shards]
-    elif any(hf_dir.glob("*.bin")) or any(hf_dir.glob("*.pt")):
-        raise UserError(f"{hf_dir} has only pickle weights (.bin/.pt), which sheepop does not "
-                        "load because unpickling can run code: save them as safetensors first "
-                        "(model.save_pretrained(dir, safe_serialization=True))")
-    else:
-        raise UserError(f"{hf_dir} has no {WEIGHTS}")
-    state: dict[str, np.ndarray] = {}
-    for path in files:
-        tensors = checkpoint.parse_safetensors(read_bytes(path, what="weight file"), path,
-                                               load=st_load_torch)
-        # float16 / bfloat16 checkpoints become float32, sheepop's checkpoint dtype.
-        state.update({k: v.to(torch.float32).numpy() for k, v in tensors.items()})
-    return state
+def import_gpt2(hf_dir: str | Path, run_dir: str | Path, overwrite: bool = False) -> Config:
+    """Read a Hugging Face GPT-2 directory into a new sheepop run directory."""
+    return import_hf(hf_dir, run_dir, overwrite, model_type=GPT2.model_type)[0]
 
 
-def _import_tokenizer(hf_dir: Path) -> Tokenizer:
-    """The directory's byte-level BPE: from tokenizer.json (its pre-split pattern and special
-    tokens kept) or else GPT-2's vocab.json + merges.txt."""
-    from sheepop.tokenizers.gpt2 import check_vocab, from_gpt2, import_gpt2, parse_merges
-    tj_path = hf_dir / "tokenizer.json"
-    if tj_path.exists():
-        tj = read_json(tj_path, what="tokenizer.json")
-        model = tj.get("model") if isinstance(tj, dict) else None
-        if not isinstance(model, dict) or model.get("type") != "BPE" \
-                or not isinstance(model.get("vocab"), dict):
-            raise UserError(f"{tj_path}: not a byte-level BPE tokenizer")
-        merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-        added = [t for t in tj.get("added_tokens", []) if isinstance(t, dict)]
-        vocab = {**model["vocab"], **{t.get("content"): t.get("id") for t in added}}
-        specials = [t["content"] for t in added if t.get("special")]
-        where = str(tj_path)
-        return from_gpt2(check_vocab(vocab, where), parse_merges("\n".join(merges), where),
-                         specials, _split_pattern(tj) or "gpt2-exact", where, where)
-    if (hf_dir / "vocab.json").exists() and (hf_dir / "merges.txt").exists():
-        return import_gpt2(hf_dir / "vocab.json", hf_dir / "merges.txt")
-    raise UserError(f"{hf_dir} has no tokenizer (tokenizer.json, or vocab.json + merges.txt)")
-
-
-def _split_pattern(tj: dict[str, Any]) -> str | None:
-    """The regex of a `Split` pre-tokenizer (as sheepop exports), or None (GPT-2's own)."""
-    pre = tj.get("pre_tokenizer") or {}
-    steps = pre.get("pretokenizers", [pre]) if isinstance(pre, dict) else []
-    for step in steps:
-        if isinstance(step, dict) and step.get("type") == "Split":
-            pattern = step.get("pattern", {})
-            if isinstance(pattern, dict) and "Regex" in pattern:
-                return pattern["Regex"]
-    return None
+def import_llama(hf_dir: str | Path, run_dir: str | Path, overwrite: bool = False) -> Config:
+    """Read a Hugging Face Llama directory into a new sheepop run directory."""
+    return import_hf(hf_dir, run_dir, overwrite, model_type=LLAMA.model_type)[0]
