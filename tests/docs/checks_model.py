@@ -242,6 +242,25 @@ def accumulation(v):
     return {**out, "mean_of_means": sum(means) / 2, "loss": total / n_total}
 
 
+def bits_per_byte_example(v):
+    """The same text's nats, per token and per byte, under a char and a byte-level tokenizer."""
+    from sheepop.tokenizers import train_tokenizer
+    from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte, token_bytes
+    text, out = v["text"], {}
+    for name, tok in (("char", train_tokenizer("char", [text])),
+                      ("byte", train_tokenizer("bpe", [text], vocab_size=259))):  # no merge
+        ids = np.asarray(tok.encode(text), dtype=np.int64)[None]
+        x, y = ids[:, :-1], ids[:, 1:]
+        nats = np.asarray(v[f"{name}_nats"], dtype=np.float64)
+        assert nats.shape == (y.shape[1],), f"{name}_nats: one loss a target"
+        loss = nats.sum() / len(nats)
+        out.update({f"{name}_bytes": token_bytes(tok)[y[0]], f"{name}_loss": loss,
+                    f"{name}_bits_per_token": loss / math.log(2),
+                    f"{name}_bits_per_byte": bits_per_byte(nats.sum(),
+                                                           TargetBytes(tok).count(x, y))})
+    return out
+
+
 CHECKS = {
     "softmax_saturation": (("dots", "d_k"), softmax_saturation),
     "attention": (("x", "n_head", "w_q", "w_k", "w_v", "w_proj"), attention),
@@ -253,5 +272,6 @@ CHECKS = {
     "cross_entropy": (("z", "y"), cross_entropy),
     "uniform_loss": (("n_vocab",), uniform_loss),
     "accumulation": (("z1", "y1", "z2", "y2"), accumulation),
+    "bits_per_byte": (("text", "char_nats", "byte_nats"), bits_per_byte_example),
     "forward_pass": (("n_vocab", "d", "n_head", "n_layer", "d_ff", "E", "ids"), forward_pass),
 }

@@ -1,4 +1,5 @@
-"""Reading docs/math/: its pages, their worked examples and their links.
+"""Reading docs/math/ (and docs/architectures.md, written the same way): the pages, their worked
+examples and their links.
 
 A worked example is a fenced block whose info string is `example KIND`:
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -27,6 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 MATH = ROOT / "docs" / "math"
+MORE_PAGES = (ROOT / "docs" / "architectures.md",)  # checked like the math pages
 FENCE = re.compile(r"^```example ([a-z0-9_]+)[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^)\s]+)\)")
 CODE_NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:\(\))?`")
@@ -104,14 +107,20 @@ def parse_examples(page: str, text: str) -> list[Example]:
 
 
 def pages() -> list[Path]:
-    return sorted(MATH.glob("*.md"))
+    return sorted(MATH.glob("*.md")) + list(MORE_PAGES)
+
+
+def page_name(path: Path) -> str:
+    """A page's name relative to docs/math/ ("03-positions.md", "../architectures.md"), so
+    MATH / name is the page and its links resolve from its own folder."""
+    return os.path.relpath(path, MATH)
 
 
 @cache
 def all_examples() -> list[Example]:
     out = []
     for path in pages():
-        out.extend(parse_examples(path.name, path.read_text(encoding="utf-8")))
+        out.extend(parse_examples(page_name(path), path.read_text(encoding="utf-8")))
     return out
 
 
@@ -163,7 +172,7 @@ class Link:
 
 def links(path: Path) -> list[Link]:
     text = re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M)
-    return [Link(path.name, m.group(2), m.group(3), bool(m.group(1)))
+    return [Link(page_name(path), m.group(2), m.group(3), bool(m.group(1)))
             for m in LINK.finditer(text)]
 
 
