@@ -69,8 +69,16 @@ class RotaryPositions(Positions):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        omega = rope_frequencies(cfg.head_dim, cfg.rope_theta)
-        self.register_buffer("omega", torch.from_numpy(omega).float(), persistent=False)
+        # float64 and not a buffer: `model.to(torch.bfloat16)` must not round the frequencies
+        # (an angle p omega_i off by 0.4% at p = 1000 is a different position), and both
+        # engines then compute the same angles at any position.
+        self.omega = torch.from_numpy(rope_frequencies(cfg.head_dim, cfg.rope_theta))
+
+    def _apply(self, fn, recurse=True):
+        """Follow the module to its device (`.to`, `.cuda`), never to its dtype."""
+        super()._apply(fn, recurse)
+        self.omega = self.omega.to(fn(self.omega).device)
+        return self
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, pos: Pos
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,8 +86,9 @@ class RotaryPositions(Positions):
             p = torch.arange(pos.start, pos.stop, device=q.device)       # (T,)
         else:
             p = pos[:, None, :]                                           # (B, 1, T)
-        angle = p.to(self.omega.dtype)[..., None] * self.omega           # (..., T, d_k/2)
-        cos, sin = torch.cos(angle), torch.sin(angle)
+        angle = p.to(torch.float64)[..., None] * self.omega              # (..., T, d_k/2)
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        cos, sin = torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
         return _turn(q, cos, sin), _turn(k, cos, sin)
 
 
