@@ -57,6 +57,15 @@ def kv_cache_bytes_per_token(m: Any, itemsize: int = BYTES_PER_FLOAT) -> int:
     return 2 * m.n_layer * kv_width(m) * itemsize
 
 
+def describe_kv_cache(m: Any, itemsize: int = BYTES_PER_FLOAT) -> str:
+    """'KV cache 2.0 KiB/token (2 of 4 heads)': the line `sheepop train` and `generate` print
+    (the heads only when grouped-query attention stores fewer than it queries)."""
+    per_token = kv_cache_bytes_per_token(m, itemsize)
+    size = f"{per_token} B" if per_token < 1024 else f"{per_token / 1024:,.1f} KiB"
+    heads = f" ({m.kv_heads} of {m.n_head} heads)" if m.kv_heads < m.n_head else ""
+    return f"KV cache {size}/token{heads}"
+
+
 def param_count(m: Any) -> int:
     """The number of parameters of a model config (`ModelConfig`), by the formula above."""
     d, V, T, L, k = m.n_embd, m.vocab_size, m.block_size, m.n_layer, kv_width(m)

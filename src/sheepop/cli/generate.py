@@ -14,16 +14,20 @@ from sheepop.cli.common import (
 )
 from sheepop.config import ENGINES, INFERENCE_DTYPES, SampleConfig
 from sheepop.errors import UserError
+from sheepop.model_size import describe_kv_cache, param_count
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "generate", help="generate text from a trained model",
         description="Continue a prompt with a trained model. Output is streamed as it is "
-                    "produced. The sampling settings are the run's [sample] section (set at "
-                    "train time with --set sample.KEY=VALUE or a [sample] table), then "
-                    "--config's [sample] table, then --set, then the flags below; a flag not "
-                    "given changes nothing. --temperature 0 is greedy decoding.",
+                    "produced, on stdout; one line on stderr first says what runs (parameters, "
+                    "context, and the KV cache's memory per token of context, e.g. 'KV cache "
+                    "2.0 KiB/token (2 of 4 heads)' with grouped-query attention). The "
+                    "sampling settings are the run's [sample] section (set at train time "
+                    "with --set sample.KEY=VALUE or a [sample] table), then --config's "
+                    "[sample] table, then --set, then the flags below; a flag not given "
+                    "changes nothing. --temperature 0 is greedy decoding.",
         formatter_class=HelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train`")
     p.add_argument("--prompt", default="", help="text to continue ('-' reads stdin; empty: "
@@ -103,6 +107,15 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
     return ids
 
 
+def model_line(model, dtype: str) -> str:
+    """The one line on stderr that says what runs (stdout carries only the text): size,
+    context and the KV cache's memory per token of context, in the cache's dtype."""
+    m = model.config.model
+    kv = describe_kv_cache(m, itemsize=2 if dtype == "bfloat16" else 4)
+    return (f"sheepop: model: {param_count(m):,} parameters ({m.n_layer} layers, context "
+            f"{m.block_size}), {kv}; {model.engine} engine, {dtype}")
+
+
 def run(args: argparse.Namespace) -> int:
     from sheepop.generate import generate
     from sheepop.inference import load
@@ -111,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
     sample_cfg = validate(args)
     stops = stop_strings(args.stop)
     model = load(args.run_dir, args.engine, args.device, args.dtype, args.compile)
+    print(model_line(model, args.dtype), file=sys.stderr)
     tokenizer, lm = model.tokenizer, model.lm
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = prompt_ids(tokenizer, text)

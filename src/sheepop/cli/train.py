@@ -23,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "folder read as `sheepop prepare` reads it (text, code, HTML, PDF, images, "
                     "JSON Lines, Parquet; capped at data.max_bytes); without DATA, the Python "
                     "standard library source of this interpreter is used. Flags that name a "
-                    "config key set it after the preset, --config and --set.",
+                    "config key set it after the preset, --config and --set. The start-up "
+                    "lines report the data, the tokenizer and the model: its parameters and "
+                    "its KV cache's memory per token of context when generating.",
         formatter_class=HelpFormatter)
     p.add_argument("data", nargs="?", metavar="DATA", help="training data (default: the "
                    "standard library source)")
