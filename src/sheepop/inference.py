@@ -20,6 +20,8 @@ import numpy as np
 
 from sheepop import checkpoint
 from sheepop.arch.lm import CachedLM
+from sheepop.arch.lora import LoraConfig, adapter_shapes, merge
+from sheepop.arch.vocab import grow_vocabulary
 from sheepop.checkpoint_check import check_weights_file
 from sheepop.config import INFERENCE_DTYPES, Config
 from sheepop.errors import UserError
@@ -50,12 +52,17 @@ def never_generated(tokenizer: Tokenizer | None) -> list[int]:
     return [i for i in (tokenizer.pad_id, tokenizer.bos_id, tokenizer.unk_id) if i is not None]
 
 
-def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer, Weights]:
+def read_run(run_dir: str | Path, _seen: tuple[Path, ...] = ()
+             ) -> tuple[Config, Tokenizer, Weights]:
     """The config, tokenizer and weights of a run directory, checked against each other before
     anything big is allocated: the config's values and sizes (`Config.validate`, which refuses
     a model this machine cannot hold), the tokenizer's ids against the model's, then the weights
     file's header (names, shapes, dtypes) against the config before a tensor is read, and last
-    every tensor finite (sheepop.checkpoint_check)."""
+    every tensor finite (sheepop.checkpoint_check).
+
+    A LoRA run (`sheepop finetune --lora-rank`: a lora.json, adapters only) gives its base
+    run's weights, grown to its tokenizer, with every adapted weight merged: W + (alpha/r) B A.
+    """
     from sheepop.scratch.init import param_shapes  # NumPy only: names and shapes, no model
 
     where = str(Path(run_dir) / checkpoint.CONFIG_FILE)
@@ -69,10 +76,45 @@ def read_run(run_dir: str | Path) -> tuple[Config, Tokenizer, Weights]:
     if tokenizer.vocab_size != cfg.model.vocab_size:
         raise UserError(f"{run_dir}: tokenizer has {tokenizer.vocab_size} ids but the model "
                         f"{cfg.model.vocab_size}")
+    lora = LoraConfig.load(run_dir)
+    if lora is not None:
+        return cfg, tokenizer, _adapted(Path(run_dir), cfg, tokenizer, lora, _seen)
     check_weights_file(checkpoint.current_path(run_dir, checkpoint.MODEL_FILE),
                        param_shapes(cfg.model))
     weights = checkpoint.load_weights(run_dir)
     return cfg, tokenizer, weights
+
+
+def _adapted(run_dir: Path, cfg: Config, tokenizer: Tokenizer, lora: LoraConfig,
+             seen: tuple[Path, ...]) -> Weights:
+    """A LoRA run's merged weights, from its base run (which must still be where it was)."""
+    base = Path(lora.base_run)
+    if not (base / checkpoint.CONFIG_FILE).is_file():
+        raise UserError(f"{run_dir} holds LoRA adapters for the run {base}, which is not there "
+                        "any more: restore it, or give the path in lora.json")
+    if base.resolve() in seen or base.resolve() == run_dir.resolve():
+        raise UserError(f"{run_dir}: lora.json's base run leads back to itself")
+    base_cfg, base_tokenizer, weights = read_run(base, (*seen, run_dir.resolve()))
+    mine = {**vars(cfg.model), "vocab_size": 0}
+    if {**vars(base_cfg.model), "vocab_size": 0} != mine:
+        raise UserError(f"{run_dir}: its model settings differ from its base run {base}'s")
+    weights = grown_for(weights, base_tokenizer, tokenizer)
+    check_weights_file(checkpoint.current_path(run_dir, checkpoint.MODEL_FILE),
+                       adapter_shapes(cfg.model, lora))
+    return merge(weights, checkpoint.load_weights(run_dir), lora)
+
+
+def grown_for(weights: Weights, base_tokenizer: Tokenizer, tokenizer: Tokenizer) -> Weights:
+    """The weights of a model trained with `base_tokenizer`, grown to `tokenizer`, which
+    extends it with ids at the end (the chat tokens): each new row is the mean of the rows of
+    the ids the base tokenizer spells its name with (sheepop.arch.vocab)."""
+    for i in range(base_tokenizer.vocab_size):
+        if tokenizer.id_to_token(i) != base_tokenizer.id_to_token(i):
+            raise UserError(f"the tokenizer does not extend its base: id {i} is "
+                            f"{tokenizer.id_to_token(i)!r}, not {base_tokenizer.id_to_token(i)!r}")
+    names = [tokenizer.id_to_token(i)
+             for i in range(base_tokenizer.vocab_size, tokenizer.vocab_size)]
+    return grow_vocabulary(weights, [base_tokenizer.encode(name) for name in names])
 
 
 def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,

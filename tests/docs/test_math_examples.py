@@ -1,5 +1,5 @@
-"""Every worked example in docs/math/ (and docs/architectures.md), recomputed with sheepop's own
-functions.
+"""Every worked example in docs/math/ (and docs/architectures.md, docs/finetune.md), recomputed
+with sheepop's own functions.
 
 The pages show inputs and the values a reader can follow by hand; a check (checks_*.py) runs the
 code on the inputs and must reproduce every other value shown, to the decimals printed. So a
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import pytest
 from checks_architectures import CHECKS as ARCHITECTURE_CHECKS
+from checks_lora import CHECKS as LORA_CHECKS
 from checks_model import CHECKS as MODEL_CHECKS
 from checks_text import CHECKS as TEXT_CHECKS
 from checks_train import CHECKS as TRAIN_CHECKS
 from mathdoc import all_examples, mismatches
 
-CHECKS = {**TEXT_CHECKS, **MODEL_CHECKS, **TRAIN_CHECKS, **ARCHITECTURE_CHECKS}
+CHECKS = {**TEXT_CHECKS, **MODEL_CHECKS, **TRAIN_CHECKS, **ARCHITECTURE_CHECKS, **LORA_CHECKS}
 EXAMPLES = all_examples()
 
 

@@ -21,6 +21,8 @@ COMMAND_MODULES = (
     "sheepop.cli.generate",
     "sheepop.cli.eval",
     "sheepop.cli.progression",
+    "sheepop.cli.finetune",
+    "sheepop.cli.chat",
     "sheepop.cli.prepare",
     "sheepop.cli.tokenizer",
     "sheepop.cli.export",

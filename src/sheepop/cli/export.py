@@ -29,7 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "not). Other models are refused with the setting that stops them.")
     e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train`")
     e.add_argument("out_dir", metavar="OUT_DIR", help="the directory to write (created)")
-    e.add_argument("--to", choices=FORMATS, required=True, help="the format to write")
+    e.add_argument("--to", choices=FORMATS, help="the format to write")
+    e.add_argument("--merge-lora", action="store_true",
+                   help="instead of --to: write a LoRA run (sheepop finetune --lora-rank) as a "
+                        "plain sheepop run, each adapted weight merged: W + (alpha/r) B A")
     e.set_defaults(func=run_export)
 
     i = sub.add_parser(
@@ -48,6 +51,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from sheepop.errors import UserError
+    if (args.to is None) == (not args.merge_lora):
+        raise UserError("sheepop export needs exactly one of --to FORMAT and --merge-lora")
+    if args.merge_lora:
+        from sheepop.finetune.merge import write_merged
+        write_merged(args.run_dir, args.out_dir)
+        print(f"wrote the merged model to {args.out_dir}")
+        return 0
     from sheepop.interop import ARCHITECTURES, export_hf
     for note in export_hf(args.run_dir, args.out_dir, args.to):
         print(f"sheepop: note: {note}", file=sys.stderr)

@@ -21,6 +21,7 @@ import numpy as np
 from sheepop import checkpoint
 from sheepop.config import Config, ModelConfig
 from sheepop.errors import UserError
+from sheepop.inference import read_run
 from sheepop.interop import gpt2, llama
 from sheepop.interop.hf_files import (
     export_tokenizer,
@@ -71,7 +72,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, format: str) -> list[str
         raise UserError(f"output path exists and is not a directory: {out_dir}")
     tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
                                str(run_dir / checkpoint.TOKENIZER_FILE))
-    weights = arch.to_hf_weights(checkpoint.load_weights(run_dir), cfg)
+    weights = arch.to_hf_weights(read_run(run_dir)[2], cfg)  # a LoRA run: merged
     out_dir.mkdir(parents=True, exist_ok=True)
     write_weights(out_dir, weights)
     write_json(out_dir / "config.json", arch.hf_config(cfg, tokenizer.bos_id, tokenizer.eos_id))

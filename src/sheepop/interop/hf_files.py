@@ -92,13 +92,35 @@ def export_tokenizer(tok: Tokenizer, out_dir: Path, max_length: int) -> list[str
     config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": max_length,
               "add_prefix_space": False, "clean_up_tokenization_spaces": False}
     config.update({k: tok.id_to_token(i) for k, i in special.items() if i is not None})
+    # The other special tokens (the chat roles, <|end|>) are added tokens of tokenizer.json,
+    # matched whole; listed here too, transformers also treats them as special (e.g. decoding
+    # with skip_special_tokens drops them).
+    named = {i for i in special.values() if i is not None}
+    others = [t for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
+              if i not in named]
+    if others:
+        config["additional_special_tokens"] = others
+    if tok.chat_template is not None:  # the same rendering as sheepop.tokenizers.chat
+        config["chat_template"] = tok.chat_template
     write_json(out_dir / "tokenizer_config.json", config)
     return []
 
 
 def import_tokenizer(hf_dir: Path) -> Tokenizer:
     """The directory's byte-level BPE: from tokenizer.json (its pre-split pattern and special
-    tokens kept) or else GPT-2's vocab.json + merges.txt."""
+    tokens kept) or else GPT-2's vocab.json + merges.txt; with sheepop's chat template when
+    tokenizer_config.json holds exactly that one (another template sheepop cannot render)."""
+    tok = _import_bpe(hf_dir)
+    config_path = hf_dir / "tokenizer_config.json"
+    if config_path.exists():
+        from sheepop.tokenizers.chat import CHAT_TEMPLATE
+        config = read_json(config_path, what="tokenizer_config.json")
+        if isinstance(config, dict) and config.get("chat_template") == CHAT_TEMPLATE:
+            tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def _import_bpe(hf_dir: Path) -> Tokenizer:
     from sheepop.tokenizers.gpt2 import check_vocab, from_gpt2, import_gpt2, parse_merges
     tj_path = hf_dir / "tokenizer.json"
     if tj_path.exists():

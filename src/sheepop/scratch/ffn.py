@@ -4,7 +4,8 @@
     swiglu   FFN(x) = (silu(x Wgate^T + bgate) * (x Wup^T + bup)) Wproj^T + bproj
 
 An `FFNKind` names its parameters (relative to the block's `ffn.` prefix) and its
-forward(x, params, cfg) / backward(dout, cache) pair. The torch engine's units are in
+forward(x, params, cfg) / backward(dout, cache) pair; `params("fc.adapter")` is the layer's LoRA
+adapter (sheepop.scratch.block.param_lookup). The torch engine's units are in
 sheepop/model/ffn.py; the derivations in docs/backprop.md.
 """
 
@@ -18,9 +19,10 @@ import numpy as np
 from sheepop.config import ModelConfig
 from sheepop.scratch.layers import (
     ACTIVATIONS,
+    Adapter,
     LinearCache,
-    linear_backward,
     linear_forward,
+    linear_grads,
     silu_backward,
     silu_forward,
 )
@@ -36,22 +38,24 @@ class FFNCache(NamedTuple):
 
 
 def ffn_forward(x: np.ndarray, w_fc: np.ndarray, b_fc: np.ndarray | None, w_proj: np.ndarray,
-                b_proj: np.ndarray | None, activation: str) -> tuple[np.ndarray, FFNCache]:
-    """FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj, act one of gelu | gelu_tanh | relu."""
-    h, fc_cache = linear_forward(x, w_fc, b_fc)
+                b_proj: np.ndarray | None, activation: str,
+                adapters: tuple[Adapter | None, Adapter | None] = (None, None)
+                ) -> tuple[np.ndarray, FFNCache]:
+    """FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj, act one of gelu | gelu_tanh | relu;
+    `adapters` (LoRA, or FROZEN) for fc and proj (layers.linear_forward)."""
+    h, fc_cache = linear_forward(x, w_fc, b_fc, adapters[0])
     a, act_cache = ACTIVATIONS[activation][0](h)
     del h  # GELU keeps x and Phi(x); ReLU only its mask
-    out, proj_cache = linear_forward(a, w_proj, b_proj)
+    out, proj_cache = linear_forward(a, w_proj, b_proj, adapters[1])
     return out, FFNCache(fc_cache, act_cache, proj_cache, activation)
 
 
 def ffn_backward(dout: np.ndarray, cache: FFNCache) -> tuple[np.ndarray, Params]:
     """Back through the output projection, the activation and the first linear layer."""
-    da, dw_proj, db_proj = linear_backward(dout, cache.proj)
+    da, grads = linear_grads(dout, cache.proj, "proj")
     dh = ACTIVATIONS[cache.activation][1](da, cache.act)
-    dx, dw_fc, db_fc = linear_backward(dh, cache.fc)
-    return dx, {"fc.weight": dw_fc, "fc.bias": db_fc, "proj.weight": dw_proj,
-                "proj.bias": db_proj}
+    dx, fc_grads = linear_grads(dh, cache.fc, "fc")
+    return dx, {**fc_grads, **grads}
 
 
 def mlp_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -71,26 +75,28 @@ class SwiGLUCache(NamedTuple):
 
 def swiglu_forward(x: np.ndarray, w_gate: np.ndarray, b_gate: np.ndarray | None,
                    w_up: np.ndarray, b_up: np.ndarray | None, w_proj: np.ndarray,
-                   b_proj: np.ndarray | None) -> tuple[np.ndarray, SwiGLUCache]:
+                   b_proj: np.ndarray | None,
+                   adapters: tuple[Adapter | None, ...] = (None, None, None)
+                   ) -> tuple[np.ndarray, SwiGLUCache]:
     """FFN(x) = (silu(g) * u) Wproj^T + bproj, g = x Wgate^T + bgate, u = x Wup^T + bup:
-    the gate decides, per hidden unit, how much of u goes through."""
-    g, gate_cache = linear_forward(x, w_gate, b_gate)
-    u, up_cache = linear_forward(x, w_up, b_up)
+    the gate decides, per hidden unit, how much of u goes through. `adapters` (LoRA, or
+    FROZEN) for gate, up and proj (layers.linear_forward)."""
+    g, gate_cache = linear_forward(x, w_gate, b_gate, adapters[0])
+    u, up_cache = linear_forward(x, w_up, b_up, adapters[1])
     a, silu_cache = silu_forward(g)
-    out, proj_cache = linear_forward(a * u, w_proj, b_proj)
+    out, proj_cache = linear_forward(a * u, w_proj, b_proj, adapters[2])
     return out, SwiGLUCache(gate_cache, up_cache, silu_cache, a, u, proj_cache)
 
 
 def swiglu_backward(dout: np.ndarray, cache: SwiGLUCache) -> tuple[np.ndarray, Params]:
     """dh = dout Wproj; the product rule splits it: da = dh * u, du = dh * silu(g);
     dg = silu'(g) da; x fed both projections, so dx = dg Wgate + du Wup."""
-    dh, dw_proj, db_proj = linear_backward(dout, cache.proj)
+    dh, grads = linear_grads(dout, cache.proj, "proj")
     dg = silu_backward(dh * cache.u, cache.silu)
-    dx, dw_gate, db_gate = linear_backward(dg, cache.gate)
-    dx_up, dw_up, db_up = linear_backward(dh * cache.a, cache.up)
+    dx, gate_grads = linear_grads(dg, cache.gate, "gate")
+    dx_up, up_grads = linear_grads(dh * cache.a, cache.up, "up")
     dx += dx_up
-    return dx, {"gate.weight": dw_gate, "gate.bias": db_gate, "up.weight": dw_up,
-                "up.bias": db_up, "proj.weight": dw_proj, "proj.bias": db_proj}
+    return dx, {**gate_grads, **up_grads, **grads}
 
 
 def swiglu_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -109,11 +115,14 @@ class FFNKind(NamedTuple):
 FFNS = {
     "mlp": FFNKind(mlp_params,
                    lambda x, p, cfg: ffn_forward(x, p("fc.weight"), p("fc.bias"),
-                                                 p("proj.weight"), p("proj.bias"), cfg.activation),
+                                                 p("proj.weight"), p("proj.bias"), cfg.activation,
+                                                 (p("fc.adapter"), p("proj.adapter"))),
                    ffn_backward),
     "swiglu": FFNKind(swiglu_params,
                       lambda x, p, cfg: swiglu_forward(x, p("gate.weight"), p("gate.bias"),
                                                        p("up.weight"), p("up.bias"),
-                                                       p("proj.weight"), p("proj.bias")),
+                                                       p("proj.weight"), p("proj.bias"),
+                                                       (p("gate.adapter"), p("up.adapter"),
+                                                        p("proj.adapter"))),
                       swiglu_backward),
 }

@@ -13,6 +13,10 @@ the parameters, preallocated gradient buffers and the forward cache between the 
 The same `gpt_forward` generates: with a KV cache (sheepop.arch.kv_cache) the tokens continue
 the cached positions and each attention reads the stored keys and values, so a decode step
 costs one position's work and gives the logits a full forward pass over the whole sequence would.
+
+With LoRA (`lora`, a LoraConfig) the parameter dict also holds adapters ("blocks.0.attn.qkv.lora_A",
+...): each adapted linear layer adds (alpha / r) (x A^T) B^T, every base weight is frozen, and
+the backward pass returns the adapters' gradients only (docs/finetune.md).
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ import numpy as np
 
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, cache_shape, slides
+from sheepop.arch.lora import LoraConfig, check_adapters, init_adapters, is_adapter
 from sheepop.config import ModelConfig
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward
 from sheepop.scratch.init import check_weights, init_params
 from sheepop.scratch.layers import (
+    FROZEN,
     CrossEntropyCache,
     cross_entropy_backward,
     cross_entropy_forward,
@@ -60,13 +66,14 @@ class GPTCache(NamedTuple):
     tied: bool
     loss: CrossEntropyCache | None
     cfg: ModelConfig
+    frozen: bool = False  # LoRA: the base weights get no gradient
 
 
 def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
                 targets: np.ndarray | None = None, rng: np.random.Generator | None = None,
                 cache: KVCache | None = None, pos_ids: np.ndarray | None = None,
-                key_mask: np.ndarray | None = None, last_only: bool = False
-                ) -> tuple[np.ndarray, float | None, GPTCache]:
+                key_mask: np.ndarray | None = None, last_only: bool = False,
+                lora: LoraConfig | None = None) -> tuple[np.ndarray, float | None, GPTCache]:
     """Logits (B, T, V), the mean loss (None without targets) and the cache for the backward.
 
     Dropout is applied only when an `rng` is given (training); without one this is evaluation.
@@ -76,7 +83,11 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     is True at real tokens (sheepop.arch.batch). The backward pass is for uncached forwards.
     With rope a sequence may pass block_size: each query then attends over the block_size most
     recent keys (sliding-window attention; a rolling cache computes the same).
+    With `lora`, the adapters in `params` are applied with s = alpha / r and the base weights
+    are frozen; adapters in `params` without `lora` are an error (they would be ignored).
     """
+    if lora is None and any(is_adapter(name) for name in params):
+        raise ValueError("params hold LoRA adapters: pass their LoraConfig as `lora`")
     idx = np.asarray(idx)
     T = idx.shape[-1]
     start = cache.length if cache is not None else 0
@@ -100,19 +111,20 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     blocks = []
     for i in range(cfg.n_layer):
         h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng, cache, i, mask,
-                                       rotate)
+                                       rotate, lora)
         blocks.append(block_cache)
     if cache is not None:
         cache.advance(T)
     if last_only:
         h = h[:, -1:, :]
     h, ln_f = norm_forward(cfg.norm, h, params, "ln_f.", cfg.ln_eps)
-    logits, head = linear_forward(h, head_weight(params), params.get("head.bias"))
+    logits, head = linear_forward(h, head_weight(params), params.get("head.bias"),
+                                  None if lora is None else FROZEN)
     loss, loss_cache = (None, None) if targets is None else cross_entropy_forward(
         logits, np.asarray(targets))
     tied = "head.weight" not in params
     return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, tied, loss_cache,
-                                  cfg)
+                                  cfg, lora is not None)
 
 
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
@@ -126,7 +138,8 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
                  dlogits: np.ndarray | None = None) -> Params:
     """dL/d(every parameter) by the chain rule, from dL/dlogits (the loss's, scaled by `dloss`,
     unless `dlogits` is given). Gradients are *added* into `grads` when given (accumulation over
-    micro-batches into preallocated buffers); otherwise a new dict is returned."""
+    micro-batches into preallocated buffers); otherwise a new dict is returned. After a LoRA
+    forward only the adapters get gradients (the embeddings' and every dW are not computed)."""
     new: dict[str, np.ndarray | None] = {}
     if dlogits is None:
         if cache.loss is None:
@@ -138,6 +151,9 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
     for i in reversed(range(len(cache.blocks))):
         dh, block_grads = block_backward(dh, cache.blocks[i], f"blocks.{i}.")
         new.update(block_grads)
+    if cache.frozen:
+        new = {k: v for k, v in new.items() if is_adapter(k)}
+        return _deliver(new, grads)
     dh = dropout_backward(dh, cache.drop)
     embed_backward = POSITIONS[cache.cfg.pos_encoding].embed_backward
     if embed_backward is not None:
@@ -148,6 +164,11 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
         new["tok_emb.weight"] += dw_head
     else:
         new["head.weight"] = dw_head
+    return _deliver(new, grads)
+
+
+def _deliver(new: dict[str, np.ndarray | None], grads: Params | None) -> Params:
+    """The computed gradients as a new dict, or added into `grads`."""
     if grads is None:
         return {k: v for k, v in new.items() if v is not None}
     for name, g in new.items():
@@ -157,26 +178,41 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
 
 
 class GPT:
-    """The NumPy GPT: parameters (float32 or float64), gradient buffers reused across steps."""
+    """The NumPy GPT: parameters (float32 or float64), gradient buffers reused across steps.
+
+    With `lora` the parameters also hold adapters (`adapters`, or fresh ones from
+    sheepop.arch.lora.init_adapters(seed)); the base weights are frozen and only the adapters
+    have gradient buffers."""
 
     def __init__(self, cfg: ModelConfig, params: Params | None = None,
-                 dtype: type | str = np.float32, seed: int = 0):
+                 dtype: type | str = np.float32, seed: int = 0, lora: LoraConfig | None = None,
+                 adapters: Params | None = None):
         self.cfg = cfg
         self.dtype = np.dtype(dtype)
         if params is None:
             params = init_params(cfg, seed, self.dtype)
         self.params: Params = {}
         self.load_numpy_weights(params, "parameters")
-        self.grads: Params = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self.lora = lora
+        if lora is not None:
+            self.load_adapters(init_adapters(cfg, lora, seed) if adapters is None else adapters)
+        self.grads: Params = {k: np.zeros_like(v) for k, v in self.params.items()
+                              if lora is None or is_adapter(k)}
         self._cache: GPTCache | None = None
 
     def num_params(self) -> int:
+        """Every parameter, adapters included."""
         return sum(v.size for v in self.params.values())
+
+    def trainable_params(self) -> int:
+        """The parameters that have gradients: all, or the adapters under LoRA."""
+        return sum(v.size for v in self.grads.values())
 
     def forward(self, idx: np.ndarray, targets: np.ndarray | None = None,
                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, float | None]:
         """(logits, loss); the cache is kept for `backward`. Dropout only with an rng."""
-        logits, loss, self._cache = gpt_forward(self.params, self.cfg, idx, targets, rng)
+        logits, loss, self._cache = gpt_forward(self.params, self.cfg, idx, targets, rng,
+                                                lora=self.lora)
         return logits, loss
 
     def backward(self, dloss: float = 1.0) -> Params:
@@ -197,7 +233,15 @@ class GPT:
     def load_numpy_weights(self, weights: dict[str, np.ndarray], where: str = "checkpoint"
                            ) -> None:
         """Copy `weights` in (converted to the model's dtype) after checking names and shapes."""
-        for name in check_weights(self.cfg, weights, where):
+        self._copy_in(weights, check_weights(self.cfg, weights, where))
+
+    def load_adapters(self, adapters: dict[str, np.ndarray], where: str = "adapters") -> None:
+        """Copy LoRA adapters in, after checking them against the model's LoraConfig."""
+        check_adapters(self.cfg, self.lora, adapters, where)
+        self._copy_in(adapters, list(adapters))
+
+    def _copy_in(self, weights: dict[str, np.ndarray], names: list[str]) -> None:
+        for name in names:
             w = weights[name]
             if name in self.params:
                 self.params[name][...] = w  # in place: optimizer state keeps pointing at it

@@ -80,7 +80,7 @@ def loads(json_text: str | bytes, where: str = "tokenizer") -> Tokenizer:
         raise UserError(f"{where}: unknown tokenizer kind {shown(kind)} "
                         f"(this sheepop knows {', '.join(KINDS)})")
     _check_unicode(data, where)
-    return tokenizer_class(kind)._from_payload(data, where)
+    return tokenizer_class(kind).from_document(data, where)
 
 
 def _check_unicode(data: Any, where: str) -> None:

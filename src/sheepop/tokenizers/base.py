@@ -13,21 +13,27 @@ invalid UTF-8, batches, the file format) lives here, once.
 
 File format, one JSON object:
     {"format": "sheepop-tokenizer", "version": 1, "kind": "...",
-     "special_tokens": {"<|bos|>": 0, ...}, ...what the kind adds}
+     "special_tokens": {"<|bos|>": 0, ...}, ...what the kind adds,
+     "chat_template": "..."}   (only once chat tokens were added: sheepop.tokenizers.chat)
+
+Special tokens can be added to a trained tokenizer (`with_special_tokens`): they take new ids
+at the end of the vocabulary, so every existing id keeps its meaning (and a model's rows stay
+valid).
 """
 
 from __future__ import annotations
 
+import json
 import operator
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import regex
 
 from sheepop.errors import UserError
-from sheepop.files import DocumentFormat, atomic_write_text, document_text
+from sheepop.files import DocumentFormat, atomic_write_text, document_text, shown
 
 FORMAT = "sheepop-tokenizer"
 VERSION = 1
@@ -75,6 +81,8 @@ class Tokenizer(ABC):
         self.special_tokens: dict[str, int] = dict(special_tokens)
         self._special_by_id: dict[int, str] = {i: t for t, i in self.special_tokens.items()}
         self._specials = SpecialMatcher(self.special_tokens)
+        self.chat_template: str | None = None
+        """Jinja text of the chat template (sheepop.tokenizers.chat), or None."""
 
     # ----- what a kind implements -------------------------------------------------------------
 
@@ -108,6 +116,12 @@ class Tokenizer(ABC):
     def _from_payload(cls, data: dict[str, Any], where: str) -> Tokenizer:
         """Rebuild from a parsed file; raise UserError naming `where` when it is malformed."""
 
+    def _payload_with_specials(self, payload: dict[str, Any], added: dict[str, int]) -> None:
+        """Change the parsed file `payload`, whose "special_tokens" already hold `added` (new
+        ids after the last one), so that `_from_payload` reads it back. Nothing to do for kinds
+        whose ids follow from "special_tokens" alone."""
+        return None
+
     # ----- special tokens ---------------------------------------------------------------------
 
     @property
@@ -136,6 +150,24 @@ class Tokenizer(ABC):
     def split_specials(self, text: str) -> Iterator[tuple[str, int | None]]:
         """Cut `text` into (ordinary text, None) and (special token, its id), in order."""
         return self._specials.split(text)
+
+    def with_special_tokens(self, names: Sequence[str]) -> Tokenizer:
+        """This tokenizer with each of `names` it lacks as a new special token: ids
+        vocab_size, vocab_size + 1, ... in the order given. Existing ids never move (a
+        model's embedding rows keep their meaning; it only needs rows for the new ids).
+        Returns `self` when nothing is missing, else a new tokenizer."""
+        bad = [t for t in names if not isinstance(t, str) or not t]
+        if bad:
+            raise UserError(f"a special token must be a non-empty string, not {shown(bad[0])}")
+        missing = [t for t in dict.fromkeys(names) if t not in self.special_tokens]
+        if not missing:
+            return self
+        added = {t: self.vocab_size + k for k, t in enumerate(missing)}
+        # Through the file format, so the result is exactly what saving and loading it gives.
+        payload = json.loads(self.to_json())
+        payload["special_tokens"].update(added)
+        self._payload_with_specials(payload, added)
+        return type(self).from_document(payload, "tokenizer with added special tokens")
 
     # ----- encode -----------------------------------------------------------------------------
 
@@ -219,7 +251,20 @@ class Tokenizer(ABC):
         """The tokenizer's file (see the module docstring), as text."""
         body = {"kind": self.kind, "special_tokens": dict(self.special_tokens),
                 **self._payload()}
+        if self.chat_template is not None:
+            body["chat_template"] = self.chat_template
         return document_text(TOKENIZER_FILE, body, indent=1)
+
+    @classmethod
+    def from_document(cls, data: dict[str, Any], where: str) -> Tokenizer:
+        """Rebuild from a parsed file of this kind (the kind's payload, then what every kind
+        may carry: the chat template; a file without one, as every file before it, has none)."""
+        tok = cls._from_payload(data, where)
+        template = data.get("chat_template")
+        if template is not None and not isinstance(template, str):
+            raise bad_file(where, "'chat_template' must be a string")
+        tok.chat_template = template
+        return tok
 
     def save(self, path: str | Path) -> None:
         """Write the tokenizer's JSON file atomically (temporary name, then rename)."""
@@ -251,6 +296,19 @@ def read_specials(data: Mapping[str, Any], where: str) -> dict[str, int]:
             isinstance(k, str) and k and type(v) is int for k, v in specials.items()):
         raise bad_file(where, "special_tokens must map token strings to integer ids")
     return specials
+
+
+def leading_and_added(specials: Mapping[str, int], n_ordinary: int, where: str
+                      ) -> tuple[list[str], list[str]]:
+    """For kinds whose ordinary tokens follow the special tokens (char, word): the special
+    tokens before them (ids 0..k-1) and those added after them (ids k + n_ordinary, ...), each
+    list in id order; every id of the vocabulary must be used exactly once."""
+    order = sorted(specials, key=specials.__getitem__)
+    lead = 0
+    while lead < len(order) and specials[order[lead]] == lead:
+        lead += 1
+    check_ids_dense([*specials.values(), *range(lead, lead + n_ordinary)], where)
+    return order[:lead], order[lead:]
 
 
 def check_ids_dense(ids: Iterable[int], where: str) -> None:

@@ -194,6 +194,9 @@ class BPETokenizer(Tokenizer):
                        for a, b in self.merges],
         }
 
+    def _payload_with_specials(self, payload: dict[str, Any], added: dict[str, int]) -> None:
+        payload["tokens"].extend(added)  # a special token's name stands at its id
+
     @classmethod
     def _from_payload(cls, data: dict[str, Any], where: str) -> BPETokenizer:
         specials = read_specials(data, where)

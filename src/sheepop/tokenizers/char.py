@@ -17,7 +17,7 @@ from sheepop.tokenizers.base import (
     DEFAULT_SPECIALS,
     Tokenizer,
     bad_file,
-    check_ids_dense,
+    leading_and_added,
     read_specials,
 )
 
@@ -25,9 +25,13 @@ from sheepop.tokenizers.base import (
 class CharTokenizer(Tokenizer):
     kind = "char"
 
-    def __init__(self, chars: Sequence[str], special_tokens: Sequence[str] = DEFAULT_SPECIALS):
-        super().__init__({t: i for i, t in enumerate(special_tokens)})
+    def __init__(self, chars: Sequence[str], special_tokens: Sequence[str] = DEFAULT_SPECIALS,
+                 added_specials: Sequence[str] = ()):
+        """`special_tokens` take ids 0.., the characters the next ones, `added_specials`
+        (added to a trained tokenizer: Tokenizer.with_special_tokens) those after them."""
         offset = len(special_tokens)
+        super().__init__({**{t: i for i, t in enumerate(special_tokens)},
+                          **{t: offset + len(chars) + k for k, t in enumerate(added_specials)}})
         self.chars: list[str] = list(chars)
         self._stoi: dict[str, int] = {c: offset + i for i, c in enumerate(self.chars)}
         self._itos: dict[int, str] = {i: c for c, i in self._stoi.items()}
@@ -84,6 +88,5 @@ class CharTokenizer(Tokenizer):
             raise bad_file(where, "'chars' must be a list of single characters")
         if len(set(chars)) != len(chars):
             raise bad_file(where, "'chars' lists a character twice")
-        order = sorted(specials, key=specials.__getitem__)
-        check_ids_dense(specials.values(), where)
-        return cls(chars, special_tokens=order)
+        lead, added = leading_and_added(specials, len(chars), where)
+        return cls(chars, special_tokens=lead, added_specials=added)

@@ -25,7 +25,7 @@ from sheepop.tokenizers.base import (
     UNK,
     Tokenizer,
     bad_file,
-    check_ids_dense,
+    leading_and_added,
     read_specials,
 )
 
@@ -44,9 +44,12 @@ class WordTokenizer(Tokenizer):
     kind = "word"
 
     def __init__(self, words: Sequence[str], special_tokens: Sequence[str] = DEFAULT_SPECIALS,
-                 lowercase: bool = False) -> None:
-        super().__init__({t: i for i, t in enumerate(special_tokens)})
+                 lowercase: bool = False, added_specials: Sequence[str] = ()) -> None:
+        """`special_tokens` take ids 0.., the words the next ones, `added_specials` (added to
+        a trained tokenizer: Tokenizer.with_special_tokens) those after them."""
         offset = len(special_tokens)
+        super().__init__({**{t: i for i, t in enumerate(special_tokens)},
+                          **{t: offset + len(words) + k for k, t in enumerate(added_specials)}})
         self.words: list[str] = list(words)
         self.lowercase = lowercase
         self._stoi: dict[str, int] = {w: offset + i for i, w in enumerate(self.words)}
@@ -133,6 +136,5 @@ class WordTokenizer(Tokenizer):
         lowercase = data.get("lowercase", False)
         if not isinstance(lowercase, bool):
             raise bad_file(where, "'lowercase' must be true or false")
-        check_ids_dense(specials.values(), where)
-        return cls(words, special_tokens=sorted(specials, key=specials.__getitem__),
-                   lowercase=lowercase)
+        lead, added = leading_and_added(specials, len(words), where)
+        return cls(words, special_tokens=lead, lowercase=lowercase, added_specials=added)

@@ -6,6 +6,9 @@ micro-batches, micro-batch j (n_j counted targets, mean loss L_j) contributes th
 n_j L_j / N, i.e. its backward runs with dloss = n_j / N; the sum is the gradient of the
 large-batch mean loss whatever the padding. Weights, moments and the Adam step are saved under the
 same names as the torch engine's, so either engine resumes the other's checkpoint.
+
+With LoRA (`lora`) the given weights are frozen and AdamW updates the adapters only (the same
+rule as the torch engine, weight decay on A and B included); `weights()` is then the adapters.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
+from sheepop.arch.lora import LoraConfig
 from sheepop.config import ModelConfig, TrainConfig
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import GPT, gpt_forward
@@ -32,12 +36,18 @@ class NumpyEngine:
     name = "numpy"
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                 weights: dict[str, np.ndarray] | None = None):
+                 weights: dict[str, np.ndarray] | None = None, lora: LoraConfig | None = None,
+                 adapters: dict[str, np.ndarray] | None = None):
+        """`weights` (None: fresh ones by the config's seed); with `lora`, those weights are
+        frozen and the adapters train, starting from `adapters` (None: fresh, B = 0)."""
         self.cfg = train_cfg
         self.model_cfg = model_cfg
+        self.lora = lora
         self.dtype = np.dtype(resolve_dtype(train_cfg.dtype))
-        self.model = GPT(model_cfg, weights, self.dtype, seed=train_cfg.seed)
-        self.optimizer = AdamW(self.model.params, lr=train_cfg.lr,
+        self.model = GPT(model_cfg, weights, self.dtype, seed=train_cfg.seed, lora=lora,
+                         adapters=adapters)
+        trainable = {name: self.model.params[name] for name in self.model.grads}
+        self.optimizer = AdamW(trainable, lr=train_cfg.lr,
                                betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps,
                                weight_decay=train_cfg.weight_decay)
         # Dropout masks come from their own seeded generator, saved with the checkpoint.
@@ -50,7 +60,12 @@ class NumpyEngine:
         return f"numpy (scratch engine), {self.dtype.name}{note}"
 
     def num_params(self) -> int:
+        """Every parameter, adapters included."""
         return self.model.num_params()
+
+    def trainable_params(self) -> int:
+        """The parameters AdamW updates: all of them, or the adapters under LoRA."""
+        return self.model.trainable_params()
 
     def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float,
                    total_count: int | None = None) -> tuple[float, float]:
@@ -76,10 +91,13 @@ class NumpyEngine:
         n = int((y != IGNORE_INDEX).sum())
         if n == 0:
             return 0.0, 0
-        _, loss, _ = gpt_forward(self.model.params, self.model_cfg, x, y)
+        _, loss, _ = gpt_forward(self.model.params, self.model_cfg, x, y, lora=self.lora)
         return loss * n, n
 
     def weights(self) -> dict[str, np.ndarray]:
+        """What a checkpoint saves: every weight, or the adapters alone under LoRA."""
+        if self.lora is not None:
+            return {name: self.model.params[name].astype(np.float32) for name in self.model.grads}
         return self.model.numpy_weights()
 
     def optimizer_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

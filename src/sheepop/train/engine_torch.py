@@ -4,6 +4,11 @@ One optimizer step on a list of micro-batches. Gradient accumulation is exact: w
 of counted (non-padding) targets over all micro-batches, each micro-batch contributes
 (sum of its token losses) / N, so the accumulated gradient is the gradient of the large-batch
 mean loss whatever the padding.
+
+With LoRA (`lora`), the given weights are frozen and AdamW updates the adapters only
+(sheepop.model.lora); `weights()` is then the adapters alone, what a LoRA checkpoint holds.
+Weight decay follows the shared rule, so A and B (matrices) decay: that pulls the update s B A
+toward zero, i.e. the model toward the base model, not the weights toward zero.
 """
 
 from __future__ import annotations
@@ -16,11 +21,13 @@ import numpy as np
 import torch
 
 from sheepop.arch import IGNORE_INDEX
+from sheepop.arch.lora import LoraConfig
 from sheepop.arch.params import decays
 from sheepop.config import ModelConfig, TrainConfig
 from sheepop.errors import UserError
 from sheepop.model.device import resolve_device
 from sheepop.model.gpt import GPT, cross_entropy
+from sheepop.model.lora import adapter_weights, add_lora
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,8 +56,12 @@ class TorchEngine:
     name = "torch"
 
     def __init__(self, model_cfg: ModelConfig, train_cfg: TrainConfig,
-                 weights: dict[str, np.ndarray] | None = None):
+                 weights: dict[str, np.ndarray] | None = None, lora: LoraConfig | None = None,
+                 adapters: dict[str, np.ndarray] | None = None):
+        """`weights` (None: fresh ones by the config's seed); with `lora`, those weights are
+        frozen and the adapters train, starting from `adapters` (None: fresh, B = 0)."""
         self.cfg = train_cfg
+        self.lora = lora
         if train_cfg.threads:
             torch.set_num_threads(train_cfg.threads)
         self.device = resolve_device(train_cfg.device)
@@ -59,6 +70,8 @@ class TorchEngine:
         self.model = GPT(model_cfg)
         if weights is not None:
             self.model.load_numpy_weights(weights)
+        if lora is not None:
+            add_lora(self.model, lora, adapters, seed=train_cfg.seed)
         self.model.to(self.device)
         self.param_names = {p: n for n, p in self.model.named_parameters()}
         self.fused = self.device.type == "cuda"
@@ -78,7 +91,12 @@ class TorchEngine:
         return f"torch on {self.device}, {str(self.dtype).replace('torch.', '')}"
 
     def num_params(self) -> int:
+        """Every parameter, adapters included."""
         return self.model.num_params()
+
+    def trainable_params(self) -> int:
+        """The parameters AdamW updates: all of them, or the adapters under LoRA."""
+        return sum(p.numel() for p in self.model.parameters() if p.requires_grad)
 
     def _autocast(self):
         if self.dtype == torch.float32:
@@ -111,7 +129,8 @@ class TorchEngine:
         loss = sum(self.micro_losses(micro_batches, max(count, 1)))
         self.scaler.unscale_(self.optimizer)
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(trainable, clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -126,6 +145,9 @@ class TorchEngine:
         return float(loss_sum), int((y != IGNORE_INDEX).sum())
 
     def weights(self) -> dict[str, np.ndarray]:
+        """What a checkpoint saves: every weight, or the adapters alone under LoRA."""
+        if self.lora is not None:
+            return adapter_weights(self.model)
         return self.model.numpy_weights()
 
     # Optimizer state, keyed by parameter name so both engines read each other's.
@@ -150,8 +172,9 @@ class TorchEngine:
             self.optimizer.state[p] = {
                 # fused AdamW keeps its step counter on the device
                 "step": torch.tensor(float(step), device=self.device if self.fused else "cpu"),
-                "exp_avg": torch.from_numpy(arrays[f"exp_avg.{name}"]).to(self.device),
-                "exp_avg_sq": torch.from_numpy(arrays[f"exp_avg_sq.{name}"]).to(self.device),
+                "exp_avg": torch.from_numpy(arrays[f"exp_avg.{name}"]).to(self.device, p.dtype),
+                "exp_avg_sq": torch.from_numpy(arrays[f"exp_avg_sq.{name}"]).to(self.device,
+                                                                               p.dtype),
             }
         if "rng.torch" in arrays:
             torch.set_rng_state(torch.from_numpy(arrays["rng.torch"]))

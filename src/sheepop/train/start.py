@@ -18,26 +18,34 @@ from typing import Any
 import numpy as np
 
 from sheepop import checkpoint, files
+from sheepop.arch.lora import LoraConfig
 from sheepop.config import Config, resolve_vocab_size
 from sheepop.data import source as data_source
 from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.errors import UserError
+from sheepop.model_size import describe_kv_cache
 from sheepop.tokenizers import loads as load_tokenizer
 from sheepop.train import run_lock, signals
 from sheepop.train.loop import Engine, Trainer
 
 
-def make_engine(cfg: Config, weights: dict[str, np.ndarray] | None = None) -> Engine:
+def make_engine(cfg: Config, weights: dict[str, np.ndarray] | None = None,
+                lora: LoraConfig | None = None,
+                adapters: dict[str, np.ndarray] | None = None) -> Engine:
+    """The engine of `cfg.train.engine` on `weights` (None: fresh ones). With `lora`, the
+    weights are frozen and only the adapters train (`adapters`: a checkpoint's, None: new)."""
     with signals.deferred():  # a signal during torch's import could abort it (signals.py)
-        return _make_engine(cfg, weights)
+        return _make_engine(cfg, weights, lora, adapters)
 
 
-def _make_engine(cfg: Config, weights: dict[str, np.ndarray] | None) -> Engine:
+def _make_engine(cfg: Config, weights: dict[str, np.ndarray] | None, lora: LoraConfig | None,
+                 adapters: dict[str, np.ndarray] | None) -> Engine:
+    kw = {} if lora is None else {"lora": lora, "adapters": adapters}
     if cfg.train.engine == "numpy":
         from sheepop.train.engine_numpy import NumpyEngine
-        return NumpyEngine(cfg.model, cfg.train, weights)
+        return NumpyEngine(cfg.model, cfg.train, weights, **kw)
     from sheepop.train.engine_torch import TorchEngine
-    return TorchEngine(cfg.model, cfg.train, weights)
+    return TorchEngine(cfg.model, cfg.train, weights, **kw)
 
 
 
@@ -71,7 +79,9 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
     `options`: `progress`; a task that builds its own token streams (e.g. the progression
     task) passes `dataset` instead of `data_path`, and may pass its own `sampler` and
     `eval_data` windows; under torchrun, `wrap_engine` puts the engine under DDP or FSDP
-    (sheepop.train.distributed) before any optimizer state is loaded.
+    (sheepop.train.distributed) before any optimizer state is loaded. Fine-tuning passes
+    `initial_weights` (a new run starts from them) and `lora` (they stay frozen, the
+    checkpoint holds the adapters: a resumed LoRA run needs the same `initial_weights`).
     """
     run_dir = Path(run_dir)
     lock = run_lock.acquire(run_dir) if is_main else None
@@ -90,14 +100,17 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
 def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log, is_main: bool,
            progress: bool = True, dataset: Dataset | None = None,
            wrap_engine: Callable[[Engine], Engine] | None = None, sampler=None,
-           eval_data: tuple[np.ndarray, np.ndarray] | None = None) -> Trainer:
-    weights = tokenizer = arrays = state = None
+           eval_data: tuple[np.ndarray, np.ndarray] | None = None,
+           initial_weights: dict[str, np.ndarray] | None = None,
+           lora: LoraConfig | None = None) -> Trainer:
+    weights, tokenizer, arrays, state = initial_weights, None, None, None
     if resume:
         if not checkpoint.holds_checkpoint(run_dir):
             raise UserError(f"--resume: no checkpoint in {run_dir}")
         tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
                                    str(run_dir / checkpoint.TOKENIZER_FILE))
-        weights = checkpoint.load_weights(run_dir)
+        saved = checkpoint.load_weights(run_dir)
+        weights = weights if lora is not None else saved
         arrays, state = checkpoint.load_trainer_state(run_dir)
         if dataset is None:  # the data the run recorded, unless DATA is given
             data_path = data_source.for_resume(data_path, state.get("data"), run_dir, log)
@@ -110,7 +123,7 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
     cfg.validate()
     for line in data.report:
         log(line)
-    engine = make_engine(cfg, weights)
+    engine = make_engine(cfg, weights, lora, saved if resume and lora is not None else None)
     if wrap_engine is not None:
         engine = wrap_engine(engine)
     start = 0
@@ -122,7 +135,11 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
         run_dir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(run_dir / "metrics.jsonl", start)
     log(f"model: {engine.num_params():,} parameters ({cfg.model.n_layer} layers, "
-        f"{cfg.model.n_head} heads, width {cfg.model.n_embd}, context {cfg.model.block_size}); "
-        f"{engine.description}")
+        f"{cfg.model.n_head} heads, width {cfg.model.n_embd}, context {cfg.model.block_size}), "
+        f"{describe_kv_cache(cfg.model)}; {engine.description}")
+    if lora is not None:
+        trainable, total = engine.trainable_params(), engine.num_params()
+        log(f"LoRA rank {lora.rank}, alpha {lora.alpha:g} on {', '.join(lora.targets)}: "
+            f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%)")
     return Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress, sampler,
                    eval_data)

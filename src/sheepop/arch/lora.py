@@ -1,0 +1,212 @@
+"""LoRA (low-rank adaptation), what both engines share: which linear layers get an adapter, the
+adapters' names, shapes and initialisation, and merging them into plain weights
+(docs/finetune.md, "LoRA: the mathematics").
+
+A linear layer y = x W^T + b (W of shape (out, in)) with an adapter of rank r computes
+
+    y = x W^T + b + s (x A^T) B^T,      A (r, in), B (out, r), s = alpha / r
+
+with W and b frozen and only A and B trained: the update to the layer is the rank-r matrix
+dW = s B A, with r (in + out) parameters instead of in * out. B starts at zero, so the adapted
+model starts exactly at the base model.
+
+Targets, by the short names a user types:
+
+    qkv    blocks.{i}.attn.qkv            the fused query/key/value projection
+    proj   blocks.{i}.attn.proj           the attention's output projection
+    fc     blocks.{i}.ffn.fc              (mlp) or blocks.{i}.ffn.gate and .ffn.up (swiglu)
+    down   blocks.{i}.ffn.proj            the feed-forward's output projection
+
+Adapter parameters are named after their layer: `{prefix}.lora_A`, `{prefix}.lora_B`
+(e.g. blocks.0.attn.qkv.lora_A). NumPy only, like the rest of sheepop.arch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sheepop.arch.params import check_shapes
+from sheepop.config import ModelConfig
+from sheepop.errors import UserError
+from sheepop.files import atomic_write_text, read_json, shown
+
+TARGETS = ("qkv", "proj", "fc", "down")
+ADAPTER_SUFFIXES = (".lora_A", ".lora_B")
+LORA_FILE = "lora.json"
+
+
+def parse_targets(targets: str | Iterable[str]) -> tuple[str, ...]:
+    """"qkv,proj" or ["qkv", "proj"] -> ("qkv", "proj"): known names, in TARGETS' order, each
+    once; a UserError naming the known ones otherwise."""
+    names = targets.split(",") if isinstance(targets, str) else list(targets)
+    names = [n.strip() if isinstance(n, str) else n for n in names]
+    unknown = [n for n in names if n not in TARGETS]
+    if unknown:
+        raise UserError(f"unknown LoRA target {shown(unknown[0])} (known: {', '.join(TARGETS)})")
+    if not names:
+        raise UserError(f"LoRA needs at least one target (known: {', '.join(TARGETS)})")
+    return tuple(t for t in TARGETS if t in names)
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """rank r >= 1, alpha > 0 (the update is scaled by s = alpha / r), the targets, and the run
+    whose weights the adapters modify (saved as lora.json in the adapters' run directory)."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    targets: tuple[str, ...] = TARGETS
+    base_run: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) \
+                or self.rank < 1:
+            raise UserError(f"LoRA rank must be an integer >= 1, not {shown(self.rank)}")
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float, np.number)) \
+                or not math.isfinite(self.alpha) or self.alpha <= 0:
+            raise UserError(f"LoRA alpha must be a number > 0, not {shown(self.alpha)}")
+        if not isinstance(self.base_run, str):
+            raise UserError(f"LoRA base_run must be a path, not {shown(self.base_run)}")
+        object.__setattr__(self, "rank", int(self.rank))
+        object.__setattr__(self, "alpha", float(self.alpha))
+        object.__setattr__(self, "targets", parse_targets(self.targets))
+
+    @property
+    def scale(self) -> float:
+        """s = alpha / r: the factor of B A in the adapted weight W + s B A."""
+        return self.alpha / self.rank
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "alpha": self.alpha, "targets": list(self.targets),
+                "base_run": self.base_run}
+
+    @classmethod
+    def from_dict(cls, data: Any, base_run: str = "", where: str = "LoRA settings"
+                  ) -> LoraConfig:
+        """The config of `data` ({"rank", "alpha", "targets"[, "base_run"]}); `base_run` when
+        the data names none. Unknown keys and bad values: one UserError naming `where`."""
+        if not isinstance(data, Mapping):
+            raise UserError(f"{where}: the LoRA settings are not a JSON object")
+        unknown = sorted(set(data) - {"rank", "alpha", "targets", "base_run"})
+        if unknown:
+            raise UserError(f"{where}: unknown LoRA setting {shown(unknown[0])}")
+        try:
+            return cls(data.get("rank", 8), data.get("alpha", 16.0),
+                       data.get("targets", TARGETS), data.get("base_run", base_run))
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
+
+    def save(self, run_dir: str | Path) -> None:
+        """Write lora.json into `run_dir` (atomically)."""
+        atomic_write_text(Path(run_dir) / LORA_FILE, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> LoraConfig | None:
+        """The run's lora.json, or None when the run has no adapters."""
+        path = Path(run_dir) / LORA_FILE
+        if not path.exists():
+            return None
+        return cls.from_dict(read_json(path, what=LORA_FILE), where=str(path))
+
+
+# ----- which layers, and the adapters' shapes -------------------------------------------------
+
+def target_modules(cfg: ModelConfig, target: str) -> tuple[str, ...]:
+    """The module names (relative to a block) one target name stands for."""
+    return {"qkv": ("attn.qkv",), "proj": ("attn.proj",),
+            "fc": ("ffn.gate", "ffn.up") if cfg.ffn == "swiglu" else ("ffn.fc",),
+            "down": ("ffn.proj",)}[target]
+
+
+def lora_targets(cfg: ModelConfig, names: str | Iterable[str]) -> list[str]:
+    """Full module prefixes of the targeted layers, block by block: "blocks.0.attn.qkv", ..."""
+    targets = parse_targets(names)
+    return [f"blocks.{i}.{module}" for i in range(cfg.n_layer) for t in targets
+            for module in target_modules(cfg, t)]
+
+
+def linear_shape(cfg: ModelConfig, prefix: str) -> tuple[int, int]:
+    """(out_features, in_features) of the linear layer `prefix` (blocks.{i}.attn.qkv, ...)."""
+    d, f = cfg.n_embd, cfg.ffn_dim
+    module = prefix.split(".", 2)[2]
+    return {"attn.qkv": ((cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim, d),
+            "attn.proj": (d, d), "ffn.fc": (f, d), "ffn.gate": (f, d), "ffn.up": (f, d),
+            "ffn.proj": (d, f)}[module]
+
+
+def adapter_shapes(cfg: ModelConfig, lora: LoraConfig) -> dict[str, tuple[int, int]]:
+    """{prefix}.lora_A: (r, in) and {prefix}.lora_B: (out, r) for every targeted layer."""
+    shapes = {}
+    for prefix in lora_targets(cfg, lora.targets):
+        out, inp = linear_shape(cfg, prefix)
+        shapes[f"{prefix}.lora_A"] = (lora.rank, inp)
+        shapes[f"{prefix}.lora_B"] = (out, lora.rank)
+    return shapes
+
+
+def adapter_param_count(cfg: ModelConfig, lora: LoraConfig) -> int:
+    """r (in + out) summed over the targeted layers."""
+    return sum(a * b for a, b in adapter_shapes(cfg, lora).values())
+
+
+def is_adapter(name: str) -> bool:
+    return name.endswith(ADAPTER_SUFFIXES)
+
+
+def check_adapters(cfg: ModelConfig, lora: LoraConfig, adapters: Mapping[str, Any],
+                   where: str = "adapters") -> None:
+    """`adapters` holds exactly the config's adapter parameters, each of its shape."""
+    check_shapes({k: np.shape(v) for k, v in adapters.items()}, adapter_shapes(cfg, lora),
+                 where)
+
+
+def init_adapters(cfg: ModelConfig, lora: LoraConfig, seed: int = 0,
+                  dtype: type = np.float32) -> dict[str, np.ndarray]:
+    """Fresh adapters: B = 0, so the adapted model starts as the base model exactly, and
+    A ~ U(-1/sqrt(in), 1/sqrt(in)) from numpy.random.default_rng(seed) (PEFT's default, the
+    Kaiming-uniform bound of torch's nn.Linear): each entry of x A^T then has variance
+    |x|^2 / (3 in), the size of a feature, so B's first gradients s dy^T (x A^T) are too."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in adapter_shapes(cfg, lora).items():
+        if name.endswith(".lora_A"):
+            bound = 1.0 / math.sqrt(shape[1])
+            out[name] = rng.uniform(-bound, bound, shape).astype(dtype)
+        else:
+            out[name] = np.zeros(shape, dtype=dtype)
+    return out
+
+
+def merge(weights: Mapping[str, np.ndarray], adapters: Mapping[str, np.ndarray],
+          lora: LoraConfig) -> dict[str, np.ndarray]:
+    """Plain weights with each adapted W replaced by W + s B A (s = alpha / r, computed in
+    float64, stored in W's dtype): a model with these weights and no adapters computes what
+    the base model with the adapters computes. `weights` is not modified."""
+    merged = dict(weights)
+    for name in adapters:
+        if not is_adapter(name):
+            raise UserError(f"adapters: {shown(name)} is not a lora_A or lora_B")
+    prefixes = sorted({name.rsplit(".", 1)[0] for name in adapters})
+    for prefix in prefixes:
+        name = f"{prefix}.weight"
+        if name not in weights:
+            raise UserError(f"adapters: {shown(prefix)} adapts {name}, which the weights lack")
+        missing = [n for n in (f"{prefix}.lora_A", f"{prefix}.lora_B") if n not in adapters]
+        if missing:
+            raise UserError(f"adapters: {prefix} lacks {missing[0]}")
+        w = np.asarray(weights[name])
+        a = np.asarray(adapters[f"{prefix}.lora_A"], dtype=np.float64)
+        b = np.asarray(adapters[f"{prefix}.lora_B"], dtype=np.float64)
+        if a.ndim != 2 or b.ndim != 2 or (b.shape[0], a.shape[1]) != w.shape \
+                or not a.shape[0] == b.shape[1] == lora.rank:
+            raise UserError(f"adapters: {prefix} has lora_A {a.shape} and lora_B {b.shape}, "
+                            f"which do not fit {name} {w.shape} at rank {lora.rank}")
+        merged[name] = (w.astype(np.float64) + lora.scale * (b @ a)).astype(w.dtype)
+    return merged

@@ -1,0 +1,251 @@
+"""`sheepop chat RUN_DIR`: talk to a fine-tuned model, one turn after the other.
+
+The conversation so far is the prompt of each answer (sheepop.tokenizers.chat): the system
+message, the earlier turns, the new user message, then <|assistant|>; the answer streams until
+the model writes <|end|>. When the prompt would leave the answer less than `reserve` tokens of
+context, the oldest turns are dropped (never the system message), and stay dropped.
+
+Two ways to drive it:
+- a terminal: prompts, notes and the banner on stderr, the answer streamed on stdout. Ctrl-C
+  stops the answer being written (it stays in the conversation as far as it got); at the
+  prompt, Ctrl-C twice in a row, Ctrl-D or /quit leaves.
+- a pipe (stdin not a terminal): each input line is one user turn (or a command); stdout holds
+  exactly one line per answer, with backslashes written \\\\ and line breaks \\n (the same escapes
+  are read in input lines), and nothing else, so a script can pair its lines with the answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+import sys
+from typing import Any, TextIO
+
+from sheepop.cli.common import HelpFormatter, add_config_flag, flag_values, run_config
+from sheepop.config import ENGINES, SampleConfig
+from sheepop.errors import UserError
+from sheepop.model_size import param_count
+
+COMMANDS = "/reset (forget the conversation), /system TEXT (set the system message), /quit"
+NO_TEMPLATE = ("this run's tokenizer has no chat template: fine-tune it with sheepop finetune "
+               "first")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "chat", help="talk to a fine-tuned model",
+        description="Talk to a model fine-tuned on conversations (sheepop finetune). Each "
+                    "answer is streamed as it is written and ends at the end-of-turn token; "
+                    "the conversation stays in the context, the oldest turns dropped when the "
+                    "prompt would leave the answer fewer than min(--max-new-tokens, context/4) "
+                    f"tokens (never the system message). Commands: {COMMANDS}. From a "
+                    "pipe, each input line is a user turn and stdout holds exactly one line per "
+                    "answer (line breaks written \\n, backslashes \\\\); prompts and notes go "
+                    "to stderr. Sampling settings: the run's [sample] section, then the flags.",
+        formatter_class=HelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop "
+                   "finetune` (or any run whose tokenizer has the chat tokens)")
+    p.add_argument("--system", default="", metavar="TEXT",
+                   help="the system message that opens the conversation (empty: none)")
+    run_value = "the run's {key}; default {default}"
+    add_config_flag(p, "--max-new-tokens", "sample.max_new_tokens", note=run_value)
+    add_config_flag(p, "--temperature", "sample.temperature", note=run_value)
+    add_config_flag(p, "--top-k", "sample.top_k", note=run_value)
+    add_config_flag(p, "--top-p", "sample.top_p", note=run_value)
+    add_config_flag(p, "--seed", "sample.seed", note=run_value + "; answer n draws with seed + n")
+    add_config_flag(p, "--repetition-penalty", "sample.repetition_penalty", metavar="THETA",
+                    note=run_value)
+    p.add_argument("--engine", choices=ENGINES, default="torch",
+                   help="the engine that runs the model")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--show-prompt", action="store_true",
+                   help="before each answer, write on stderr the prompt the model reads "
+                        "(escaped, on one line) and its number of tokens")
+    p.set_defaults(func=run)
+
+
+def escape(text: str) -> str:
+    """One line of output: backslash -> \\\\, line feed -> \\n, carriage return -> \\r."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def unescape(line: str) -> str:
+    """The inverse of `escape` for an input line (any other backslash stays as it is)."""
+    out, i = [], 0
+    while i < len(line):
+        pair = line[i:i + 2]
+        if pair in ("\\\\", "\\n", "\\r"):
+            out.append({"\\\\": "\\", "\\n": "\n", "\\r": "\r"}[pair])
+            i += 2
+        else:
+            out.append(line[i])
+            i += 1
+    return "".join(out)
+
+
+class Chat:
+    """The conversation with one model, and the answer to each new user message."""
+
+    def __init__(self, model: Any, sample: SampleConfig, system: str, show_prompt: bool,
+                 note: TextIO):
+        from sheepop.tokenizers.chat import END
+        self.model, self.sample, self.show_prompt, self.note = model, sample, show_prompt, note
+        self.tokenizer = model.tokenizer
+        self.system = system
+        self.messages: list[dict[str, str]] = []
+        self.answers = 0
+        self.end_id = self.tokenizer.special_tokens[END]
+        # Any other special token also ends the answer (an undertrained model may write one).
+        self.stops = [t for t in self.tokenizer.special_tokens if t != END]
+        block = model.config.model.block_size
+        self.limit = block - min(sample.max_new_tokens, block // 4)
+
+    def conversation(self) -> list[dict[str, str]]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + self.messages
+
+    def reset(self) -> None:
+        self.messages = []
+
+    def prompt(self, user: str) -> list[int]:
+        """The prompt ids for the answer to `user`, oldest turns dropped to fit."""
+        from sheepop.tokenizers.chat import fit_context
+        self.messages.append({"role": "user", "content": user})
+        try:
+            ids, dropped = fit_context(self.tokenizer, self.conversation(), self.limit)
+        except UserError:
+            self.messages.pop()
+            raise
+        if dropped:
+            del self.messages[:dropped]
+            self.say(f"dropped the oldest {dropped} message{'s' if dropped > 1 else ''} "
+                      f"to stay within the context")
+        if self.show_prompt:
+            text = self.tokenizer.decode(ids)
+            self.say(f"prompt ({len(ids)} tokens): {escape(text)}")
+        return ids
+
+    def answer(self, user: str, write) -> str:
+        """Stream the answer to `user` through `write(piece)`; Ctrl-C stops it early. The
+        answer (as far as it got) joins the conversation."""
+        from sheepop.text_stream import stream_text
+        from sheepop.tokenizers import IncrementalDecoder
+        ids = self.prompt(user)
+        cfg = dataclasses.replace(self.sample, seed=self.sample.seed + self.answers)
+        self.answers += 1
+        pieces: list[str] = []
+        try:
+            for piece in stream_text(self.model.lm, ids, cfg, IncrementalDecoder(self.tokenizer),
+                                     stop=self.stops, eos_id=self.end_id):
+                pieces.append(piece)
+                write(piece)
+        except KeyboardInterrupt as e:
+            if getattr(e, "signum", signal.SIGINT) != signal.SIGINT:
+                raise  # SIGTERM, SIGHUP: leave (sheepop.cli.main)
+            self.say("(answer stopped)")
+        text = "".join(pieces)
+        self.messages.append({"role": "assistant", "content": text})
+        return text
+
+    def say(self, text: str) -> None:
+        print(f"sheepop: {text}", file=self.note, flush=True)
+
+
+def command(chat: Chat, line: str) -> bool | None:
+    """Run `line` if it is a command: True to go on, False to leave; None: not a command."""
+    word, _, rest = line.strip().partition(" ")
+    if word == "/quit":
+        return False
+    if word == "/reset":
+        chat.reset()
+        chat.say("conversation forgotten")
+        return True
+    if word == "/system":
+        chat.system = rest.strip()
+        chat.say(f"system message {'set' if chat.system else 'removed'}")
+        return True
+    if word.startswith("/") and word[1:].isalpha() and not rest:
+        chat.say(f"unknown command {word} (commands: {COMMANDS})")
+        return True
+    return None
+
+
+def piped(chat: Chat, stdin: TextIO, out: TextIO) -> None:
+    """One user turn per input line, one output line per answer."""
+    for raw in stdin:
+        line = unescape(raw.rstrip("\r\n"))
+        if not line.strip():
+            continue
+        done = command(chat, line)
+        if done is False:
+            return
+        if done:
+            continue
+        try:
+            chat.answer(line, lambda piece: (out.write(escape(piece)), out.flush()))
+        except UserError as e:  # a message too long, or holding a special token
+            chat.say(f"error: {e}")
+        out.write("\n")
+        out.flush()
+
+
+def interactive(chat: Chat, stdin: TextIO, out: TextIO, note: TextIO) -> None:
+    """Prompts on `note`, answers streamed on `out`; Ctrl-C twice at the prompt leaves."""
+    interrupted = False
+    while True:
+        note.write("you> ")
+        note.flush()
+        try:
+            line = stdin.readline()
+        except KeyboardInterrupt as e:
+            if getattr(e, "signum", signal.SIGINT) != signal.SIGINT or interrupted:
+                note.write("\n")
+                return
+            interrupted = True
+            note.write("\n(Ctrl-C again, Ctrl-D or /quit to leave)\n")
+            continue
+        interrupted = False
+        if not line:  # end of input (Ctrl-D)
+            note.write("\n")
+            return
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        done = command(chat, line)
+        if done is False:
+            return
+        if done:
+            continue
+        try:
+            chat.answer(line, lambda piece: (out.write(piece), out.flush()))
+        except UserError as e:
+            chat.say(f"error: {e}")
+        out.write("\n")
+        out.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from sheepop.inference import load
+    from sheepop.tokenizers.chat import has_chat_tokens, require_chat_tokens
+    sample = run_config(args.run_dir, [], None, flag_values(args), only=("sample",)
+                        ).validate().sample
+    model = load(args.run_dir, args.engine, args.device)
+    if not has_chat_tokens(model.tokenizer):
+        if model.tokenizer.chat_template is not None:
+            require_chat_tokens(model.tokenizer, "this run's tokenizer")
+        raise UserError(NO_TEMPLATE)
+    m = model.config.model
+    note = sys.stderr
+    if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 become U+FFFD, not a crash
+        sys.stdin.reconfigure(errors="replace")
+    chat = Chat(model, sample, args.system, args.show_prompt, note)
+    tty = sys.stdin.isatty()
+    print(f"sheepop: chat with {args.run_dir} ({param_count(m):,} parameters, context "
+          f"{m.block_size}, {model.engine} engine)" + (f"; {COMMANDS}" if tty else ""),
+          file=note, flush=True)
+    if tty:
+        interactive(chat, sys.stdin, sys.stdout, note)
+    else:
+        piped(chat, sys.stdin, sys.stdout)
+    return 0

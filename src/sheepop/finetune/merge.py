@@ -1,0 +1,32 @@
+"""`sheepop export LORA_RUN OUT_DIR --merge-lora`: a LoRA run as a plain run.
+
+Every adapted weight becomes W + (alpha / r) B A (sheepop.arch.lora.merge, through
+sheepop.inference.read_run), every other weight is the base run's (grown to the chat tokens),
+and the result is an ordinary run directory: config, tokenizer, one weights file, no lora.json,
+no reference to the base run. Its logits equal the adapted model's (up to float32 rounding of
+the sum), which tests/finetune checks in both engines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sheepop import checkpoint
+from sheepop.arch.lora import LoraConfig
+from sheepop.errors import UserError
+from sheepop.inference import read_run
+
+
+def write_merged(run_dir: str | Path, out_dir: str | Path) -> None:
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if LoraConfig.load(run_dir) is None:
+        raise UserError(f"{run_dir} has no LoRA adapters (no lora.json): it is a plain run "
+                        "already")
+    if checkpoint.holds_checkpoint(out_dir):
+        raise UserError(f"{out_dir} already holds a run: choose another OUT_DIR")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"output path exists and is not a directory: {out_dir}")
+    cfg, _, weights = read_run(run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint.save_checkpoint(out_dir, weights, cfg.to_dict(),
+                               checkpoint.load_tokenizer_json(run_dir))

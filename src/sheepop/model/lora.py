@@ -1,0 +1,97 @@
+"""LoRA in the torch engine: a linear layer with a trainable low-rank update, and the model
+surgery that puts it in place (docs/finetune.md, "LoRA: the mathematics").
+
+    y = x W^T + b + s (x A^T) B^T,     A (r, in), B (out, r), s = alpha / r, W and b frozen
+
+`add_lora` swaps each targeted nn.Linear (sheepop.arch.lora.lora_targets) for a `LoRALinear`
+that keeps the SAME `weight` and `bias` Parameter objects under the same names, so the model's
+parameter names stay the checkpoint's ("blocks.0.attn.qkv.weight") and the adapters appear
+beside them ("blocks.0.attn.qkv.lora_A"); every other parameter is frozen (requires_grad False),
+so autograd computes no gradient for the base model and an optimizer built over the parameters
+that require a gradient trains the adapters only. The NumPy engine's adapter is
+sheepop.scratch.layers.linear_forward with an Adapter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from sheepop.arch.lora import LoraConfig, check_adapters, init_adapters, is_adapter, lora_targets
+
+
+class LoRALinear(nn.Module):
+    """y = x W^T + b + s (x A^T) B^T: the base layer's own `weight` and `bias` Parameters, and
+    the adapter's `lora_A` (r, in) and `lora_B` (out, r). The update goes through the rank-r
+    bottleneck x A^T; B A (out, in) is never formed."""
+
+    def __init__(self, base: nn.Linear, rank: int, scale: float):
+        super().__init__()
+        out_features, in_features = base.weight.shape
+        self.in_features, self.out_features, self.scale = in_features, out_features, scale
+        self.register_parameter("weight", base.weight)
+        self.register_parameter("bias", base.bias)
+        like = dict(dtype=base.weight.dtype, device=base.weight.device)
+        self.lora_A = nn.Parameter(torch.zeros(rank, in_features, **like))
+        self.lora_B = nn.Parameter(torch.zeros(out_features, rank, **like))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias) + self.scale * F.linear(
+            F.linear(x, self.lora_A), self.lora_B)
+
+    def merged_weight(self) -> torch.Tensor:
+        """W + s B A."""
+        return self.weight + self.scale * (self.lora_B @ self.lora_A)
+
+
+def add_lora(model: nn.Module, lora: LoraConfig, adapters: dict[str, np.ndarray] | None = None,
+             seed: int = 0) -> nn.Module:
+    """Put adapters on `model` (a sheepop GPT, in place; returned): `adapters` (a checkpoint's,
+    checked against `lora`) or fresh ones (sheepop.arch.lora.init_adapters(seed): B = 0, the
+    same values as the NumPy engine's). Freezes every parameter but the adapters."""
+    cfg = model.cfg
+    for prefix in lora_targets(cfg, lora.targets):
+        parent_name, _, child = prefix.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        base = getattr(parent, child)
+        if not isinstance(base, nn.Linear):
+            raise ValueError(f"{prefix} is a {type(base).__name__}, not a plain linear layer "
+                             "(adapters already added?)")
+        setattr(parent, child, LoRALinear(base, lora.rank, lora.scale))
+    values = init_adapters(cfg, lora, seed) if adapters is None else adapters
+    check_adapters(cfg, lora, values)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if is_adapter(name):
+                p.copy_(torch.from_numpy(np.asarray(values[name])).to(p.dtype))
+            p.requires_grad_(is_adapter(name))
+    model.lora = lora
+    return model
+
+
+def adapter_weights(model: nn.Module) -> dict[str, np.ndarray]:
+    """The adapters as float32 NumPy arrays, keyed by parameter name (what a LoRA checkpoint
+    saves)."""
+    return {name: p.detach().float().cpu().numpy() for name, p in model.named_parameters()
+            if is_adapter(name)}
+
+
+def merge_lora(model: nn.Module) -> nn.Module:
+    """Fold each adapter into its weight, W <- W + s B A, and put plain nn.Linear layers back
+    (in place; returned): the same function, no adapters, every parameter trainable again."""
+    for name, module in list(model.named_modules()):
+        if isinstance(module, LoRALinear):
+            parent_name, _, child = name.rpartition(".")
+            plain = nn.Linear(module.in_features, module.out_features,
+                              bias=module.bias is not None, device=module.weight.device,
+                              dtype=module.weight.dtype)
+            with torch.no_grad():
+                module.weight.copy_(module.merged_weight())
+            plain.weight, plain.bias = module.weight, module.bias
+            setattr(model.get_submodule(parent_name), child, plain)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    model.lora = None
+    return model

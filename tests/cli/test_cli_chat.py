@@ -1,0 +1,208 @@
+"""`sheepop chat` end to end, on a tiny model whose tokenizer has the chat tokens: through a pipe
+(one line per answer, each equal to sheepop's own greedy generation of the rendered
+conversation), history, overflow, commands, Ctrl-C, and the refusal of a run without chat
+tokens, in both engines."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sheepop import checkpoint
+from sheepop.cli import main
+from sheepop.cli.chat import Chat, escape, interactive, piped, unescape
+from sheepop.config import Config, ModelConfig, SampleConfig
+from sheepop.inference import load
+from sheepop.scratch.init import param_shapes
+from sheepop.text_stream import stream_text
+from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
+from sheepop.tokenizers.chat import render_chat, with_chat_tokens
+from sheepop.train.signals import Stopped
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: see tests/conftest.py
+MAX_NEW = 12
+GREEDY = ["--temperature", "0", "--max-new-tokens", str(MAX_NEW)]
+
+
+def weights(cfg: ModelConfig, end: int) -> dict[str, np.ndarray]:
+    """Random weights, O(0.5), with the final norm's shift pointing at <|end|>'s head row: with
+    this seed, some answers end on <|end|> after a token, others run to MAX_NEW line breaks."""
+    rng = np.random.default_rng(7)
+    w = {k: (rng.normal(size=s) * (0.5 if len(s) > 1 else 0.2)
+             + (1.0 if k.endswith("weight") and len(s) == 1 else 0.0)).astype(np.float32)
+         for k, s in param_shapes(cfg).items()}
+    row = w["head.weight"][end]
+    w["ln_f.bias"] += (row / np.linalg.norm(row)).astype(np.float32)
+    return w
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(a run whose tokenizer has the chat tokens, the same model without them)."""
+    base = train_tokenizer("char", ["abc \n\\é"])
+    tok, _ = with_chat_tokens(base)
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=1, n_head=2,
+                            n_embd=32, tie_weights=False)
+    w = weights(cfg.model, tok.special_tokens["<|end|>"])
+    root = tmp_path_factory.mktemp("chat")
+    checkpoint.save_checkpoint(root / "chat", w, cfg.to_dict(), tok.to_json())
+    cfg.model.vocab_size = base.vocab_size
+    plain = {k: v[:base.vocab_size] if k in ("tok_emb.weight", "head.weight") else v
+             for k, v in w.items()}
+    checkpoint.save_checkpoint(root / "plain", plain, cfg.to_dict(), base.to_json())
+    return root / "chat", root / "plain"
+
+
+def reference(model, conversation) -> str:
+    """sheepop's own greedy answer to the rendered conversation: generation stops at <|end|>
+    (or another special token, which no answer holds)."""
+    tok = model.tokenizer
+    ids = tok.encode(render_chat(conversation, add_generation_prompt=True))
+    stops = [t for t in tok.special_tokens if t != "<|end|>"]
+    return "".join(stream_text(model.lm, ids, SampleConfig(temperature=0, max_new_tokens=MAX_NEW),
+                               IncrementalDecoder(tok), stop=stops,
+                               eos_id=tok.special_tokens["<|end|>"]))
+
+
+def say(role: str, text: str) -> dict[str, str]:
+    return {"role": role, "content": text}
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+def test_pipe_one_line_per_answer_equal_to_greedy_generation(runs, engine):
+    run = runs[0]
+    lines = ["ab", "c", "/system c", "a b", "", "/reset", "ba", "/quit", "never read"]
+    proc = subprocess.run([sys.executable, "-m", "sheepop", "chat", str(run), *GREEDY,
+                           "--engine", engine, "--show-prompt"],
+                          input="\n".join(lines) + "\n", capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    model = load(run, engine)
+    expected, prompts, conversation, system = [], [], [], []
+    for line in ["ab", "c", "/system c", "a b", "/reset", "ba"]:
+        if line == "/system c":
+            system = [say("system", "c")]
+            continue
+        if line == "/reset":
+            conversation = []
+            continue
+        conversation.append(say("user", line))
+        prompts.append(render_chat(system + conversation, add_generation_prompt=True))
+        answer = reference(model, system + conversation)
+        conversation.append(say("assistant", answer))
+        expected.append(answer)
+    assert expected[0] == "a" and expected[1] == "\n" * MAX_NEW  # <|end|> ends; the limit ends
+    assert proc.stdout == "".join(escape(a) + "\n" for a in expected)
+    assert len(proc.stdout.splitlines()) == 4  # one line per answer: "\n" written as \n
+    shown = [line.split(": ", 2)[2] for line in proc.stderr.splitlines()
+             if line.startswith("sheepop: prompt (")]
+    assert shown == [escape(p) for p in prompts]
+    assert "<|user|>\\nab<|end|>\\n<|assistant|>\\na<|end|>\\n<|user|>\\nc" in shown[1]
+    assert "dropped" not in proc.stderr
+    assert proc.stderr.splitlines()[0].startswith(f"sheepop: chat with {run} (")
+
+
+def test_overflow_drops_the_oldest_turns_but_keeps_the_system_message(runs, monkeypatch,
+                                                                      capsys):
+    run = runs[0]
+    turns = ["c", "ab", "a b", "cab"]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(turns) + "\n"))
+    assert main(["chat", str(run), *GREEDY, "--engine", "numpy", "--system", "b c",
+                 "--show-prompt"]) == 0
+    out, err = capsys.readouterr()
+    model = load(run, "numpy")
+    system = [say("system", "b c")]
+    conversation, expected, prompts = [], [], []
+    # The context is 64 tokens and 12 are kept for the answer: a prompt may take 52.
+    for text in turns:
+        conversation.append(say("user", text))
+        while len(model.tokenizer.encode(render_chat(system + conversation, True))) > 52:
+            del conversation[:2]  # the oldest turn: a user message and its answer
+        prompts.append(render_chat(system + conversation, True))
+        expected.append(reference(model, system + conversation))
+        conversation.append(say("assistant", expected[-1]))
+    assert out == "".join(escape(a) + "\n" for a in expected)
+    shown = [line.split(": ", 2)[2] for line in err.splitlines()
+             if line.startswith("sheepop: prompt (")]
+    assert shown == [escape(p) for p in prompts]
+    assert err.count("sheepop: dropped the oldest 2 messages to stay within the context") == 2
+    assert all(p.startswith("<|system|>\nb c<|end|>\n") for p in prompts)
+    assert "<|user|>\nc<|end|>" not in prompts[-1] and "<|user|>\ncab" in prompts[-1]
+
+
+def test_a_run_without_chat_tokens_is_refused_in_one_line(runs, capsys):
+    assert main(["chat", str(runs[1])]) == 2
+    assert capsys.readouterr().err == (
+        "sheepop: error: this run's tokenizer has no chat template: fine-tune it with "
+        "sheepop finetune first\n")
+
+
+def test_escapes_round_trip():
+    text = "a\\b\nc\r\\n é"
+    assert escape(text) == "a\\\\b\\nc\\r\\\\n é"
+    assert unescape(escape(text)) == text
+    assert unescape("C:\\temp\\n") == "C:\\temp\n"  # only \\, \n and \r are escapes
+
+
+@pytest.fixture
+def chat(runs):
+    model = load(runs[0], "numpy")
+    return Chat(model, SampleConfig(temperature=0, max_new_tokens=MAX_NEW), "", False,
+                io.StringIO())
+
+
+def interrupted_stream(*args, **kwargs):
+    """A stream that writes two pieces, then meets Ctrl-C."""
+    yield "a"
+    yield "\nb"
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_stops_the_answer_not_the_chat(chat, monkeypatch):
+    monkeypatch.setattr("sheepop.text_stream.stream_text", interrupted_stream)
+    out = io.StringIO()
+    piped(chat, io.StringIO("x\ny\n"), out)
+    assert out.getvalue() == "a\\nb\na\\nb\n"
+    assert chat.messages == [say("user", "x"), say("assistant", "a\nb"),
+                             say("user", "y"), say("assistant", "a\nb")]
+    assert chat.note.getvalue().count("sheepop: (answer stopped)") == 2
+
+    def terminated(*args, **kwargs):
+        yield "a"
+        raise Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr("sheepop.text_stream.stream_text", terminated)
+    with pytest.raises(Stopped):  # SIGTERM still stops the command (exit 143 in main)
+        piped(chat, io.StringIO("x\n"), io.StringIO())
+
+
+class Keyboard:
+    """A terminal's stdin: each item a line typed, or KeyboardInterrupt (Ctrl-C)."""
+
+    def __init__(self, *events):
+        self.events = list(events)
+
+    def readline(self) -> str:
+        event = self.events.pop(0) if self.events else ""
+        if event is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        return event
+
+
+def test_at_the_prompt_ctrl_c_twice_or_end_of_input_leaves(chat):
+    out, note = io.StringIO(), io.StringIO()
+    interactive(chat, Keyboard(KeyboardInterrupt, "ab\n", KeyboardInterrupt,
+                               KeyboardInterrupt, "never read\n"), out, note)
+    assert out.getvalue() == "a\n"  # the answer, as written (not escaped) in a terminal
+    assert note.getvalue().count("(Ctrl-C again, Ctrl-D or /quit to leave)") == 2
+    assert note.getvalue().count("you> ") == 4
+    out = io.StringIO()
+    interactive(chat, Keyboard("/reset\n", "ab\n"), out, io.StringIO())  # then end of input
+    assert out.getvalue() == "a\n" and chat.messages == [say("user", "ab"),
+                                                          say("assistant", "a")]
