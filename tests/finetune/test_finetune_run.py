@@ -1,0 +1,129 @@
+"""`sheepop finetune` end to end on a tiny base run: full and LoRA, both engines; adapters-only
+checkpoints rebuilt from the base run; the merged export; exact resume; bad data."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sheepop import checkpoint, inference
+from sheepop.arch.lora import LoraConfig
+from sheepop.cli import main
+from sheepop.finetune.run import finetune
+from sheepop.tokenizers.chat import CHAT_SPECIALS
+
+CHATS = [{"messages": [{"role": "user", "content": f"what comes after {n}?"},
+                       {"role": "assistant", "content": f"{n + 1}"}]} for n in range(30)]
+CHATS += [{"prompt": f"upper {w}", "completion": w.upper()}
+          for w in ("fox", "dog", "lazy", "quick", "brown", "over")]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """A 2-layer char model trained 12 steps on the tiny text, and a conversations file."""
+    from conftest import _tiny_config, _tiny_trainer
+    root = tmp_path_factory.mktemp("finetune")
+    cfg = _tiny_config("torch", dropout=0.0)
+    cfg.set("model.block_size", 32)
+    _tiny_trainer(cfg, root / "base").run()
+    chats = root / "chats.jsonl"
+    chats.write_text("".join(json.dumps(c) + "\n" for c in CHATS) + "not json\n")
+    return root
+
+
+SETTINGS = ["train.batch_size=4", "train.eval_batches=1", "train.eval_interval=3",
+            "train.log_interval=1", "train.warmup_steps=1", "train.device=cpu",
+            "train.dtype=float32"]
+
+
+def run_finetune(base, out, steps=6, engine="torch", lora=None, resume=False):
+    lines = []
+    summary = finetune(str(base / "base"), str(base / "chats.jsonl"), out, lora,
+                       overrides=SETTINGS + ["train.decay_steps=6"],
+                       values={"train.steps": steps, "train.engine": engine},
+                       resume=resume, log=lines.append, progress=False)
+    return summary, lines
+
+
+def losses(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in rows]
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+def test_lora_saves_only_adapters_and_loads_through_its_base(base, tmp_path, engine):
+    lora = LoraConfig(4, 8.0, ("qkv", "fc"))
+    summary, lines = run_finetune(base, tmp_path / "lora", engine=engine, lora=lora)
+    assert summary.steps == 6
+    assert any(line.startswith("LoRA rank 4, alpha 8 on qkv, fc: ") for line in lines), lines
+    assert any("skipped" in line and "line 37" in line for line in lines), lines
+    saved = checkpoint.load_weights(tmp_path / "lora")
+    assert saved and all(name.endswith((".lora_A", ".lora_B")) for name in saved)
+    assert LoraConfig.load(tmp_path / "lora").base_run == str((base / "base").resolve())
+
+    # The adapted model, unmerged (the trainer's engine, adapters from the checkpoint), gives
+    # the logits of the merged weights that every command loads.
+    cfg, tokenizer, merged = inference.read_run(tmp_path / "lora")
+    assert [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size - 4,
+                                                    tokenizer.vocab_size)] == list(CHAT_SPECIALS)
+    from sheepop.train.engine_torch import TorchEngine
+    grown = inference.grown_for(checkpoint.load_weights(base / "base"),
+                                inference.read_run(base / "base")[1], tokenizer)
+    unmerged = TorchEngine(cfg.model, cfg.train, grown, lora=LoraConfig.load(tmp_path / "lora"),
+                           adapters=saved)
+    x = np.random.default_rng(0).integers(0, tokenizer.vocab_size, (2, 20))
+    with torch.no_grad():
+        want = unmerged.model(torch.from_numpy(x))[0].numpy()
+    for kind in ("torch", "numpy"):
+        got = np.stack([inference.build(cfg, merged, tokenizer, kind).lm.full(row) for row in x])
+        np.testing.assert_allclose(got, want[:, -1], atol=2e-5)
+    # Training moved the adapters, not the base weights.
+    assert np.abs(saved[next(n for n in saved if n.endswith("lora_B"))]).max() > 0
+
+
+def test_merged_export_is_a_plain_run_with_the_same_logits(base, tmp_path, capsys):
+    run_finetune(base, tmp_path / "lora", lora=LoraConfig(2, 4.0, ("qkv", "proj", "down")))
+    assert main(["export", str(tmp_path / "lora"), str(tmp_path / "plain"), "--merge-lora"]) == 0
+    assert not (tmp_path / "plain" / "lora.json").exists()
+    a, b = inference.load(tmp_path / "lora"), inference.load(tmp_path / "plain")
+    ids = a.tokenizer.encode("what comes after 7?")
+    np.testing.assert_allclose(a.lm.full(ids), b.lm.full(ids), atol=1e-6)
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "plain"), str(tmp_path / "again"), "--merge-lora"]) == 2
+    assert "has no LoRA adapters" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lora", [None, LoraConfig(4, 8.0, ("qkv",))])
+def test_an_interrupted_finetune_resumes_exactly(base, tmp_path, lora):
+    run_finetune(base, tmp_path / "whole", steps=6, lora=lora)
+    run_finetune(base, tmp_path / "parts", steps=3, lora=lora)  # the same schedule: 6 steps
+    run_finetune(base, tmp_path / "parts", steps=6, lora=lora, resume=True)
+    np.testing.assert_allclose(losses(tmp_path / "parts"), losses(tmp_path / "whole"),
+                               rtol=1e-6)
+
+
+def test_the_chat_tokens_grow_the_vocabulary_from_their_spelling(base):
+    from sheepop.finetune.run import base_model
+    cfg, tokenizer, weights, added = base_model(base / "base")
+    _, base_tokenizer, base_weights = inference.read_run(base / "base")
+    assert added == 4 and cfg.model.vocab_size == base_tokenizer.vocab_size + 4
+    user = tokenizer.token_to_id("<|user|>")
+    spelled = base_tokenizer.encode("<|user|>")
+    np.testing.assert_allclose(weights["tok_emb.weight"][user],
+                               base_weights["tok_emb.weight"][spelled].mean(0), rtol=1e-6)
+    np.testing.assert_array_equal(weights["tok_emb.weight"][:base_tokenizer.vocab_size],
+                                  base_weights["tok_emb.weight"])
+
+
+def test_a_file_without_usable_conversations_is_refused(base, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "wizard", "content": "hi"}]}\nnot json\n')
+    code = main(["finetune", str(base / "base"), "--data", str(bad), "--out",
+                 str(tmp_path / "run"), "--steps", "2", "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no usable" in err.lower(), err
+    assert not (tmp_path / "run" / checkpoint.MODEL_FILE).exists()
