@@ -131,7 +131,8 @@ def test_bad_conversations_and_tokenizers_are_one_clear_error():
     plain = train_tokenizer("char", ["ab\n"])
     chat, _ = with_chat_tokens(plain)
     user = {"role": "user", "content": "a"}
-    with pytest.raises(UserError, match=r"this tokenizer has no chat template \(with_chat_tokens adds it"):
+    with pytest.raises(UserError,
+                       match=r"this tokenizer has no chat template \(with_chat_tokens adds it"):
         encode_chat(plain, [user])
     cases = [([], "empty conversation"), ([{"role": "bot", "content": "a"}], "unknown role"),
              ([{"role": "user"}], "message 1: no content"),
