@@ -4,8 +4,9 @@ Each example is one conversation as (x, y) (sheepop.data.chat): x the token ids,
 token where it counts in the loss and IGNORE_INDEX elsewhere. A batch pads every example to the
 longest one in it (x with the pad id, y with IGNORE_INDEX: sheepop.data.chat.pad_examples),
 so no conversation attends to another and the padding costs nothing in the loss
-(docs/finetune.md says why padding rather than packing). The sampler's state is its RNG state, like the shared `WindowSampler`'s, so a resumed
-run draws exactly the batches the uninterrupted one would have.
+(docs/finetune.md says why padding rather than packing). The sampler's state is its RNG
+state, like the shared `WindowSampler`'s, so a resumed run draws exactly the batches the
+uninterrupted one would have.
 """
 
 from __future__ import annotations
