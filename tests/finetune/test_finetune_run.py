@@ -127,3 +127,32 @@ def test_a_file_without_usable_conversations_is_refused(base, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no usable" in err.lower(), err
     assert not (tmp_path / "run" / checkpoint.MODEL_FILE).exists()
+
+
+def test_lora_adapters_load_in_peft_onto_the_exported_base(tmp_path, capsys):
+    """A Llama-shaped base, LoRA on every target, exported with --adapters: transformers +
+    peft compute the logits sheepop computes for the LoRA run."""
+    import peft
+    import transformers
+    from conftest import _tiny_config, _tiny_trainer
+    cfg = _tiny_config("torch", dropout=0.0)
+    for key, value in {"block_size": 32, "pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu",
+                       "n_kv_head": 1, "bias": False, "tie_weights": False}.items():
+        cfg.set(f"model.{key}", value)
+    _tiny_trainer(cfg, tmp_path / "base").run()
+    (tmp_path / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CHATS))
+    finetune(str(tmp_path / "base"), str(tmp_path / "chats.jsonl"), tmp_path / "lora",
+             LoraConfig(4, 8.0, ("qkv", "proj", "fc", "down")), overrides=SETTINGS,
+             values={"train.steps": 4, "train.lr": 0.05}, log=lambda *_: None, progress=False)
+    assert main(["export", str(tmp_path / "lora"), str(tmp_path / "hf"), "--to", "hf-llama",
+                 "--adapters"]) == 0
+    assert "and its PEFT adapter to" in capsys.readouterr().out
+    ours = inference.load(tmp_path / "lora")
+    ids = np.random.default_rng(1).integers(0, ours.tokenizer.vocab_size, (2, 12))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    with torch.no_grad():
+        base = hf(torch.from_numpy(ids)).logits.numpy()[:, -1]
+        model = peft.PeftModel.from_pretrained(hf, tmp_path / "hf" / "adapter").eval()
+        theirs = model(torch.from_numpy(ids)).logits.numpy()[:, -1]
+    np.testing.assert_allclose(theirs, np.stack([ours.lm.full(row) for row in ids]), atol=1e-4)
+    assert np.abs(theirs - base).max() > 1e-3  # the adapters were applied

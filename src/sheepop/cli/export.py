@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--merge-lora", action="store_true",
                    help="instead of --to: write a LoRA run (sheepop finetune --lora-rank) as a "
                         "plain sheepop run, each adapted weight merged: W + (alpha/r) B A")
+    e.add_argument("--adapters", action="store_true",
+                   help="with --to, for a LoRA run: write the base model unmerged and the "
+                        "adapters in the PEFT layout in OUT_DIR/adapter (adapter_config.json, "
+                        "adapter_model.safetensors); without it a LoRA run is exported merged")
     e.set_defaults(func=run_export)
 
     i = sub.add_parser(
@@ -60,9 +64,15 @@ def run_export(args: argparse.Namespace) -> int:
         print(f"wrote the merged model to {args.out_dir}")
         return 0
     from sheepop.interop import ARCHITECTURES, export_hf
-    for note in export_hf(args.run_dir, args.out_dir, args.to):
+    if args.adapters:
+        from sheepop.finetune.merge import export_with_adapters
+        notes = export_with_adapters(args.run_dir, args.out_dir, args.to)
+    else:
+        notes = export_hf(args.run_dir, args.out_dir, args.to)
+    for note in notes:
         print(f"sheepop: note: {note}", file=sys.stderr)
-    print(f"wrote a Hugging Face {ARCHITECTURES[args.to].name} model to {args.out_dir}")
+    print(f"wrote a Hugging Face {ARCHITECTURES[args.to].name} model to {args.out_dir}"
+          + (f" and its PEFT adapter to {args.out_dir}/adapter" if args.adapters else ""))
     return 0
 
 

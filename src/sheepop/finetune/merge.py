@@ -1,4 +1,5 @@
-"""`sheepop export LORA_RUN OUT_DIR --merge-lora`: a LoRA run as a plain run.
+"""`sheepop export LORA_RUN OUT_DIR --merge-lora`: a LoRA run as a plain run; and
+`--to FORMAT --adapters`: the base model and the adapters for Hugging Face and PEFT.
 
 Every adapted weight becomes W + (alpha / r) B A (sheepop.arch.lora.merge, through
 sheepop.inference.read_run), every other weight is the base run's (grown to the chat tokens),
@@ -30,3 +31,30 @@ def write_merged(run_dir: str | Path, out_dir: str | Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint.save_checkpoint(out_dir, weights, cfg.to_dict(),
                                checkpoint.load_tokenizer_json(run_dir))
+
+
+def export_with_adapters(run_dir: str | Path, out_dir: str | Path, format: str) -> list[str]:
+    """`sheepop export LORA_RUN OUT_DIR --to FORMAT --adapters`: the base model (grown to the
+    run's tokenizer, unmerged) as a Hugging Face directory in OUT_DIR and the adapters in the
+    PEFT layout in OUT_DIR/adapter, for `peft.PeftModel.from_pretrained(model, OUT_DIR/adapter)`.
+    Returns the notes of the export."""
+    import tempfile
+
+    from sheepop.interop.hf import export_hf
+    from sheepop.interop.peft import export_peft
+    from sheepop.inference import grown_for
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    lora = LoraConfig.load(run_dir)
+    if lora is None:
+        raise UserError(f"--adapters: {run_dir} has no LoRA adapters (no lora.json)")
+    cfg, tokenizer, _ = read_run(run_dir)  # checks the run, its base and its adapters
+    _, base_tokenizer, base_weights = read_run(lora.base_run)
+    tokenizer_json = checkpoint.load_tokenizer_json(run_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "base"
+        checkpoint.save_checkpoint(plain, grown_for(base_weights, base_tokenizer, tokenizer),
+                                   cfg.to_dict(), tokenizer_json)
+        notes = export_hf(plain, out_dir, format)
+    export_peft(checkpoint.load_weights(run_dir), lora, cfg.model, out_dir / "adapter", format,
+                str(out_dir))
+    return notes
