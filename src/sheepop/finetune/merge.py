@@ -40,9 +40,9 @@ def export_with_adapters(run_dir: str | Path, out_dir: str | Path, format: str) 
     Returns the notes of the export."""
     import tempfile
 
+    from sheepop.inference import grown_for
     from sheepop.interop.hf import export_hf
     from sheepop.interop.peft import export_peft
-    from sheepop.inference import grown_for
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     lora = LoraConfig.load(run_dir)
     if lora is None:
