@@ -119,3 +119,21 @@ def test_loss_ignores_padding_targets(small_cfg):
     by_hand = -logp[torch.arange(6), y[0, :6]].mean()
     assert torch.allclose(loss_pad, by_hand, atol=1e-6)
     assert torch.allclose(loss_full, loss_pad, atol=1e-6)  # causal: later inputs change nothing
+
+
+def test_rope_trains_after_an_evaluation_at_the_same_positions():
+    """The rotary angles are computed once per forward pass and reused by the next pass at the
+    same positions, but never across inference_mode: an evaluation's tensors cannot be saved
+    for a training step's backward."""
+    import numpy as np
+
+    from sheepop.config import ModelConfig, TrainConfig
+    from sheepop.train.engine_torch import TorchEngine
+    cfg = ModelConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8,
+                      pos_encoding="rope")
+    engine = TorchEngine(cfg, TrainConfig(device="cpu", dtype="float32", seed=0))
+    x = np.random.default_rng(0).integers(0, 11, (2, 8))
+    before, _ = engine.eval_loss(x, x)
+    engine.train_step([(x, x)], 1e-2)
+    after, _ = engine.eval_loss(x, x)
+    assert after < before

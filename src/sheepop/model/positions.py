@@ -90,7 +90,10 @@ class RotaryPositions(Positions):
         same positions, and in a one-token decode step these small operations are a
         noticeable share of the time (not under torch.compile, which fuses them)."""
         dtype = torch.promote_types(q.dtype, torch.float32)
-        key = ((pos.start, pos.stop) if isinstance(pos, slice) else pos, q.device, dtype)
+        # Tensors made under inference_mode cannot enter autograd: a training step after an
+        # evaluation at the same positions must not reuse them.
+        key = ((pos.start, pos.stop) if isinstance(pos, slice) else pos, q.device, dtype,
+               torch.is_inference_mode_enabled())
         compiling = torch.compiler.is_compiling()
         last = getattr(self, "_last", None)
         if not compiling and last is not None and last[0][1:] == key[1:] and _same(last[0][0],
