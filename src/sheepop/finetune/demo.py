@@ -60,11 +60,12 @@ def _pretrain(run_dir: Path, minutes: float, engine: str, progress: bool) -> Non
 
 
 def _finetune_for(base: Path, data: Path, out: Path, minutes: float, lora: LoraConfig | None,
-                  engine: str, progress: bool):
+                  engine: str, progress: bool, settings: tuple[str, ...] = ()):
     """Fine-tune with a schedule fitted to `minutes` (after timing a few steps)."""
     probe = out.with_name(out.name + "-calibration")
     shutil.rmtree(probe, ignore_errors=True)
-    fixed = ["train.eval_interval=0", "train.checkpoint_interval=0", f"train.engine={engine}"]
+    fixed = ["train.eval_interval=0", "train.checkpoint_interval=0", f"train.engine={engine}",
+             *settings]
     t0 = time.perf_counter()
     summary = finetune(str(base), str(data), probe, lora, overrides=fixed,
                        values={"train.steps": CALIBRATION_STEPS}, log=lambda *_: None,
