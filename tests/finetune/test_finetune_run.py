@@ -21,14 +21,13 @@ CHATS += [{"prompt": f"upper {w}", "completion": w.upper()}
           for w in ("fox", "dog", "lazy", "quick", "brown", "over")]
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
+@pytest.fixture
+def base(tmp_path, tiny_config, tiny_trainer):
     """A 2-layer char model trained 12 steps on the tiny text, and a conversations file."""
-    from conftest import _tiny_config, _tiny_trainer
-    root = tmp_path_factory.mktemp("finetune")
-    cfg = _tiny_config("torch", dropout=0.0)
+    root = tmp_path / "finetune"
+    cfg = tiny_config("torch", dropout=0.0)
     cfg.set("model.block_size", 32)
-    _tiny_trainer(cfg, root / "base").run()
+    tiny_trainer(cfg, root / "base").run()
     chats = root / "chats.jsonl"
     chats.write_text("".join(json.dumps(c) + "\n" for c in CHATS) + "not json\n")
     return root
@@ -129,17 +128,17 @@ def test_a_file_without_usable_conversations_is_refused(base, tmp_path, capsys):
     assert not (tmp_path / "run" / checkpoint.MODEL_FILE).exists()
 
 
-def test_lora_adapters_load_in_peft_onto_the_exported_base(tmp_path, capsys):
+def test_lora_adapters_load_in_peft_onto_the_exported_base(tmp_path, capsys, tiny_config,
+                                                            tiny_trainer):
     """A Llama-shaped base, LoRA on every target, exported with --adapters: transformers +
     peft compute the logits sheepop computes for the LoRA run."""
     import peft
     import transformers
-    from conftest import _tiny_config, _tiny_trainer
-    cfg = _tiny_config("torch", dropout=0.0)
+    cfg = tiny_config("torch", dropout=0.0)
     for key, value in {"block_size": 32, "pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu",
                        "n_kv_head": 1, "bias": False, "tie_weights": False}.items():
         cfg.set(f"model.{key}", value)
-    _tiny_trainer(cfg, tmp_path / "base").run()
+    tiny_trainer(cfg, tmp_path / "base").run()
     (tmp_path / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CHATS))
     finetune(str(tmp_path / "base"), str(tmp_path / "chats.jsonl"), tmp_path / "lora",
              LoraConfig(4, 8.0, ("qkv", "proj", "fc", "down")), overrides=SETTINGS,
