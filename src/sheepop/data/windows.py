@@ -47,6 +47,23 @@ def window(tokens: np.ndarray, start: int, block_size: int, pad_id: int
     return x, y
 
 
+class RandomSampler:
+    """A sampler whose whole state is its random generator `rng` (the trainer's protocol:
+    `snapshot()` before a step's batches, `state()` to save, `set_state()` on resume)."""
+
+    rng: np.random.Generator
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state}
+
+    def state(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
+        """JSON-able: the current state, or that of an earlier `snapshot()`."""
+        return dict(snapshot or self.snapshot())
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
 class WindowSampler:
     def __init__(self, tokens: np.ndarray, block_size: int, batch_size: int, seed: int,
                  mode: str = "random", stride: int = 0, pad_id: int = 0, name: str = "train"):

@@ -12,11 +12,11 @@ uninterrupted one would have.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from sheepop.data.chat import Example, pad_examples
+from sheepop.data.windows import RandomSampler
 
 
 def fixed_batches(examples: Sequence[Example], n: int, pad_id: int
@@ -25,7 +25,7 @@ def fixed_batches(examples: Sequence[Example], n: int, pad_id: int
     return pad_examples(list(examples)[:n], pad_id=pad_id)
 
 
-class ChatSampler:
+class ChatSampler(RandomSampler):
     """`batch_size` conversations drawn uniformly with replacement, padded to the longest."""
 
     def __init__(self, examples: Sequence[Example], batch_size: int, seed: int, pad_id: int):
@@ -35,12 +35,3 @@ class ChatSampler:
     def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
         picks = self.rng.integers(0, len(self.examples), size=self.B)
         return pad_examples([self.examples[i] for i in picks], pad_id=self.pad_id)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state}
-
-    def state(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
-        return dict(snapshot or self.snapshot())
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]

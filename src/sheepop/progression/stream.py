@@ -23,11 +23,10 @@ The sampler's state is its RNG state only, the same `{"rng": ...}` dictionary th
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
+from sheepop.data.windows import RandomSampler
 from sheepop.errors import UserError
 
 SPACE_ID = 10
@@ -117,9 +116,9 @@ class TermWindows:
         return self.batch(which)
 
 
-class TermWindowSampler:
-    """Random batches of `TermWindows` for the trainer (`next_batch`, `snapshot`, `state`,
-    `set_state`: the shared `WindowSampler`'s protocol)."""
+class TermWindowSampler(RandomSampler):
+    """Random batches of `TermWindows` for the trainer (the shared samplers' protocol; its
+    state is its RNG's)."""
 
     def __init__(self, windows: TermWindows, batch_size: int, seed: int):
         self.windows, self.B = windows, batch_size
@@ -127,13 +126,3 @@ class TermWindowSampler:
 
     def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
         return self.windows.batch(self.rng.integers(0, len(self.windows), size=self.B))
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state}
-
-    def state(self, snapshot: dict[str, Any] | None = None) -> dict[str, Any]:
-        """JSON-able: the current state, or that of an earlier `snapshot()`."""
-        return dict(snapshot or self.snapshot())
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
