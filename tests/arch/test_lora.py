@@ -8,11 +8,13 @@ import pytest
 
 from sheepop.arch.lora import (
     LORA_FILE,
+    NEW_ROWS,
     LoraConfig,
     adapter_param_count,
     adapter_shapes,
     check_adapters,
     init_adapters,
+    is_adapter,
     lora_targets,
     merge,
     parse_targets,
@@ -27,18 +29,20 @@ LLAMA_SHAPED = ModelConfig(vocab_size=11, n_layer=2, n_head=4, n_kv_head=2, n_em
 
 
 def test_config_round_trips_through_its_dict_and_file(tmp_path):
-    lora = LoraConfig(4, 8, ["down", "qkv"], "/runs/base")
+    lora = LoraConfig(4, 8, ["down", "qkv"], "/runs/base", 3)
     assert lora.targets == ("qkv", "down")  # the canonical order, whatever the order given
     assert lora.alpha == 8.0 and isinstance(lora.alpha, float) and lora.scale == 2.0
     assert LoraConfig.from_dict(lora.to_dict()) == lora
     assert json.loads(json.dumps(lora.to_dict())) == {
-        "rank": 4, "alpha": 8.0, "targets": ["qkv", "down"], "base_run": "/runs/base"}
+        "rank": 4, "alpha": 8.0, "targets": ["qkv", "down"], "base_run": "/runs/base",
+        "new_tokens": 3}
     lora.save(tmp_path)
     assert (tmp_path / LORA_FILE).exists()
     assert LoraConfig.load(tmp_path) == lora
     assert LoraConfig.load(tmp_path / "nowhere") is None
-    # a dict without base_run takes the one given beside it
-    assert LoraConfig.from_dict({"rank": 2, "alpha": 4, "targets": ["proj"]}, "/b").base_run == "/b"
+    # a dict without base_run takes the one given beside it; without new_tokens, none train
+    old = LoraConfig.from_dict({"rank": 2, "alpha": 4, "targets": ["proj"]}, "/b")
+    assert (old.base_run, old.new_tokens) == ("/b", 0)
 
 
 def test_defaults_and_target_parsing():
@@ -53,6 +57,8 @@ def test_defaults_and_target_parsing():
     ({"rank": 0}, "rank must be an integer >= 1"),
     ({"rank": 2.5}, "rank must be an integer >= 1"),
     ({"rank": True}, "rank must be an integer >= 1"),
+    ({"new_tokens": -1}, "new_tokens must be an integer >= 0"),
+    ({"new_tokens": 1.5}, "new_tokens must be an integer >= 0"),
     ({"alpha": 0}, "alpha must be a number > 0"),
     ({"alpha": -1.0}, "alpha must be a number > 0"),
     ({"alpha": float("nan")}, "alpha must be a number > 0"),
@@ -160,8 +166,47 @@ def test_merge_adds_the_scaled_product_and_leaves_the_rest():
      "adapts blocks.0.attn.qkv.weight, which the weights lack"),
     ({"blocks.0.attn.proj.lora_A": np.zeros((1, 3)), "blocks.0.attn.proj.lora_B": np.zeros((2, 1))},
      "do not fit blocks.0.attn.proj.weight \\(2, 2\\) at rank 1"),
-    ({"blocks.0.attn.proj.weight": np.zeros((2, 2))}, "is not a lora_A or lora_B"),
+    ({"blocks.0.attn.proj.weight": np.zeros((2, 2))}, "is not a lora_A, lora_B or new rows"),
+    ({"tok_emb.new_rows": np.zeros((1, 2))}, "tok_emb.new_rows \\(1, 2\\) does not fit "
+                                             "tok_emb.weight None"),
 ])
 def test_merge_refuses_adapters_that_do_not_fit(adapters, message):
     with pytest.raises(UserError, match=message):
         merge({"blocks.0.attn.proj.weight": np.zeros((2, 2))}, adapters, LoraConfig(1, 1.0))
+
+
+def test_new_token_rows_follow_the_per_token_tables():
+    """The last n rows of the embedding, of an untied head and of a head bias train under LoRA;
+    a tied head has no rows of its own (it reads the embedding's)."""
+    lora = LoraConfig(3, 1.0, ("proj",), new_tokens=2)
+    tied = adapter_shapes(GPT_SHAPED, lora)
+    assert tied["tok_emb.new_rows"] == (2, 8) and "head.new_rows" not in tied
+    untied = ModelConfig(**{**LLAMA_SHAPED.__dict__, "head_bias": True})
+    shapes = adapter_shapes(untied, lora)
+    assert (shapes["tok_emb.new_rows"], shapes["head.new_rows"], shapes["head.new_bias"]) == (
+        (2, 8), (2, 8), (2,))
+    # 3 (8 + 8) per attention projection, 2 blocks, plus 2 (8 + 8 + 1) new-row entries
+    assert adapter_param_count(untied, lora) == 2 * 48 + 34
+    assert all(is_adapter(n) for n in shapes) and not is_adapter("tok_emb.weight")
+    with pytest.raises(UserError, match="new_tokens 12 exceeds the vocabulary \\(11 ids\\)"):
+        adapter_shapes(GPT_SHAPED, LoraConfig(new_tokens=12))
+
+
+def test_new_rows_start_as_the_base_rows_and_merge_into_their_place():
+    cfg = ModelConfig(**{**LLAMA_SHAPED.__dict__, "head_bias": True})
+    lora = LoraConfig(2, 1.0, ("qkv",), new_tokens=3)
+    rng = np.random.default_rng(5)
+    weights = {"tok_emb.weight": rng.standard_normal((11, 8)).astype(np.float32),
+               "head.weight": rng.standard_normal((11, 8)).astype(np.float32),
+               "head.bias": rng.standard_normal(11).astype(np.float32)}
+    fresh = init_adapters(cfg, lora, seed=0, weights=weights)
+    for rows, table in NEW_ROWS.items():
+        np.testing.assert_array_equal(fresh[rows], weights[table][-3:])
+    with pytest.raises(ValueError, match="pass them"):
+        init_adapters(cfg, lora)
+    trained = {k: v + 1 if k in NEW_ROWS else v for k, v in fresh.items()}
+    merged = merge({**weights, "blocks.0.attn.qkv.weight": np.zeros((16, 8)),
+                    "blocks.1.attn.qkv.weight": np.zeros((16, 8))}, trained, lora)
+    for table in NEW_ROWS.values():
+        np.testing.assert_array_equal(merged[table][:-3], weights[table][:-3])
+        np.testing.assert_array_equal(merged[table][-3:], weights[table][-3:] + 1)

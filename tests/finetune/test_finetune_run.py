@@ -60,8 +60,12 @@ def test_lora_saves_only_adapters_and_loads_through_its_base(base, tmp_path, eng
     assert any(line.startswith("LoRA rank 4, alpha 8 on qkv, fc: ") for line in lines), lines
     assert any("skipped" in line and "line 37" in line for line in lines), lines
     saved = checkpoint.load_weights(tmp_path / "lora")
-    assert saved and all(name.endswith((".lora_A", ".lora_B")) for name in saved)
-    assert LoraConfig.load(tmp_path / "lora").base_run == str((base / "base").resolve())
+    # the adapters, and the rows of the 4 chat tokens (the tiny model's head is tied)
+    assert saved and all(name.endswith((".lora_A", ".lora_B")) for name in saved
+                         if name != "tok_emb.new_rows")
+    assert saved["tok_emb.new_rows"].shape == (4, tiny_width(base))
+    run_lora = LoraConfig.load(tmp_path / "lora")
+    assert run_lora.base_run == str((base / "base").resolve()) and run_lora.new_tokens == 4
 
     # The adapted model, unmerged (the trainer's engine, adapters from the checkpoint), gives
     # the logits of the merged weights that every command loads.
@@ -79,8 +83,27 @@ def test_lora_saves_only_adapters_and_loads_through_its_base(base, tmp_path, eng
     for kind in ("torch", "numpy"):
         got = np.stack([inference.build(cfg, merged, tokenizer, kind).lm.full(row) for row in x])
         np.testing.assert_allclose(got, want[:, -1], atol=2e-5)
-    # Training moved the adapters, not the base weights.
+    # Training moved the adapters and the new tokens' rows, not the base weights.
     assert np.abs(saved[next(n for n in saved if n.endswith("lora_B"))]).max() > 0
+    assert np.abs(saved["tok_emb.new_rows"] - grown["tok_emb.weight"][-4:]).max() > 1e-4
+    np.testing.assert_array_equal(merged["tok_emb.weight"][:-4], grown["tok_emb.weight"][:-4])
+
+
+def tiny_width(base) -> int:
+    return inference.read_run(base / "base")[0].model.n_embd
+
+
+def test_lora_can_keep_the_new_tokens_frozen(base, tmp_path, capsys):
+    code = main(["finetune", str(base / "base"), "--data", str(base / "chats.jsonl"), "--out",
+                 str(tmp_path / "frozen"), "--lora-rank", "2", "--lora-freeze-new-tokens",
+                 "--steps", "2", "--no-progress", *(a for s in SETTINGS for a in ("--set", s))])
+    assert code == 0, capsys.readouterr().err
+    assert LoraConfig.load(tmp_path / "frozen").new_tokens == 0
+    assert all(n.endswith((".lora_A", ".lora_B"))
+               for n in checkpoint.load_weights(tmp_path / "frozen"))
+    assert main(["finetune", str(base / "base"), "--data", str(base / "chats.jsonl"), "--out",
+                 str(tmp_path / "bad"), "--lora-freeze-new-tokens"]) == 2
+    assert "--lora-freeze-new-tokens needs --lora-rank" in capsys.readouterr().err
 
 
 def test_merged_export_is_a_plain_run_with_the_same_logits(base, tmp_path, capsys):

@@ -60,16 +60,18 @@ def sheepop_logits(cfg, weights, lora, adapters, ids) -> np.ndarray:
         return model(torch.from_numpy(ids))[0].numpy()
 
 
-@pytest.mark.parametrize("fmt,targets", [
-    ("hf-llama", ("qkv", "proj", "fc", "down")), ("hf-llama", ("qkv",)),
-    ("hf-gpt2", ("qkv", "proj", "fc", "down")), ("hf-gpt2", ("proj",)),
+@pytest.mark.parametrize("fmt,targets,new_tokens", [
+    ("hf-llama", ("qkv", "proj", "fc", "down"), 0), ("hf-llama", ("qkv",), 0),
+    ("hf-gpt2", ("qkv", "proj", "fc", "down"), 0), ("hf-gpt2", ("proj",), 0),
+    ("hf-llama", ("qkv", "fc"), 3), ("hf-gpt2", ("qkv",), 3),  # untied and tied new rows
 ])
-def test_peft_loads_the_adapters_with_the_same_logits(tmp_path, fmt, targets):
+def test_peft_loads_the_adapters_with_the_same_logits(tmp_path, fmt, targets, new_tokens):
     cfg, weights, hf_dir = base_run(tmp_path, fmt)
-    lora = LoraConfig(4, 8.0, targets)
+    lora = LoraConfig(4, 8.0, targets, new_tokens=new_tokens)
     adapters = random_adapters(cfg, lora, 2)
     export_peft(adapters, lora, cfg, tmp_path / "adapter", fmt, str(hf_dir))
     ids = np.random.default_rng(3).integers(0, cfg.vocab_size, (2, T))
+    ids[:, -4:] = cfg.vocab_size - 1  # a new token read (and, at every position, written)
     ours = sheepop_logits(cfg, weights, lora, adapters, ids)
 
     hf = transformers.AutoModelForCausalLM.from_pretrained(hf_dir).eval()
@@ -107,12 +109,18 @@ def test_the_files_name_each_module_as_peft_does(tmp_path):
     for m in ("q_proj", "k_proj", "v_proj"):
         np.testing.assert_array_equal(tensors[f"{layer}self_attn.{m}.lora_A.weight"],
                                       adapters["blocks.1.attn.qkv.lora_A"])
+    assert config["trainable_token_indices"] is None
     gpt2 = ModelConfig(**{**MODELS["hf-gpt2"].__dict__, "vocab_size": 20})
-    export_peft(random_adapters(gpt2, LoraConfig(2, 4.0), 5), LoraConfig(2, 4.0), gpt2,
-                tmp_path / "gpt2", "hf-gpt2")
+    with_rows = LoraConfig(2, 4.0, new_tokens=2)
+    export_peft(random_adapters(gpt2, with_rows, 5), with_rows, gpt2, tmp_path / "gpt2",
+                "hf-gpt2")
     config = json.loads((tmp_path / "gpt2" / CONFIG_FILE).read_text())
     assert config["fan_in_fan_out"] is True
     assert config["target_modules"] == ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"]
+    assert config["trainable_token_indices"] == [18, 19]  # the last two ids; the head is tied
+    rows = load_file(tmp_path / "gpt2" / WEIGHTS_FILE)[
+        "base_model.model.transformer.wte.token_adapter.trainable_tokens_delta"]
+    assert rows.shape == (2, 32)
 
 
 def test_refuses_what_the_format_cannot_hold(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from scratch_gradcheck import check, numerical_grad, rel_error
 
-from sheepop.arch.lora import LoraConfig, adapter_shapes, init_adapters, merge
+from sheepop.arch.lora import LoraConfig, adapter_shapes, init_adapters, is_adapter, merge
 from sheepop.config import ModelConfig
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import LoRALinear, adapter_weights, add_lora, merge_lora
@@ -27,7 +27,10 @@ SHAPES = {
     "llama": dict(vocab_size=13, block_size=8, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
                   d_ff=24, pos_encoding="rope", norm="rmsnorm", ffn="swiglu", bias=False,
                   tie_weights=False),
+    "head_bias": dict(vocab_size=13, block_size=8, n_layer=1, n_head=2, n_embd=16, d_ff=24,
+                      tie_weights=False, head_bias=True, pos_encoding="learned"),
 }
+NEW_ROWS = ("tok_emb.new_rows", "head.new_rows", "head.new_bias")
 
 
 def perturbed(cfg: ModelConfig, lora: LoraConfig, seed: int = 0):
@@ -113,10 +116,11 @@ def test_adapter_layer_matches_torch_lora_linear_float32():
 
 # ----- the whole model ---------------------------------------------------------------------
 
+@pytest.mark.parametrize("new_tokens", [0, 3])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_whole_model_adapter_gradients_match_finite_differences(shape):
+def test_whole_model_adapter_gradients_match_finite_differences(shape, new_tokens):
     cfg = ModelConfig(**SHAPES[shape])
-    lora = LoraConfig(2, 3.0, ALL)
+    lora = LoraConfig(2, 3.0, ALL, new_tokens=new_tokens)
     params, adapters = perturbed(cfg, lora, 4)
     both = {**params, **adapters}
     x, y = batch(cfg, 5)
@@ -128,17 +132,21 @@ def test_whole_model_adapter_gradients_match_finite_differences(shape):
         return gpt_forward(both, cfg, x, y, lora=lora)[1]
 
     rng = np.random.default_rng(6)
-    for name in ("blocks.0.attn.qkv.lora_A", "blocks.1.attn.qkv.lora_B",
-                 "blocks.0.attn.proj.lora_B", "blocks.1.ffn.proj.lora_A",
-                 *(n for n in adapters if ".ffn.fc." in n or ".ffn.up." in n)):
+    last = cfg.n_layer - 1
+    rows = [n for n in NEW_ROWS if n in adapters]
+    assert len(rows) == (0 if not new_tokens else 1 + (not cfg.tie_weights) + cfg.head_bias)
+    for name in ("blocks.0.attn.qkv.lora_A", f"blocks.{last}.attn.qkv.lora_B",
+                 "blocks.0.attn.proj.lora_B", f"blocks.{last}.ffn.proj.lora_A",
+                 *(n for n in adapters if ".ffn.fc." in n or ".ffn.up." in n), *rows):
         idx, num = numerical_grad(loss, adapters[name], 1e-6, max_entries=12, rng=rng)
         assert rel_error(grads[name].reshape(-1)[idx], num) < 1e-6, name
 
 
+@pytest.mark.parametrize("new_tokens", [0, 4])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_whole_model_with_adapters_matches_torch_autograd_float64(shape):
+def test_whole_model_with_adapters_matches_torch_autograd_float64(shape, new_tokens):
     cfg = ModelConfig(**SHAPES[shape])
-    lora = LoraConfig(3, 5.0, ALL)
+    lora = LoraConfig(3, 5.0, ALL, new_tokens=new_tokens)
     params, adapters = perturbed(cfg, lora, 7)
     x, y = batch(cfg, 8)
     logits, loss, cache = gpt_forward({**params, **adapters}, cfg, x, y, lora=lora)
@@ -153,7 +161,7 @@ def test_whole_model_with_adapters_matches_torch_autograd_float64(shape):
     assert set(t_grads) == set(grads) == set(adapters)  # frozen: torch computed no gradient
     for name, g in grads.items():
         assert rel_error(g, t_grads[name]) < 1e-9, name
-    frozen = [p for n, p in model.named_parameters() if not n.endswith(("lora_A", "lora_B"))]
+    frozen = [p for n, p in model.named_parameters() if not is_adapter(n)]
     assert frozen and all(not p.requires_grad and p.grad is None for p in frozen)
 
 
@@ -167,7 +175,7 @@ def test_adapters_without_their_config_are_an_error():
 @pytest.mark.parametrize("shape", SHAPES)
 def test_merged_weights_give_the_unmerged_logits_in_both_engines(shape):
     cfg = ModelConfig(**SHAPES[shape])
-    lora = LoraConfig(4, 8.0, ("qkv", "fc"))
+    lora = LoraConfig(4, 8.0, ("qkv", "fc"), new_tokens=2)
     params, adapters = perturbed(cfg, lora, 9)
     x, _ = batch(cfg, 10)
     unmerged, _, _ = gpt_forward({**params, **adapters}, cfg, x, lora=lora)
@@ -188,6 +196,10 @@ def test_merged_weights_give_the_unmerged_logits_in_both_engines(shape):
     np.testing.assert_allclose(t_merged, t_unmerged, rtol=0, atol=1e-12)
     names = {n for n, _ in model.named_parameters()}
     assert names == set(params)  # a plain model again, with the checkpoint's names
+    np.testing.assert_array_equal(merged_weights["tok_emb.weight"][-2:],
+                                  adapters["tok_emb.new_rows"])
+    np.testing.assert_array_equal(merged_weights["tok_emb.weight"][:-2],
+                                  params["tok_emb.weight"][:-2])
     for name, p in model.named_parameters():
         np.testing.assert_allclose(p.detach().numpy(), merged_weights[name], rtol=0, atol=1e-14)
 
@@ -195,7 +207,7 @@ def test_merged_weights_give_the_unmerged_logits_in_both_engines(shape):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_fresh_adapters_start_exactly_at_the_base_model(shape):
     cfg = ModelConfig(**SHAPES[shape])
-    lora = LoraConfig(8, 16.0, ALL)
+    lora = LoraConfig(8, 16.0, ALL, new_tokens=3)
     params = init_params(cfg, 0, np.float32)
     x, _ = batch(cfg, 11)
     base, _, _ = gpt_forward(params, cfg, x)
@@ -212,11 +224,12 @@ def test_fresh_adapters_start_exactly_at_the_base_model(shape):
     add_lora(model, lora, seed=5)
     assert model.blocks[0].attn.qkv.weight is weight  # the same Parameter, under the same name
     names = [n for n, _ in model.named_parameters()]
-    assert "blocks.0.attn.qkv.weight" in names and "blocks.1.ffn.proj.lora_A" in names
+    assert "blocks.0.attn.qkv.weight" in names and "blocks.0.ffn.proj.lora_A" in names
     with torch.no_grad():
         assert np.array_equal(model(torch.from_numpy(x))[0].numpy(), t_base)
     # both engines drew the same A (the shared init), B = 0
-    fresh = init_adapters(cfg, lora, seed=5)
+    fresh = init_adapters(cfg, lora, seed=5, weights=params)
+    np.testing.assert_array_equal(fresh["tok_emb.new_rows"], params["tok_emb.weight"][-3:])
     torch_adapters = adapter_weights(model)
     assert set(torch_adapters) == set(fresh)
     for name, value in fresh.items():

@@ -18,7 +18,20 @@ Targets, by the short names a user types:
     down   blocks.{i}.ffn.proj            the feed-forward's output projection
 
 Adapter parameters are named after their layer: `{prefix}.lora_A`, `{prefix}.lora_B`
-(e.g. blocks.0.attn.qkv.lora_A). NumPy only, like the rest of sheepop.arch.
+(e.g. blocks.0.attn.qkv.lora_A).
+
+New tokens. Fine-tuning on conversations adds the chat tokens at the end of the vocabulary, and
+their rows (the mean of their spellings, sheepop.arch.vocab) were never trained. Frozen, the
+model can read them but barely write them: an answer that never ends with `<|end|>`. So the last
+`new_tokens` rows of every per-token table train with the adapters (PEFT calls this
+`trainable_token_indices`), stored as whole rows, not as a difference:
+
+    tok_emb.new_rows  (n, d)   E[V-n:]         the embedding's (and a tied head's) new rows
+    head.new_rows     (n, d)   W_head[V-n:]    an untied head's
+    head.new_bias     (n,)     b_head[V-n:]    a head bias's
+
+The model uses E' = [E[:V-n]; new_rows] wherever it used E. NumPy only, like the rest of
+sheepop.arch.
 """
 
 from __future__ import annotations
@@ -40,6 +53,9 @@ from sheepop.files import atomic_write_text, read_json, shown
 TARGETS = ("qkv", "proj", "fc", "down")
 ADAPTER_SUFFIXES = (".lora_A", ".lora_B")
 LORA_FILE = "lora.json"
+# A trained copy of the new tokens' rows -> the per-token table whose last rows it replaces.
+NEW_ROWS = {"tok_emb.new_rows": "tok_emb.weight", "head.new_rows": "head.weight",
+            "head.new_bias": "head.bias"}
 
 
 def parse_targets(targets: str | Iterable[str]) -> tuple[str, ...]:
@@ -57,13 +73,15 @@ def parse_targets(targets: str | Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class LoraConfig:
-    """rank r >= 1, alpha > 0 (the update is scaled by s = alpha / r), the targets, and the run
-    whose weights the adapters modify (saved as lora.json in the adapters' run directory)."""
+    """rank r >= 1, alpha > 0 (the update is scaled by s = alpha / r), the targets, the run
+    whose weights the adapters modify, and how many tokens at the end of the vocabulary train
+    their rows too (saved as lora.json in the adapters' run directory)."""
 
     rank: int = 8
     alpha: float = 16.0
     targets: tuple[str, ...] = TARGETS
     base_run: str = ""
+    new_tokens: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) \
@@ -74,6 +92,10 @@ class LoraConfig:
             raise UserError(f"LoRA alpha must be a number > 0, not {shown(self.alpha)}")
         if not isinstance(self.base_run, str):
             raise UserError(f"LoRA base_run must be a path, not {shown(self.base_run)}")
+        n = self.new_tokens
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise UserError(f"LoRA new_tokens must be an integer >= 0, not {shown(n)}")
+        object.__setattr__(self, "new_tokens", int(self.new_tokens))
         object.__setattr__(self, "rank", int(self.rank))
         object.__setattr__(self, "alpha", float(self.alpha))
         object.__setattr__(self, "targets", parse_targets(self.targets))
@@ -85,21 +107,23 @@ class LoraConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"rank": self.rank, "alpha": self.alpha, "targets": list(self.targets),
-                "base_run": self.base_run}
+                "base_run": self.base_run, "new_tokens": self.new_tokens}
 
     @classmethod
     def from_dict(cls, data: Any, base_run: str = "", where: str = "LoRA settings"
                   ) -> LoraConfig:
-        """The config of `data` ({"rank", "alpha", "targets"[, "base_run"]}); `base_run` when
-        the data names none. Unknown keys and bad values: one UserError naming `where`."""
+        """The config of `data` ({"rank", "alpha", "targets"[, "base_run", "new_tokens"]});
+        `base_run` when the data names none. Unknown keys and bad values: one UserError naming
+        `where`."""
         if not isinstance(data, Mapping):
             raise UserError(f"{where}: the LoRA settings are not a JSON object")
-        unknown = sorted(set(data) - {"rank", "alpha", "targets", "base_run"})
+        unknown = sorted(set(data) - {"rank", "alpha", "targets", "base_run", "new_tokens"})
         if unknown:
             raise UserError(f"{where}: unknown LoRA setting {shown(unknown[0])}")
         try:
             return cls(data.get("rank", 8), data.get("alpha", 16.0),
-                       data.get("targets", TARGETS), data.get("base_run", base_run))
+                       data.get("targets", TARGETS), data.get("base_run", base_run),
+                       data.get("new_tokens", 0))
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
 
@@ -141,23 +165,41 @@ def linear_shape(cfg: ModelConfig, prefix: str) -> tuple[int, int]:
             "ffn.proj": (d, f)}[module]
 
 
-def adapter_shapes(cfg: ModelConfig, lora: LoraConfig) -> dict[str, tuple[int, int]]:
-    """{prefix}.lora_A: (r, in) and {prefix}.lora_B: (out, r) for every targeted layer."""
-    shapes = {}
+def new_row_names(cfg: ModelConfig, lora: LoraConfig) -> dict[str, str]:
+    """The trained new-token rows this model has (NEW_ROWS' entries whose table exists: the
+    head's own only when untied, its bias only with head_bias); none when new_tokens is 0."""
+    if lora.new_tokens == 0:
+        return {}
+    has = {"tok_emb.weight": True, "head.weight": not cfg.tie_weights,
+           "head.bias": cfg.head_bias}
+    return {name: table for name, table in NEW_ROWS.items() if has[table]}
+
+
+def adapter_shapes(cfg: ModelConfig, lora: LoraConfig) -> dict[str, tuple[int, ...]]:
+    """{prefix}.lora_A: (r, in) and {prefix}.lora_B: (out, r) for every targeted layer, and
+    the new tokens' rows: (new_tokens, d), or (new_tokens,) for the head's bias."""
+    shapes: dict[str, tuple[int, ...]] = {}
     for prefix in lora_targets(cfg, lora.targets):
         out, inp = linear_shape(cfg, prefix)
         shapes[f"{prefix}.lora_A"] = (lora.rank, inp)
         shapes[f"{prefix}.lora_B"] = (out, lora.rank)
+    if lora.new_tokens > cfg.vocab_size:
+        raise UserError(f"LoRA new_tokens {lora.new_tokens} exceeds the vocabulary "
+                        f"({cfg.vocab_size} ids)")
+    for name in new_row_names(cfg, lora):
+        shapes[name] = (lora.new_tokens,) if name == "head.new_bias" else \
+            (lora.new_tokens, cfg.n_embd)
     return shapes
 
 
 def adapter_param_count(cfg: ModelConfig, lora: LoraConfig) -> int:
-    """r (in + out) summed over the targeted layers."""
-    return sum(a * b for a, b in adapter_shapes(cfg, lora).values())
+    """r (in + out) summed over the targeted layers, plus the new tokens' rows."""
+    return sum(math.prod(shape) for shape in adapter_shapes(cfg, lora).values())
 
 
 def is_adapter(name: str) -> bool:
-    return name.endswith(ADAPTER_SUFFIXES)
+    """A parameter that trains under LoRA: an adapter's A or B, or a new token's rows."""
+    return name.endswith(ADAPTER_SUFFIXES) or name in NEW_ROWS
 
 
 def check_adapters(cfg: ModelConfig, lora: LoraConfig, adapters: Mapping[str, Any],
@@ -168,15 +210,23 @@ def check_adapters(cfg: ModelConfig, lora: LoraConfig, adapters: Mapping[str, An
 
 
 def init_adapters(cfg: ModelConfig, lora: LoraConfig, seed: int = 0,
-                  dtype: type = np.float32) -> dict[str, np.ndarray]:
+                  dtype: type = np.float32, weights: Mapping[str, Any] | None = None
+                  ) -> dict[str, np.ndarray]:
     """Fresh adapters: B = 0, so the adapted model starts as the base model exactly, and
     A ~ U(-1/sqrt(in), 1/sqrt(in)) from numpy.random.default_rng(seed) (PEFT's default, the
     Kaiming-uniform bound of torch's nn.Linear): each entry of x A^T then has variance
-    |x|^2 / (3 in), the size of a feature, so B's first gradients s dy^T (x A^T) are too."""
+    |x|^2 / (3 in), the size of a feature, so B's first gradients s dy^T (x A^T) are too.
+    The new tokens' rows start as copies of the last rows of the base `weights`' tables
+    (needed when lora.new_tokens > 0), so the model starts as the base model there too."""
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in adapter_shapes(cfg, lora).items():
-        if name.endswith(".lora_A"):
+        if name in NEW_ROWS:
+            if weights is None:
+                raise ValueError("the new tokens' rows start from the base weights: pass them")
+            out[name] = np.array(np.asarray(weights[NEW_ROWS[name]])[-lora.new_tokens:],
+                                 dtype=dtype)
+        elif name.endswith(".lora_A"):
             bound = 1.0 / math.sqrt(shape[1])
             out[name] = rng.uniform(-bound, bound, shape).astype(dtype)
         else:
@@ -184,16 +234,30 @@ def init_adapters(cfg: ModelConfig, lora: LoraConfig, seed: int = 0,
     return out
 
 
+def with_new_rows(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """E' = [E[:V-n]; rows]: the table the model uses, its last n rows the trained ones."""
+    return np.concatenate([table[:len(table) - len(rows)], rows.astype(table.dtype)])
+
+
 def merge(weights: Mapping[str, np.ndarray], adapters: Mapping[str, np.ndarray],
           lora: LoraConfig) -> dict[str, np.ndarray]:
     """Plain weights with each adapted W replaced by W + s B A (s = alpha / r, computed in
-    float64, stored in W's dtype): a model with these weights and no adapters computes what
-    the base model with the adapters computes. `weights` is not modified."""
+    float64, stored in W's dtype) and the new tokens' trained rows in place of the last rows
+    of their tables: a model with these weights and no adapters computes what the base model
+    with the adapters computes. `weights` is not modified."""
     merged = dict(weights)
     for name in adapters:
         if not is_adapter(name):
-            raise UserError(f"adapters: {shown(name)} is not a lora_A or lora_B")
-    prefixes = sorted({name.rsplit(".", 1)[0] for name in adapters})
+            raise UserError(f"adapters: {shown(name)} is not a lora_A, lora_B or new rows")
+    for name, table in NEW_ROWS.items():
+        if name in adapters:
+            rows, w = np.asarray(adapters[name]), weights.get(table)
+            if w is None or rows.shape != (lora.new_tokens, *np.shape(w)[1:]) \
+                    or len(rows) > len(w):
+                raise UserError(f"adapters: {name} {rows.shape} does not fit "
+                                f"{table} {None if w is None else np.shape(w)}")
+            merged[table] = with_new_rows(np.asarray(w), rows)
+    prefixes = sorted({name.rsplit(".", 1)[0] for name in adapters if name not in NEW_ROWS})
     for prefix in prefixes:
         name = f"{prefix}.weight"
         if name not in weights:

@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lora-targets", default=TARGETS, metavar="NAMES",
                    help="comma-separated layers that get adapters: qkv, proj (attention), fc "
                         "(the FFN's first layer; swiglu: gate and up), down (the FFN's output)")
+    p.add_argument("--lora-freeze-new-tokens", action="store_true",
+                   help="with --lora-rank: keep the embedding (and head) rows of the chat tokens "
+                        "added to the vocabulary frozen at their initial values (default: they "
+                        "train with the adapters)")
     p.add_argument("--train-on", choices=("assistant", "all"), default="assistant",
                    help="which tokens the loss counts: the assistant's, or all of them")
     add_config_flag(p, "--steps", "train.steps", note="{key}; default 300")
@@ -67,11 +71,13 @@ def run(args: argparse.Namespace) -> int:
         alpha = args.lora_alpha if args.lora_alpha is not None else 2.0 * args.lora_rank
         targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
         lora = LoraConfig(args.lora_rank, alpha, targets)
-    elif args.lora_alpha is not None:
-        raise UserError("--lora-alpha needs --lora-rank")
+    elif args.lora_alpha is not None or args.lora_freeze_new_tokens:
+        flag = "--lora-alpha" if args.lora_alpha is not None else "--lora-freeze-new-tokens"
+        raise UserError(f"{flag} needs --lora-rank")
     from sheepop.finetune.run import finetune
     summary = finetune(args.base_run, args.data, args.out, lora, args.train_on, args.overrides,
-                       flag_values(args), args.resume, progress=not args.no_progress)
+                       flag_values(args), args.resume, progress=not args.no_progress,
+                       train_new_tokens=not args.lora_freeze_new_tokens)
     for line in summary.lines():
         print(line)
     print(f"talk to it with: sheepop chat {args.out}")

@@ -100,7 +100,7 @@ def run_demo(out: str | Path, minutes: float | None = None, engine: str = "torch
             shutil.rmtree(run)
         summary = _finetune_for(base, paths["train"], run, minutes, lora, engine, progress)
         model = load(run, engine)
-        trainable = _trainable(cfg, lora)
+        trainable = _trainable(cfg, LoraConfig.load(run))  # the run's: new token rows too
         rows.append({"model": name, "trainable": trainable, "minutes": summary.seconds / 60,
                      **score(answers(model, heldout), heldout)})
     print(table(rows, _total(weights)))

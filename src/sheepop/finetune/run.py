@@ -8,12 +8,14 @@ LoRA adapters, through the shared trainer.
 What belongs to the fine-tuning lives in the run's `finetune.json`:
 
     {"format": "sheepop-finetune-run", "version": 1, "base_run": "/abs/path", "data": "...",
-     "train_on": "assistant", "lora": null | {"rank": r, "alpha": a, "targets": [...]}}
+     "train_on": "assistant",
+     "lora": null | {"rank": r, "alpha": a, "targets": [...], "new_tokens": n, ...}}
 
 A full fine-tune is a plain run afterwards (every weight saved; `generate`, `eval`, `chat`
 read it like any other). A LoRA run saves only its adapters; `sheepop.inference` rebuilds the
-model from the base run (the grown rows are deterministic: sheepop.arch.vocab) and adds
-(alpha / r) B A to each adapted weight. The base run must stay where it was.
+model from the base run (the grown rows are deterministic: sheepop.arch.vocab), puts the added
+tokens' trained rows in place and adds (alpha / r) B A to each adapted weight. The base run
+must stay where it was.
 """
 
 from __future__ import annotations
@@ -96,9 +98,11 @@ def split_examples(examples: list, val_fraction: float, seed: int) -> tuple[list
 def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
              lora: LoraConfig | None = None, train_on: str = "assistant",
              overrides: list[str] | None = None, values: dict[str, Any] | None = None,
-             resume: bool = False, log=print, progress: bool = True):
+             resume: bool = False, log=print, progress: bool = True,
+             train_new_tokens: bool = True):
     """Fine-tune `base_run` on the conversations in `data_path` into `run_dir` (or continue
-    it with `resume`); the trainer's Summary."""
+    it with `resume`); the trainer's Summary. With LoRA, the rows of the tokens added to the
+    vocabulary train with the adapters unless `train_new_tokens` is False (sheepop.arch.lora)."""
     from sheepop.config import build_config
     from sheepop.train.start import setup
     run_dir = Path(run_dir)
@@ -118,12 +122,13 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
             raise UserError(f"{run_dir} already holds a run: continue it with --resume or "
                             "choose another --out")
         base_run = str(Path(base_run).resolve())
-        if lora is not None:
-            lora = LoraConfig(lora.rank, lora.alpha, lora.targets, base_run)
-        opts = FinetuneOptions(base_run, str(data_path), train_on,
-                               None if lora is None else lora.to_dict())
     base_cfg, tokenizer, weights, added = base_model(base_run)
     if not resume:
+        if lora is not None:
+            lora = LoraConfig(lora.rank, lora.alpha, lora.targets, base_run,
+                              added if train_new_tokens else 0)
+        opts = FinetuneOptions(base_run, str(data_path), train_on,
+                               None if lora is None else lora.to_dict())
         cfg = base_cfg
         defaults = {**TRAIN_DEFAULTS, "lr": LR["lora" if lora else "full"]}
         cfg = build_config(None, None, overrides, base=_with_train(cfg, defaults),

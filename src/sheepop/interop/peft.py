@@ -21,6 +21,12 @@ rows of B. The rows of q and k are renumbered into Hugging Face's rotate-half or
 the weights are (sheepop.interop.llama). GPT-2's layers are Conv1Ds (weights stored (in, out));
 PEFT keeps A and B in the nn.Linear orientation for them too and transposes only when merging,
 which `fan_in_fan_out: true` tells it, so the adapters are written as they are.
+
+The added tokens' trained rows (sheepop.arch.lora.NEW_ROWS) are PEFT's `trainable_token_indices`:
+the ids V-n..V-1, whose rows `{embedding}.token_adapter.trainable_tokens_delta` holds whole (PEFT
+writes them over the base rows, as sheepop does). A tied head follows the embedding in both; an
+untied one gets its own rows under `lm_head`. PEFT has no such rows for a head bias (neither
+export format has one).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save as st_save
 
-from sheepop.arch.lora import LoraConfig, check_adapters, target_modules
+from sheepop.arch.lora import NEW_ROWS, LoraConfig, check_adapters, target_modules
 from sheepop.config import ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_bytes
@@ -49,6 +55,8 @@ _LLAMA = {"attn.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj
 _GPT2 = {"attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "ffn.fc": "mlp.c_fc",
          "ffn.proj": "mlp.c_proj"}
 _PREFIX = "base_model.model."  # what PeftModel.save_pretrained writes before a module's path
+_EMBEDDING = {"hf-llama": "model.embed_tokens", "hf-gpt2": "transformer.wte"}
+_TOKEN_ROWS = ".token_adapter.trainable_tokens_delta"
 
 
 def _split(prefix: str) -> tuple[int, str]:
@@ -61,7 +69,12 @@ def peft_weights(adapters: dict[str, np.ndarray], lora: LoraConfig, cfg: ModelCo
                  format: str) -> dict[str, np.ndarray]:
     """sheepop adapters -> the tensors of adapter_model.safetensors (float32)."""
     out: dict[str, np.ndarray] = {}
-    prefixes = sorted({name.rsplit(".", 1)[0] for name in adapters})
+    rows = {"tok_emb.new_rows": _EMBEDDING[format], "head.new_rows": "lm_head"}
+    for name, module in rows.items():
+        if name in adapters:
+            out[f"{_PREFIX}{module}{_TOKEN_ROWS}"] = np.ascontiguousarray(
+                adapters[name], dtype=np.float32)
+    prefixes = sorted({name.rsplit(".", 1)[0] for name in adapters if name not in NEW_ROWS})
     for prefix in prefixes:
         i, module = _split(prefix)
         a = np.asarray(adapters[f"{prefix}.lora_A"], dtype=np.float32)
@@ -91,10 +104,22 @@ def target_names(lora: LoraConfig, cfg: ModelConfig, format: str) -> list[str]:
     return [name.split(".")[-1] for m in modules for name in _LLAMA[m]]
 
 
+def token_indices(lora: LoraConfig, cfg: ModelConfig, format: str
+                  ) -> list[int] | dict[str, list[int]] | None:
+    """PEFT's trainable_token_indices: the new tokens' ids for the embedding (which a tied head
+    follows), or per module when the head is untied; None without new tokens."""
+    if lora.new_tokens == 0:
+        return None
+    ids = list(range(cfg.vocab_size - lora.new_tokens, cfg.vocab_size))
+    if cfg.tie_weights:
+        return ids
+    return {_EMBEDDING[format].rsplit(".", 1)[1]: ids, "lm_head": ids}
+
+
 def peft_config(lora: LoraConfig, cfg: ModelConfig, format: str,
                 base_model: str | None = None) -> dict[str, Any]:
     """adapter_config.json: a LoRA of rank r and alpha (PEFT's scale lora_alpha / r, the same
-    s), no dropout, no trained biases."""
+    s), no dropout, no trained biases, and the new tokens' rows as trainable_token_indices."""
     return {
         "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
         "r": lora.rank, "lora_alpha": lora.alpha, "lora_dropout": 0.0,
@@ -102,7 +127,7 @@ def peft_config(lora: LoraConfig, cfg: ModelConfig, format: str,
         "fan_in_fan_out": format == "hf-gpt2", "bias": "none", "use_rslora": False,
         "use_dora": False, "init_lora_weights": True, "inference_mode": True,
         "modules_to_save": None, "layers_to_transform": None, "rank_pattern": {},
-        "alpha_pattern": {},
+        "alpha_pattern": {}, "trainable_token_indices": token_indices(lora, cfg, format),
     }
 
 
@@ -115,6 +140,8 @@ def export_peft(adapters: dict[str, np.ndarray], lora: LoraConfig, cfg: ModelCon
         raise UserError(f"unknown export format {format!r} (known: {', '.join(ARCHITECTURES)})")
     ARCHITECTURES[format].check_shaped(cfg)
     check_adapters(cfg, lora, adapters, "the adapters")
+    if "head.new_bias" in adapters:
+        raise UserError("PEFT cannot hold trained rows of a head bias")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"output path exists and is not a directory: {out_dir}")

@@ -63,6 +63,14 @@ class Block(nn.Module):
         return x, weights
 
 
+class TokenEmbedding(nn.Embedding):
+    """E (V, d): x -> E[x]. `table()` is the matrix the lookup (and a tied head) reads; LoRA's
+    trained new-token rows replace its last rows there (sheepop.model.lora)."""
+
+    def table(self) -> torch.Tensor:
+        return self.weight
+
+
 class Head(nn.Module):
     """Output head: logits = x W^T + b, W its own (untied) or the token embedding (tied)."""
 
@@ -83,7 +91,7 @@ class GPT(nn.Module):
         if cfg.vocab_size < 1:
             raise ValueError("ModelConfig.vocab_size must be set (from the tokenizer)")
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.tok_emb = TokenEmbedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = make_positions(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -133,7 +141,8 @@ class GPT(nn.Module):
             window = allowed_keys(T, 0, window=self.cfg.block_size)
             attn_mask = torch.from_numpy(window).to(idx.device)
         pos = slice(start, start + T) if pos_ids is None else pos_ids
-        x = self.drop(self.pos_emb.embed(self.tok_emb(idx), pos))
+        table = self.tok_emb.table()
+        x = self.drop(self.pos_emb.embed(F.embedding(idx, table), pos))
         attentions = []
         for i, block in enumerate(self.blocks):
             x, w = block(x, self.pos_emb, pos, cache, i, attn_mask, return_attention)
@@ -143,7 +152,7 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         if last_only:
             x = x[:, -1:, :]
-        logits = self.head(x, self.tok_emb.weight)
+        logits = self.head(x, table)
         loss = cross_entropy(logits, targets) if targets is not None else None
         if return_attention:
             return logits, loss, attentions

@@ -10,6 +10,11 @@ beside them ("blocks.0.attn.qkv.lora_A"); every other parameter is frozen (requi
 so autograd computes no gradient for the base model and an optimizer built over the parameters
 that require a gradient trains the adapters only. The NumPy engine's adapter is
 sheepop.scratch.layers.linear_forward with an Adapter.
+
+With `lora.new_tokens` = n, the embedding (and an untied head) become `NewRowsEmbedding` /
+`NewRowsHead`: the frozen table stays under its name, and a trainable `new_rows` (n, d) (and
+`new_bias` (n,)) replaces its last n rows in the forward pass, E' = [E[:V-n]; new_rows], so
+gradients reach only the new tokens' rows.
 """
 
 from __future__ import annotations
@@ -19,7 +24,68 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from sheepop.arch.lora import LoraConfig, check_adapters, init_adapters, is_adapter, lora_targets
+from sheepop.arch.lora import (
+    LoraConfig,
+    check_adapters,
+    init_adapters,
+    is_adapter,
+    lora_targets,
+    new_row_names,
+)
+from sheepop.model.gpt import Head, TokenEmbedding
+
+
+def _replace_last(table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """[table[:V-n]; rows] (autograd reaches `rows`, never the frozen first V-n rows)."""
+    return torch.cat([table[:table.shape[0] - rows.shape[0]], rows.to(table.dtype)])
+
+
+class NewRowsEmbedding(TokenEmbedding):
+    """The token embedding with its last n rows trained: table() = [E[:V-n]; new_rows]."""
+
+    def __init__(self, base: TokenEmbedding, n: int):
+        super().__init__(base.num_embeddings, base.embedding_dim, _weight=base.weight)
+        self.weight = base.weight
+        self.new_rows = nn.Parameter(base.weight[-n:].detach().clone())
+
+    def table(self) -> torch.Tensor:
+        return _replace_last(self.weight, self.new_rows)
+
+    def merged(self) -> TokenEmbedding:
+        with torch.no_grad():
+            self.weight[-self.new_rows.shape[0]:] = self.new_rows
+        plain = TokenEmbedding(self.num_embeddings, self.embedding_dim, _weight=self.weight)
+        plain.weight = self.weight
+        return plain
+
+
+class NewRowsHead(Head):
+    """The head with its last n rows (and bias entries) trained: an untied W_head' =
+    [W[:V-n]; new_rows], b' = [b[:V-n]; new_bias]; a tied head reads the embedding's table()."""
+
+    def __init__(self, base: Head, n: int):
+        nn.Module.__init__(self)
+        self.weight, self.bias = base.weight, base.bias
+        if base.weight is not None:
+            self.new_rows = nn.Parameter(base.weight[-n:].detach().clone())
+        if base.bias is not None:
+            self.new_bias = nn.Parameter(base.bias[-n:].detach().clone())
+
+    def forward(self, x: torch.Tensor, tied_weight: torch.Tensor) -> torch.Tensor:
+        w = tied_weight if self.weight is None else _replace_last(self.weight, self.new_rows)
+        b = None if self.bias is None else _replace_last(self.bias, self.new_bias)
+        return F.linear(x, w, b)
+
+    def merged(self) -> Head:
+        plain = Head.__new__(Head)
+        nn.Module.__init__(plain)
+        with torch.no_grad():
+            if self.weight is not None:
+                self.weight[-self.new_rows.shape[0]:] = self.new_rows
+            if self.bias is not None:
+                self.bias[-self.new_bias.shape[0]:] = self.new_bias
+        plain.weight, plain.bias = self.weight, self.bias
+        return plain
 
 
 class LoRALinear(nn.Module):
@@ -50,7 +116,8 @@ def add_lora(model: nn.Module, lora: LoraConfig, adapters: dict[str, np.ndarray]
              seed: int = 0) -> nn.Module:
     """Put adapters on `model` (a sheepop GPT, in place; returned): `adapters` (a checkpoint's,
     checked against `lora`) or fresh ones (sheepop.arch.lora.init_adapters(seed): B = 0, the
-    same values as the NumPy engine's). Freezes every parameter but the adapters."""
+    same values as the NumPy engine's). Freezes every parameter but the adapters (and the new
+    tokens' rows)."""
     cfg = model.cfg
     for prefix in lora_targets(cfg, lora.targets):
         parent_name, _, child = prefix.rpartition(".")
@@ -60,7 +127,12 @@ def add_lora(model: nn.Module, lora: LoraConfig, adapters: dict[str, np.ndarray]
             raise ValueError(f"{prefix} is a {type(base).__name__}, not a plain linear layer "
                              "(adapters already added?)")
         setattr(parent, child, LoRALinear(base, lora.rank, lora.scale))
-    values = init_adapters(cfg, lora, seed) if adapters is None else adapters
+    if new_row_names(cfg, lora):
+        model.tok_emb = NewRowsEmbedding(model.tok_emb, lora.new_tokens)
+        model.head = NewRowsHead(model.head, lora.new_tokens)
+    tables = {name: p.detach().float().cpu().numpy() for name, p in model.named_parameters()
+              if name in new_row_names(cfg, lora).values()}
+    values = init_adapters(cfg, lora, seed, weights=tables) if adapters is None else adapters
     check_adapters(cfg, lora, values)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -79,8 +151,11 @@ def adapter_weights(model: nn.Module) -> dict[str, np.ndarray]:
 
 
 def merge_lora(model: nn.Module) -> nn.Module:
-    """Fold each adapter into its weight, W <- W + s B A, and put plain nn.Linear layers back
-    (in place; returned): the same function, no adapters, every parameter trainable again."""
+    """Fold each adapter into its weight, W <- W + s B A, and the new tokens' rows into their
+    tables, and put plain layers back (in place; returned): the same function, no adapters,
+    every parameter trainable again."""
+    if isinstance(model.tok_emb, NewRowsEmbedding):
+        model.tok_emb, model.head = model.tok_emb.merged(), model.head.merged()
     for name, module in list(model.named_modules()):
         if isinstance(module, LoRALinear):
             parent_name, _, child = name.rpartition(".")

@@ -16,7 +16,10 @@ costs one position's work and gives the logits a full forward pass over the whol
 
 With LoRA (`lora`, a LoraConfig) the parameter dict also holds adapters ("blocks.0.attn.qkv.lora_A",
 ...): each adapted linear layer adds (alpha / r) (x A^T) B^T, every base weight is frozen, and
-the backward pass returns the adapters' gradients only (docs/finetune.md).
+the backward pass returns the adapters' gradients only (docs/finetune.md). With
+`lora.new_tokens` = n it also holds the new tokens' trained rows ("tok_emb.new_rows", ...),
+which replace the last n rows of their tables, E' = [E[:V-n]; new_rows]; their gradient is the
+last n rows of dE' (the lookup's scatter-add, plus a tied head's dW rows).
 """
 
 from __future__ import annotations
@@ -28,7 +31,13 @@ import numpy as np
 
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, cache_shape, slides
-from sheepop.arch.lora import LoraConfig, check_adapters, init_adapters, is_adapter
+from sheepop.arch.lora import (
+    LoraConfig,
+    check_adapters,
+    init_adapters,
+    is_adapter,
+    with_new_rows,
+)
 from sheepop.config import ModelConfig
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward
@@ -42,8 +51,10 @@ from sheepop.scratch.layers import (
     dropout_forward,
     embedding_backward,
     embedding_forward,
+    embedding_rows_backward,
     linear_backward,
     linear_forward,
+    linear_rows_backward,
 )
 from sheepop.scratch.norm import norm_backward, norm_forward
 from sheepop.scratch.positions import POSITIONS
@@ -51,9 +62,19 @@ from sheepop.scratch.positions import POSITIONS
 Params = dict[str, np.ndarray]
 
 
-def head_weight(params: Params) -> np.ndarray:
-    """W_head: its own matrix, or the token embedding when tied (no head.weight stored)."""
-    return params.get("head.weight", params["tok_emb.weight"])
+def _row_table(params: Params, table: str, rows: str) -> np.ndarray | None:
+    """params[table], its last rows replaced by params[rows] when LoRA trains them."""
+    t = params.get(table)
+    return t if rows not in params or t is None else with_new_rows(t, params[rows])
+
+
+def token_tables(params: Params) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(E, W_head, b_head) as the model uses them: the stored ones, or, under LoRA with new
+    tokens, with the trained rows in place of their last rows."""
+    tok = _row_table(params, "tok_emb.weight", "tok_emb.new_rows")
+    w_head = _row_table(params, "head.weight", "head.new_rows")
+    return tok, tok if w_head is None else w_head, _row_table(params, "head.bias",
+                                                              "head.new_bias")
 
 
 class GPTCache(NamedTuple):
@@ -67,6 +88,7 @@ class GPTCache(NamedTuple):
     loss: CrossEntropyCache | None
     cfg: ModelConfig
     frozen: bool = False  # LoRA: the base weights get no gradient
+    new_tokens: int = 0   # LoRA: the trained rows at the end of the per-token tables
 
 
 def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
@@ -95,7 +117,7 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         raise ValueError(f"sequence of {start + T} tokens exceeds block_size {cfg.block_size}")
     pos = slice(start, start + T) if pos_ids is None else pos_ids
     kind = POSITIONS[cfg.pos_encoding]
-    tok = params["tok_emb.weight"]
+    tok, w_head, b_head = token_tables(params)
     h, emb = embedding_forward(idx, tok)
     pos_cache = None
     if kind.embed_forward is not None:
@@ -118,13 +140,13 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     if last_only:
         h = h[:, -1:, :]
     h, ln_f = norm_forward(cfg.norm, h, params, "ln_f.", cfg.ln_eps)
-    logits, head = linear_forward(h, head_weight(params), params.get("head.bias"),
-                                  None if lora is None else FROZEN)
+    logits, head = linear_forward(h, w_head, b_head, None if lora is None else FROZEN)
     loss, loss_cache = (None, None) if targets is None else cross_entropy_forward(
         logits, np.asarray(targets))
     tied = "head.weight" not in params
+    new_tokens = lora.new_tokens if lora is not None and "tok_emb.new_rows" in params else 0
     return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, tied, loss_cache,
-                                  cfg, lora is not None)
+                                  cfg, lora is not None, new_tokens)
 
 
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
@@ -153,6 +175,8 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
         new.update(block_grads)
     if cache.frozen:
         new = {k: v for k, v in new.items() if is_adapter(k)}
+        if cache.new_tokens:
+            new.update(_new_rows_grads(dh, dlogits, cache))
         return _deliver(new, grads)
     dh = dropout_backward(dh, cache.drop)
     embed_backward = POSITIONS[cache.cfg.pos_encoding].embed_backward
@@ -165,6 +189,17 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
     else:
         new["head.weight"] = dw_head
     return _deliver(new, grads)
+
+
+def _new_rows_grads(dh: np.ndarray, dlogits: np.ndarray, cache: GPTCache
+                    ) -> dict[str, np.ndarray | None]:
+    """LoRA's new-token rows: the last n rows of dE' (lookup) and of dW_head', db_head'."""
+    first = cache.emb.vocab_size - cache.new_tokens
+    dw_rows, db_rows = linear_rows_backward(dlogits, cache.head, first)
+    demb_rows = embedding_rows_backward(dropout_backward(dh, cache.drop), cache.emb, first)
+    if cache.tied:
+        return {"tok_emb.new_rows": demb_rows + dw_rows, "head.new_bias": db_rows}
+    return {"tok_emb.new_rows": demb_rows, "head.new_rows": dw_rows, "head.new_bias": db_rows}
 
 
 def _deliver(new: dict[str, np.ndarray | None], grads: Params | None) -> Params:
@@ -195,7 +230,8 @@ class GPT:
         self.load_numpy_weights(params, "parameters")
         self.lora = lora
         if lora is not None:
-            self.load_adapters(init_adapters(cfg, lora, seed) if adapters is None else adapters)
+            self.load_adapters(init_adapters(cfg, lora, seed, self.dtype, self.params)
+                               if adapters is None else adapters)
         self.grads: Params = {k: np.zeros_like(v) for k, v in self.params.items()
                               if lora is None or is_adapter(k)}
         self._cache: GPTCache | None = None

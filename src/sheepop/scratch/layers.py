@@ -40,6 +40,17 @@ def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
     return dtable
 
 
+def embedding_rows_backward(dout: np.ndarray, cache: EmbeddingCache, first: int) -> np.ndarray:
+    """dE[first:] alone (V - first, d): the scatter-add of `embedding_backward` restricted to
+    the tokens first..V-1 (LoRA trains the new tokens' rows and nothing else of E)."""
+    d = dout.shape[-1]
+    idx = cache.idx.reshape(-1)
+    keep = idx >= first
+    drows = np.zeros((cache.vocab_size - first, d), dtype=dout.dtype)
+    np.add.at(drows, idx[keep] - first, dout.reshape(-1, d)[keep])
+    return drows
+
+
 # --- linear: y = x W^T + b, W of shape (out, in); optionally + s (x A^T) B^T (LoRA) ----------
 class Adapter(NamedTuple):
     """A LoRA adapter on a linear layer: y = x W^T + b + scale (x A^T) B^T, A (r, in),
@@ -90,6 +101,16 @@ def linear_backward(dout: np.ndarray, cache: LinearCache
     dw = dy2.T @ x.reshape(-1, w.shape[1])
     db = dy2.sum(axis=0) if cache.has_bias else None
     return dx, dw, db
+
+
+def linear_rows_backward(dout: np.ndarray, cache: LinearCache, first: int
+                         ) -> tuple[np.ndarray, np.ndarray | None]:
+    """dW[first:] = dy[:, first:]^T x and db[first:] = sum of dy[:, first:] over rows (None
+    without a bias): the gradient of the output rows first..out-1 alone (LoRA's new tokens'
+    rows of the head)."""
+    dy2 = dout.reshape(-1, cache.w.shape[0])[:, first:]
+    dw = dy2.T @ cache.x.reshape(-1, cache.w.shape[1])
+    return dw, (dy2.sum(axis=0) if cache.has_bias else None)
 
 
 def lora_forward(x: np.ndarray, adapter: Adapter) -> tuple[np.ndarray, np.ndarray]:
