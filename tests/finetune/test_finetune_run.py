@@ -127,6 +127,21 @@ def test_an_interrupted_finetune_resumes_exactly(base, tmp_path, lora):
                                rtol=1e-6)
 
 
+def test_the_base_runs_time_limit_and_decay_length_do_not_carry_over(base, tmp_path):
+    """A base pretrained with a time limit and a short decay: the fine-tune runs its own
+    schedule (all its steps, the cosine over them), not the base's."""
+    config_file = base / "base" / checkpoint.CONFIG_FILE
+    config = json.loads(config_file.read_text())
+    config["train"].update(max_minutes=1e-6, decay_steps=2)
+    config_file.write_text(json.dumps(config))
+    summary = finetune(str(base / "base"), str(base / "chats.jsonl"), tmp_path / "ft",
+                       overrides=SETTINGS, values={"train.steps": 5}, log=lambda *_: None,
+                       progress=False)
+    assert summary.steps == 5
+    train = checkpoint.load_config(tmp_path / "ft")["train"]
+    assert (train["max_minutes"], train["decay_steps"]) == (0.0, 0)
+
+
 def test_the_chat_tokens_grow_the_vocabulary_from_their_spelling(base):
     from sheepop.finetune.run import base_model
     cfg, tokenizer, weights, added = base_model(base / "base")

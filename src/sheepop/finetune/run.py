@@ -43,8 +43,12 @@ TRAIN_ON = ("assistant", "all")
 
 # Fine-tuning starts from trained weights, so it needs fewer steps and a shorter warmup than
 # pretraining; LoRA's adapters start at B = 0 and learn at a higher rate than a full fine-tune
-# should move every weight (docs/finetune.md). `--set train.*` overrides any of them.
+# should move every weight (docs/finetune.md). The base run's time limit and decay length
+# describe its own schedule, not this one's: a base trained with `--minutes 5` would otherwise
+# stop the fine-tune at 5 minutes and hold its learning rate at min_lr after the base's
+# decay_steps. `--set train.*` overrides any of them.
 TRAIN_DEFAULTS: dict[str, Any] = {"steps": 300, "warmup_steps": 20, "min_lr": 1e-4,
+                                  "decay_steps": 0, "max_minutes": 0.0,
                                   "eval_interval": 50, "checkpoint_interval": 100,
                                   "eval_batches": 4}
 LR = {"full": 5e-4, "lora": 2e-3}
