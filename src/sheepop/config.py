@@ -78,6 +78,14 @@ class ModelConfig:
     pos_scale: float = _f(0.0, "multiplier on the sinusoidal table (0: 1/sqrt(n_embd))")
     rope_theta: float = _f(10000.0, "rope: the base of the rotation frequencies "
                            "theta^(-2i/head_dim)")
+    digit_positions: int = _f(0, "digit places (digits tokenizer): rows of a learned table "
+                              "added at each digit by its place in its number, 1 = the first "
+                              "digit written (0: off; docs/math/03-positions.md)")
+    digit_offset: int = _f(0, "digit places, training only: a random 0..N added to every "
+                           "place of a sequence, so rows past the training numbers' length "
+                           "are trained too")
+    term_positions: int = _f(0, "term indices (digits tokenizer): rows of a learned table "
+                             "added at each token by how many numbers end before it (0: off)")
     activation: str = _f("gelu", "FFN activation (gelu: the exact erf form)", ACTIVATIONS)
     norm: str = _f("layernorm", "normalisation before attention, FFN and head", NORMS)
     ffn: str = _f("mlp", "feed-forward kind (mlp: act(x W_fc^T) W_proj^T, act = activation; "
@@ -136,6 +144,12 @@ class TrainConfig:
     eval_batches: int = _f(20, "batches per evaluation")
     log_interval: int = _f(10, "append to metrics.jsonl every N steps")
     checkpoint_interval: int = _f(500, "write a checkpoint every N steps (0: only at the end)")
+    keep_last: int = _f(1, "checkpoints kept: the run directory holds the latest; N > 1 also "
+                        "keeps the newest N as checkpoints/step-NNNNNNN/ (hard links)")
+    early_stop_patience: int = _f(0, "stop after N evaluations in a row without a new best val "
+                                  "loss (0: never); the best is kept in best/ either way")
+    tensorboard: bool = _f(False, "also write the metrics as TensorBoard events in "
+                           "RUN_DIR/tensorboard/ (needs: pip install 'sheepop[tensorboard]')")
     max_minutes: float = _f(0.0, "stop after this many minutes of training (0: no limit)")
     threads: int = _f(0, "torch CPU threads (0: leave torch's default)")
     fsdp: bool = _f(False, "under torchrun: shard weights, gradients and AdamW moments over the "

@@ -36,7 +36,7 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (m.n_kv_head >= 0, "model.n_kv_head must be >= 0 (0: n_head)"),
         (m.n_head >= 1 and m.n_kv_head >= 0 and m.n_head % m.kv_heads == 0,
          f"model.n_head ({m.n_head}) must be divisible by model.n_kv_head ({m.n_kv_head})"),
-        (m.pos_encoding != "rope" or (m.n_head >= 1 and m.n_embd % m.n_head == 0
+        (m.pos_encoding not in ("rope", "rope_terms") or (m.n_head >= 1 and m.n_embd % m.n_head == 0
                                       and m.head_dim % 2 == 0),
          f"rope rotates pairs: the head width n_embd / n_head ({m.n_embd} / {m.n_head}) "
          "must be even"),
@@ -48,6 +48,15 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
          "model.n_embd must be even for sinusoidal positions"),
         (m.ln_eps > 0, "model.ln_eps must be positive"),
         (m.pos_scale >= 0, "model.pos_scale must be >= 0 (0: 1/sqrt(n_embd))"),
+        (min(m.digit_positions, m.digit_offset, m.term_positions) >= 0,
+         "model.digit_positions, digit_offset and term_positions must be >= 0"),
+        (m.digit_positions == 0 or m.digit_offset <= m.digit_positions - 2,
+         f"model.digit_offset ({m.digit_offset}) leaves no row for a digit: it must be at most "
+         f"model.digit_positions - 2 ({m.digit_positions - 2})"),
+        ((m.digit_positions == m.term_positions == 0 and m.pos_encoding != "rope_terms")
+         or d.tokenizer == "digits",
+         f"model.digit_positions, term_positions and pos_encoding=rope_terms need the digits "
+         f"tokenizer (ids 0-9 are the digits), not data.tokenizer={d.tokenizer}"),
         (t.steps >= 1, "train.steps must be at least 1"),
         (t.batch_size >= 1, "train.batch_size must be at least 1"),
         (t.grad_accum >= 1, "train.grad_accum must be at least 1"),
@@ -63,6 +72,8 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (0 <= t.seed < 2**63 and 0 <= s.seed < 2**63,
          "train.seed and sample.seed must be in [0, 2^63)"),
         (t.log_interval >= 1, "train.log_interval must be at least 1"),
+        (t.keep_last >= 1, "train.keep_last must be at least 1 (the latest checkpoint)"),
+        (t.early_stop_patience >= 0, "train.early_stop_patience must be >= 0 (0: never)"),
         (t.max_grad_norm >= 0, "train.max_grad_norm must be >= 0 (0: no limit)"),
         (0.0 <= d.val_fraction < 1.0, "data.val_fraction must be in [0, 1)"),
         (d.stride >= 0, "data.stride must be >= 0"),

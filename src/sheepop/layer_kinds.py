@@ -5,11 +5,19 @@ anything is allocated. A new kind is one line here, plus its unit in each engine
 (docs/architecture.md).
 """
 
-POSITION_KINDS = {"sinusoidal": "absolute", "learned": "absolute", "rope": "relative"}
+POSITION_KINDS = {"sinusoidal": "absolute", "learned": "absolute", "rope": "relative",
+                  "rope_terms": "relative", "none": "none"}
 """Where a position kind acts, and what attention then depends on. Absolute kinds add a table
 row to each token embedding (a position past the table does not exist); a relative kind
 (rope) rotates queries and keys so that q . k depends only on the offset between them, which
-lets a KV cache slide past the context (sheepop.arch.kv_cache)."""
+lets a KV cache slide past the context (sheepop.arch.kv_cache). `none` adds and turns nothing
+(only the causal mask tells positions apart), for models whose positions come from digit places
+and term indices alone; `rope_terms` rotates by the term index of each token (the number it
+belongs to, digits tokenizer) instead of its position, so attention sees which number a key is
+in relative to the query's but not where inside it. Digit places and term indices
+(model.digit_positions = R, model.term_positions = S) are not kinds but additions to any of
+them: learned (R, d) and (S, d) tables read at each digit's place in its number and at each
+token's term index ((R + S) d parameters, sheepop.model_size)."""
 
 NORM_VECTORS = {"layernorm": 2, "rmsnorm": 1}
 """A norm kind's parameter vectors of width d: layernorm's gain and shift, rmsnorm's gain."""

@@ -5,7 +5,8 @@ A config.json is a user's file, and its numbers decide every allocation that fol
 blocks). `check_model_size` runs inside `Config.validate()`, so a config is refused with one
 line before anything is allocated. The rule:
 
-    parameters  P = V d (1 + untied) + V head_bias + T d learned + n d (final norm)
+    parameters  P = V d (1 + untied) + V head_bias + T d learned + (R + S) d digit places
+                    + n d (final norm)
                     + L (2 n d (two norms) + 2 d^2 + 2 d k (q and proj; k and v)
                          + m d f (the FFN's matrices)
                          + bias (d + 2 k + d (qkv, proj) + b f + d (the FFN's biases)))
@@ -14,6 +15,7 @@ line before anything is allocated. The rule:
     bytes = 4 (P + T d [sinusoidal] + 2 L T k)        (float32)
 
 with V = vocab_size, d = n_embd, f = d_ff (or its kind's default), T = block_size, L = n_layer,
+R = digit_positions and S = term_positions (0: no such table),
 k = kv_heads * head_dim (= d without grouped-query attention), and what each
 layer kind costs from its entry in sheepop.layer_kinds: n = NORM_VECTORS[norm] (layernorm: gain and
 shift), m and b = FFN_SHAPES[ffn] (mlp: two matrices, one bias of width f). A model is
@@ -74,7 +76,9 @@ def param_count(m: Any) -> int:
     per_block = (2 * n * d + 2 * d * d + 2 * d * k + ffn["matrices"] * d * f
                  + (d + 2 * k + d + ffn["biases"] * f + d if m.bias else 0))
     return (V * d * (1 if m.tie_weights else 2) + (V if m.head_bias else 0)
-            + (T * d if m.pos_encoding == "learned" else 0) + n * d + L * per_block)
+            + (T * d if m.pos_encoding == "learned" else 0)
+            + (m.digit_positions + m.term_positions) * d
+            + n * d + L * per_block)
 
 
 def memory_bytes(m: Any) -> int:

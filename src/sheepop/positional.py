@@ -11,6 +11,8 @@ P[pos + k] is a fixed rotation of P[pos] for every offset k.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -31,3 +33,64 @@ def rope_frequencies(head_dim: int, theta: float = 10000.0) -> np.ndarray:
     RoPE turns pair i of a query or key at position p by the angle p * omega_i (the same
     frequencies as the sinusoidal table's columns, with d_k in place of d)."""
     return theta ** -(np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+
+
+DIGIT_IDS = 10
+"""Ids 0 .. 9 are the digits '0' .. '9' (the digits tokenizer, sheepop.tokenizers.digits)."""
+
+
+def uses_digits(cfg: Any) -> bool:
+    """Whether a model (its ModelConfig) reads digit places or term indices: then each engine
+    computes them from the token ids (model.digit_positions, model.term_positions, or
+    pos_encoding rope_terms, which turns by term indices)."""
+    return bool(cfg.digit_positions or cfg.term_positions or cfg.pos_encoding == "rope_terms")
+
+
+def digit_places(idx: np.ndarray, run_before: np.ndarray | None = None,
+                 real: np.ndarray | None = None) -> np.ndarray:
+    """The place of every token in its number (B, T) int64: 0 for a token that is not a digit,
+    otherwise 1 + the number of digits written immediately before it,
+
+        r_t = (r_{t-1} + 1) [x_t is a digit],    r_{-1} = run_before (0: a fresh sequence)
+
+    computed in one pass: with c_t = run_before + sum_{u <= t} [x_u is a digit] and m_t the
+    largest c_u over the non-digits u <= t (0 if none), r_t = c_t - m_t at digits. `run_before`
+    (B,) continues a KV cache's rows; `real` (B, T) False marks left padding, which is not a
+    digit whatever its id (so a padded prompt gets the places it gets alone)."""
+    idx = np.asarray(idx)
+    digit = idx < DIGIT_IDS
+    if real is not None:
+        digit &= real
+    before = 0 if run_before is None else np.asarray(run_before, dtype=np.int64)[:, None]
+    count = np.cumsum(digit, axis=-1, dtype=np.int64) + before
+    last_reset = np.maximum.accumulate(np.where(digit, 0, count), axis=-1)
+    return np.where(digit, count - last_reset, 0)
+
+
+def term_index(idx: np.ndarray, state: np.ndarray | None = None,
+               real: np.ndarray | None = None) -> np.ndarray:
+    """The number each token belongs to (B, T) int64: how many numbers have ended at or before
+    it, counting an end at every non-digit that follows a digit,
+
+        n_t = n_{t-1} + [x_t is not a digit and x_{t-1} is a digit],   n_{-1} = 0
+
+    so the digits of the first number get 0, the separator after it and the next number's
+    digits 1, and so on (the separator opens the number that follows: it is where the model
+    writes that number's first digit). `state` (B, 2) = (the run of digits before, numbers
+    ended before) continues a KV cache's rows; `real` as in `digit_places`."""
+    idx = np.asarray(idx)
+    digit = idx < DIGIT_IDS
+    if real is not None:
+        digit &= real
+    run_before = np.zeros(len(idx), np.int64) if state is None else state[:, 0]
+    ended = 0 if state is None else np.asarray(state[:, 1], np.int64)[:, None]
+    previous = np.concatenate([(run_before > 0)[:, None], digit[:, :-1]], axis=1)
+    return np.cumsum(~digit & previous, axis=-1, dtype=np.int64) + ended
+
+
+def place_rows(places: np.ndarray, offset: np.ndarray | int, rows: int) -> np.ndarray:
+    """The table row each place reads: place + offset (the training offset, per sequence; 0 at
+    inference), so a non-digit (place 0) reads row `offset`: the separator before a number
+    stays one row below its first digit, which is how it finds the first digits of the numbers
+    before it whatever the offset. A place past the table reads its last row."""
+    return np.minimum(places + offset, rows - 1)

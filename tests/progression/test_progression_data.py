@@ -78,6 +78,52 @@ def test_out_of_distribution_sets(data_dir):
     assert not in_dist & {(int(s[0]), int(s[1] - s[0])) for s in long}
 
 
+def test_the_harder_held_out_sets(data_dir):
+    data = load_progressions(data_dir)
+    meta = json.loads((data_dir / "meta.json").read_text())
+    assert list(meta["sets"]) == ["ood_difference", "ood_length", "ood_difference_large",
+                                  "ood_first_term", "ood_digits_6", "ood_digits_7"]
+    assert list(data.ood) == list(meta["sets"])
+    limit = 10 ** 5 - 1
+    for s in data.ood["ood_difference_large"]:
+        assert 1001 <= s[1] - s[0] <= 5000 and 3 <= len(s) <= 100 and s[-1] <= limit
+    for s in data.ood["ood_first_term"]:
+        assert 10_000 <= s[0] <= 49_999 and 1 <= s[1] - s[0] <= 500 and s[-1] <= limit
+    for width in (6, 7):
+        name = f"ood_digits_{width}"
+        assert data.digits_of(name) == meta["sets"][name]["digits"] == width
+        assert len(data.ood[name]) == 60
+        for s in data.ood[name]:  # every term has exactly `width` significant digits
+            assert 10 ** (width - 1) <= s[0] and s[-1] < 10 ** width
+            assert 1 <= s[1] - s[0] <= 500 and 3 <= len(s)
+        line = (data_dir / f"{name}.txt").read_text().splitlines()[0].split(" ")
+        assert all(len(f) == width for f in line)
+    assert data.digits_of("ood_difference") == 5
+    # exact values: the seeded draw of SPEC, the first sequence of each set
+    firsts = {name: (seqs[0][:2].tolist(), len(seqs[0])) for name, seqs in data.ood.items()}
+    assert firsts == {"ood_difference": ([4165, 5163], 19), "ood_length": ([9407, 9811], 128),
+                      "ood_difference_large": ([6480, 11066], 21),
+                      "ood_first_term": ([47979, 48352], 25),
+                      "ood_digits_6": ([974490, 974861], 69),
+                      "ood_digits_7": ([6363268, 6363379], 10)}
+    assert meta["sets"]["ood_difference_large"]["draws_shortened_to_fit_digits"] == 38
+
+
+def test_adding_sets_keeps_the_earlier_files(tmp_path):
+    """The new sets are drawn after the old ones: the same seed writes the same dataset.txt,
+    ood_difference.txt and ood_length.txt with or without them."""
+    write_dataset(tmp_path / "a", SPEC)
+    write_dataset(tmp_path / "b", Spec(count=400, ood_count=60, seed=3, ood_more_digits=0))
+    for name in ("dataset.txt", "ood_difference.txt", "ood_length.txt", "ood_first_term.txt"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert not (tmp_path / "b" / "ood_digits_6.txt").exists()
+    # an older directory (meta.json without `sets`) still loads its two sets
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    del meta["sets"]
+    (tmp_path / "b" / "meta.json").write_text(json.dumps(meta))
+    assert set(load_progressions(tmp_path / "b").ood) == {"ood_difference", "ood_length"}
+
+
 def test_generation_is_seeded_and_reproducible(tmp_path):
     write_dataset(tmp_path / "a", SPEC)
     write_dataset(tmp_path / "b", SPEC)

@@ -183,7 +183,24 @@ def test_cli_eval_prints_a_table_and_a_json_line(trained, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     report = json.loads(out[-1])
     assert 0.0 <= report["next_term_accuracy"] <= 1.0
-    assert set(report["sets"]) == {"heldout", "ood_difference", "ood_length"}
+    # one entry per held-out set, keyed by its file's stem: D = 3 here, so the digit sets are
+    # 4 and 5 digits wide, and two 5-digit terms and the answer do not fit the 15-position block
+    assert set(report["sets"]) == {"heldout", "ood_difference", "ood_difference_large",
+                                   "ood_first_term", "ood_length", "ood_digits_4",
+                                   "ood_digits_5"}
+    data = load_progressions(root / "data")
+    for name, s in report["sets"].items():
+        sequences = (data.heldout if name == "heldout" else data.ood[name])[:15]
+        if name == "ood_digits_5":
+            assert s["prefixes"] == 0 and s["next_term_accuracy"] is None and s["skipped"]
+            continue
+        assert s["prefixes"] == sum(len(q) - 2 for q in sequences)  # k = 2 .. n-1
+        assert 0.0 <= s["next_term_accuracy"] <= 1.0
+        assert s["digits"] == (4 if name == "ood_digits_4" else 3)
+        assert s["context_terms"] == (2 if name == "ood_digits_4" else 3)
+        hundreds = s["analysis"]["by_hundreds"]
+        assert sum(row["n"] for row in hundreds.values()) == s["prefixes"]
+    assert report["next_term_accuracy"] == report["sets"]["heldout"]["next_term_accuracy"]
     assert any(line.startswith("held-out (in distribution)") for line in out)
     assert (root / "run" / "progression.png").stat().st_size > 10_000
 

@@ -48,6 +48,9 @@ class KVCache:
         self.max_len = k.shape[3]
         self.rolling = rolling
         self.length = 0  # the same for every layer
+        # Digit places / term indices (sheepop.model.positions.DigitPositions): each row's
+        # (run of digits, numbers ended) so far, (B, 2), for the next call to continue.
+        self.digit_run: Any = None
 
     @property
     def batch(self) -> int:
@@ -93,3 +96,5 @@ class KVCache:
         """Keep only these batch rows, in this order (finished sequences leave the batch)."""
         rows = list(rows)
         self.k, self.v = self.k[:, rows], self.v[:, rows]
+        if self.digit_run is not None:
+            self.digit_run = self.digit_run[rows]

@@ -29,8 +29,10 @@ def _register_generate(tasks: argparse._SubParsersAction) -> None:
     g = tasks.add_parser(
         "generate", help="write a data directory of progressions",
         description="Write dataset.txt (one progression a line, D-digit terms separated by "
-                    "single spaces; the last lines held out), ood_difference.txt, "
-                    "ood_length.txt, vocab.txt and meta.json into DIR.",
+                    "single spaces; the last lines held out), the out-of-distribution sets "
+                    "(ood_difference.txt, ood_difference_large.txt, ood_first_term.txt, "
+                    "ood_length.txt, ood_digits_{D+1}.txt, ...), vocab.txt and meta.json "
+                    "into DIR.",
         formatter_class=HelpFormatter)
     g.add_argument("--out", required=True, metavar="DIR")
     g.add_argument("--count", type=int, default=d.count, help="in-distribution sequences")
@@ -47,6 +49,8 @@ def _register_generate(tasks: argparse._SubParsersAction) -> None:
                    help="fraction of the sequences held out for evaluation")
     g.add_argument("--ood-count", type=int, default=d.ood_count,
                    help="sequences in each out-of-distribution file")
+    g.add_argument("--ood-more-digits", type=int, default=d.ood_more_digits, metavar="N",
+                   help="also write sets of numbers with D+1 .. D+N digits (ood_digits_*)")
     g.set_defaults(func=run_generate)
 
 
@@ -109,11 +113,13 @@ def run_generate(args: argparse.Namespace) -> int:
     spec = Spec(count=args.count, seed=args.seed, digits=args.digits, min_terms=args.min_terms,
                 max_terms=args.max_terms, min_difference=args.min_difference,
                 max_difference=args.max_difference, first_min=args.first_min,
-                first_max=args.first_max, heldout=args.heldout, ood_count=args.ood_count)
+                first_max=args.first_max, heldout=args.heldout, ood_count=args.ood_count,
+                ood_more_digits=args.ood_more_digits)
     meta = write_dataset(args.out, spec)
     print(f"wrote {meta['count']:,} sequences ({meta['train']:,} train, {meta['heldout']:,} "
           f"held out) of {meta['digits']}-digit terms (largest {meta['largest_term']:,}) and "
-          f"{2 * args.ood_count:,} out-of-distribution ones to {args.out}")
+          f"{args.ood_count:,} in each of {len(meta['sets'])} out-of-distribution sets "
+          f"({', '.join(meta['sets'])}) to {args.out}")
     return 0
 
 

@@ -1,6 +1,8 @@
 """The GPT of docs/architecture.md in PyTorch: a decoder-only, pre-norm transformer.
 
-    h0 = Drop(E[x] + P[pos])           positions: model.pos_encoding (positions.py)
+    h0 = Drop(E[x] + P[pos] (+ A[place] + N[term]))   positions: model.pos_encoding
+                                       (positions.py); digit places, term indices:
+                                       model.digit_positions, model.term_positions
     h  = h + Drop(Attn(Norm1(h)))      for each block (attention.py, norm.py)
     h  = h + Drop(FFN(Norm2(h)))       (ffn.py)
     logits = Norm_f(h) W_head^T (+ b_head)       W_head = E when tied
@@ -25,7 +27,8 @@ from sheepop.config import ModelConfig
 from sheepop.model.attention import CausalSelfAttention
 from sheepop.model.ffn import make_ffn
 from sheepop.model.norm import make_norm
-from sheepop.model.positions import Pos, Positions, make_positions
+from sheepop.model.positions import DigitPositions, Pos, Positions, make_positions
+from sheepop.positional import uses_digits
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
@@ -93,6 +96,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         self.tok_emb = TokenEmbedding(cfg.vocab_size, cfg.n_embd)
         self.pos_emb = make_positions(cfg)
+        self.digit_emb = DigitPositions(cfg) if uses_digits(cfg) else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg)
@@ -142,7 +146,12 @@ class GPT(nn.Module):
             attn_mask = torch.from_numpy(window).to(idx.device)
         pos = slice(start, start + T) if pos_ids is None else pos_ids
         table = self.tok_emb.table()
-        x = self.drop(self.pos_emb.embed(F.embedding(idx, table), pos))
+        x = self.pos_emb.embed(F.embedding(idx, table), pos)
+        if self.digit_emb is not None:  # digit places, term indices: + A[place] + N[term]
+            x, numbers = self.digit_emb(x, idx, pos, cache)
+            if self.cfg.pos_encoding == "rope_terms":
+                pos = numbers  # queries and keys turn by the number they belong to
+        x = self.drop(x)
         attentions = []
         for i, block in enumerate(self.blocks):
             x, w = block(x, self.pos_emb, pos, cache, i, attn_mask, return_attention)

@@ -5,6 +5,10 @@ A kind acts in one or both of two places (docs/math/03-positions.md):
     embed(x, pos)     x + P[pos] on the token embeddings (sinusoidal, learned)
     rotate(q, k, pos) on each head's queries and keys, inside attention (rope)
 
+(`none`: neither), and digit places and term indices (`model.digit_positions`,
+`model.term_positions`: `DigitPositions`) add rows chosen by each digit's place in its number
+and by the number each token belongs to, computed from the token ids, on top of any kind.
+
 `pos` is a slice (every row at positions start .. start+T-1) or an index tensor (B, T) (each
 row of a left-padded batch counts from its own first real token); `table[pos]` reads either.
 The NumPy engine's units are in sheepop/scratch/positions.py.
@@ -16,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from sheepop.config import ModelConfig
-from sheepop.positional import rope_frequencies, sinusoidal_table
+from sheepop.positional import DIGIT_IDS, rope_frequencies, sinusoidal_table
 
 Pos = slice | torch.Tensor
 
@@ -124,8 +128,91 @@ def _turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return turned.flatten(-2).to(x.dtype)
 
 
+class DigitPositions(nn.Module):
+    """Digit places (abacus embeddings, McLeish et al. 2024) and term indices, added to any
+    kind above:
+
+        x + A[row_t] + N[min(n_t, S - 1)],   row_t = min(r_t + o_b, R - 1)
+
+    r_t the place of token t in its number (1 = the first digit written, 0 = not a digit;
+    `digit_places`), n_t the number it belongs to (`term_index`), A (R, d) =
+    `digit_emb.weight` (R = model.digit_positions) and N (S, d) = `digit_emb.terms` (S =
+    model.term_positions), each
+    learned and present when its size is not 0; o_b a random 0 .. model.digit_offset per
+    sequence while training (0 at inference). Both come from the token ids, so they are the same
+    for every number whatever its length: the k-th digit of every term reads row k of A. A KV
+    cache carries each row's (run of digits, numbers ended) to the next call (`digit_run`)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(cfg.digit_positions, cfg.n_embd)) \
+            if cfg.digit_positions else None
+        self.terms = nn.Parameter(torch.empty(cfg.term_positions, cfg.n_embd)) \
+            if cfg.term_positions else None
+        self.offset = cfg.digit_offset
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor, pos: Pos, cache=None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """x plus the rows, and the term index n (B, T) (what `rope_terms` rotates by)."""
+        T = idx.shape[1]
+        real = None
+        if not isinstance(pos, slice):  # left padding: a row's positions end consecutive
+            real = pos == pos[:, -1:] - torch.arange(T - 1, -1, -1, device=pos.device)
+        state = getattr(cache, "digit_run", None) if cache is not None and cache.length else None
+        places = digit_places(idx, None if state is None else state[:, 0], real)
+        numbers = term_index(idx, state, real)
+        if cache is not None:
+            cache.digit_run = torch.stack([places[:, -1], numbers[:, -1]], dim=-1)
+        if self.weight is not None:
+            offset = 0
+            if self.training and self.offset:
+                offset = torch.randint(0, self.offset + 1, (idx.shape[0], 1), device=idx.device)
+            rows = torch.clamp(places + offset, max=len(self.weight) - 1)
+            x = x + self.weight[rows]
+        if self.terms is not None:
+            x = x + self.terms[torch.clamp(numbers, max=len(self.terms) - 1)]
+        return x, numbers
+
+
+def _digits(idx: torch.Tensor, real: torch.Tensor | None) -> torch.Tensor:
+    digit = idx < DIGIT_IDS
+    return digit if real is None else digit & real
+
+
+def digit_places(idx: torch.Tensor, run_before: torch.Tensor | None = None,
+                 real: torch.Tensor | None = None) -> torch.Tensor:
+    """sheepop.positional.digit_places in torch: r_t = c_t - (largest c_u at a non-digit u <=
+    t), c_t = run_before + the digits up to t; 0 at non-digits."""
+    digit = _digits(idx, real)
+    count = torch.cumsum(digit.long(), dim=-1)
+    if run_before is not None:
+        count = count + run_before.long()[:, None]
+    last_reset = torch.cummax(torch.where(digit, 0, count), dim=-1).values
+    return torch.where(digit, count - last_reset, 0)
+
+
+def term_index(idx: torch.Tensor, state: torch.Tensor | None = None,
+               real: torch.Tensor | None = None) -> torch.Tensor:
+    """sheepop.positional.term_index in torch: n_t = numbers ended before + the non-digits up
+    to t that follow a digit."""
+    digit = _digits(idx, real)
+    before = torch.zeros_like(digit[:, :1]) if state is None else (state[:, :1] > 0)
+    previous = torch.cat([before, digit[:, :-1]], dim=1)
+    numbers = torch.cumsum((~digit & previous).long(), dim=-1)
+    return numbers if state is None else numbers + state[:, 1:2].long()
+
+
+class NoPositions(Positions):
+    """`none`: nothing added, nothing turned (NoPE); positions come from the causal mask, and
+    from digit places and term indices when configured."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+
+
+# rope_terms is RoPE whose positions are term indices: GPT.forward passes them (digit places).
 POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions,
-             "rope": RotaryPositions}
+             "rope": RotaryPositions, "rope_terms": RotaryPositions, "none": NoPositions}
 
 
 def make_positions(cfg: ModelConfig) -> Positions:

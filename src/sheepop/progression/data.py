@@ -11,10 +11,13 @@ A data directory holds:
 - `dataset.txt`   `count` in-distribution sequences; the last `heldout` lines are held out
                   (never trained on) and their (first term, difference) pairs appear nowhere
                   else, so a held-out sequence is never a prefix or a copy of a training one;
-- `ood_difference.txt`  differences above the training range (501-1000 by default);
-- `ood_length.txt`      more terms than any training sequence (101-150 by default);
+- `ood_*.txt`     held-out sets beyond the training ranges (`ood_sets`): larger differences
+                  (`ood_difference` 501-1000, `ood_difference_large` 1001-5000), more terms
+                  (`ood_length`, 101-150), larger first terms (`ood_first_term`), and numbers
+                  with more digits than D (`ood_digits_6`, `ood_digits_7` for D = 5);
 - `vocab.txt`     the 11 tokens in id order: '0'..'9', then the space (a line holding one space);
-- `meta.json`     the spec, D, the split and what each file holds.
+- `meta.json`     the spec, D, the split and what each file holds (`sets`: each set's ranges
+                  and width).
 
 D is the smallest width that holds the largest in-distribution term, unless given; a D that
 cannot hold a term is an error, never a silent overflow. Out-of-distribution sequences are drawn
@@ -24,7 +27,7 @@ drawn again; meta.json says how often).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from sheepop.files import (
     read_document,
     write_document,
 )
+from sheepop.progression.ood import draw_set, ood_sets
 from sheepop.tokenizers.digits import ALPHABET
 
 FORMAT = "sheepop-progressions"
@@ -47,6 +51,7 @@ DATASET_FILE = "dataset.txt"
 VOCAB_FILE = "vocab.txt"
 META_FILE = "meta.json"
 OOD_FILES = {"ood_difference": "ood_difference.txt", "ood_length": "ood_length.txt"}
+"""The sets of a directory whose meta.json does not list its sets (written before they were)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Spec:
     seed: int = 0
     ood_count: int = 500  # sequences in each out-of-distribution file
     ood_extra_terms: int = 50  # the length set has max_terms+1 .. max_terms+ood_extra_terms terms
+    ood_more_digits: int = 2  # sets of D+1 .. D+ood_more_digits digits (ood_digits_6, _7)
 
     def validate(self) -> Spec:
         checks = [
@@ -75,8 +81,8 @@ class Spec:
             (0 <= self.first_min <= self.first_max, "first term: need 0 <= first_min <= first_max"),
             (0.0 < self.heldout < 1.0, "heldout must be a fraction in (0, 1)"),
             (self.digits >= 0, "--digits must be positive (or 0 for automatic)"),
-            (self.ood_count >= 0 and self.ood_extra_terms >= 1,
-             "ood_count must be >= 0 and ood_extra_terms >= 1"),
+            (self.ood_count >= 0 and self.ood_extra_terms >= 1 and self.ood_more_digits >= 0,
+             "ood_count and ood_more_digits must be >= 0 and ood_extra_terms >= 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -112,6 +118,11 @@ class Progressions:
     heldout: list[np.ndarray]
     ood: dict[str, list[np.ndarray]]
     meta: dict[str, Any]
+    ood_digits: dict[str, int] = field(default_factory=dict)  # a set's width, when not D
+
+    def digits_of(self, name: str) -> int:
+        """The width of the terms of set `name` (D unless the set is wider)."""
+        return self.ood_digits.get(name, self.digits)
 
 
 class _PairDraw:
@@ -147,46 +158,14 @@ def generate(spec: Spec) -> tuple[int, list[np.ndarray], dict[str, list[np.ndarr
     if width_for(largest) > digits:
         raise UserError(f"--digits {digits} cannot hold the largest term {largest} "
                         f"(it needs {width_for(largest)} digits)")
-    limit = 10 ** digits - 1
-    ood_diff, capped_diff = _ood_sets(rng, pairs, spec, limit, longer=False)
-    ood_len, capped_len = _ood_sets(rng, pairs, spec, limit, longer=True)
-    notes = {"largest_term": largest,
-             "ood_difference": {"differences": [spec.max_difference + 1,
-                                                2 * spec.max_difference],
-                                "draws_shortened_to_fit_digits": capped_diff},
-             "ood_length": {"terms": [spec.max_terms + 1, spec.max_terms + spec.ood_extra_terms],
-                            "draws_redrawn_to_fit_digits": capped_len}}
-    return digits, sequences, {"ood_difference": ood_diff, "ood_length": ood_len}, notes
-
-
-def _ood_sets(rng: np.random.Generator, pairs: _PairDraw, spec: Spec, limit: int,
-              longer: bool) -> tuple[list[np.ndarray], int]:
-    """One out-of-distribution set whose terms all fit under `limit`, and how many draws did
-    not fit: a long sequence that would overflow is drawn again (so its pair stays distinct from
-    every other), a large-difference one keeps its pair and gets fewer terms."""
-    out, misfits = [], 0
-    first = (spec.first_min, spec.first_max)
-    while len(out) < spec.ood_count:
-        if misfits > 100 * spec.ood_count + 1000:
-            raise UserError(f"{limit + 1:,} is too small a bound for the out-of-distribution "
-                            "sequences: give more --digits")
-        if longer:
-            n = int(rng.integers(spec.max_terms + 1, spec.max_terms + spec.ood_extra_terms + 1))
-            a, d = pairs.draw(first, (spec.min_difference, spec.max_difference))
-            if a + (n - 1) * d > limit:
-                misfits += 1
-                continue
-        else:
-            n = int(rng.integers(max(3, spec.min_terms), max(3, spec.max_terms) + 1))
-            a, d = pairs.draw(first, (spec.max_difference + 1, 2 * spec.max_difference))
-            n_fit = (limit - a) // d + 1
-            if n > n_fit:
-                misfits += 1
-                if n_fit < 3:
-                    continue
-                n = n_fit
-        out.append(terms_of(a, d, n))
-    return out, int(misfits)
+    ood, notes = {}, {"largest_term": largest, "sets": {}}
+    for name, how in ood_sets(spec, digits).items():
+        ood[name], misfits = draw_set(rng, pairs, how, spec.ood_count)
+        notes["sets"][name] = {"digits": how.digits, "first_terms": list(how.first),
+                               "differences": list(how.difference), "terms": list(how.terms),
+                               ("draws_redrawn_to_fit_digits" if how.redraw else
+                                "draws_shortened_to_fit_digits"): misfits}
+    return digits, sequences, ood, notes
 
 
 def write_dataset(out_dir: str | Path, spec: Spec) -> dict[str, Any]:
@@ -199,12 +178,14 @@ def write_dataset(out_dir: str | Path, spec: Spec) -> dict[str, Any]:
     meta = {"digits": digits, "spec": asdict(spec),
             "count": spec.count, "train": spec.count - n_heldout, "heldout": n_heldout,
             "split": f"the last {n_heldout} lines of {DATASET_FILE} are held out",
-            "files": {"dataset": DATASET_FILE, **OOD_FILES}, **notes}
+            "files": {"dataset": DATASET_FILE, **{name: f"{name}.txt" for name in ood}},
+            **notes}
     lines = "".join(format_sequence(s, digits) + "\n" for s in sequences)
     atomic_write_text(out / DATASET_FILE, lines)
-    for name, file in OOD_FILES.items():
-        atomic_write_text(out / file, "".join(format_sequence(s, digits) + "\n"
-                                              for s in ood[name]))
+    for name, sets in ood.items():
+        width = notes["sets"][name]["digits"]
+        atomic_write_text(out / f"{name}.txt", "".join(format_sequence(s, width) + "\n"
+                                                       for s in sets))
     atomic_write_text(out / VOCAB_FILE, "".join(c + "\n" for c in ALPHABET))
     write_document(out / META_FILE, META_DOCUMENT, meta)
     return {"format": FORMAT, "version": VERSION, **meta}
@@ -241,16 +222,29 @@ def load_progressions(data_dir: str | Path) -> Progressions:
     except (KeyError, TypeError, ValueError):
         raise UserError(f"{meta_path} lacks 'digits' or 'heldout'") from None
 
-    def read(file: str) -> list[np.ndarray]:
+    def read(file: str, width: int = digits) -> list[np.ndarray]:
         path = root / file
         data = read_bytes(path, f"{path} is missing")
         if not data.isascii():
             raise UserError(f"{path} holds characters other than digits and spaces")
-        return parse_sequences(data.decode("ascii"), digits, str(path))
+        return parse_sequences(data.decode("ascii"), width, str(path))
 
     sequences = read(DATASET_FILE)
     if not 0 < n_heldout < len(sequences):
         raise UserError(f"{meta_path}: heldout {n_heldout} does not split the "
                         f"{len(sequences)} sequences of {DATASET_FILE}")
-    ood = {name: read(file) for name, file in OOD_FILES.items() if (root / file).exists()}
-    return Progressions(digits, sequences[:-n_heldout], sequences[-n_heldout:], ood, meta)
+    listed = meta.get("sets")
+    if not isinstance(listed, dict):  # an older directory: the two sets it may hold
+        listed = {name: {"digits": digits} for name, file in OOD_FILES.items()
+                  if (root / file).exists()}
+    ood, widths = {}, {}
+    for name, about in listed.items():
+        try:
+            widths[name] = int(about["digits"])
+        except (KeyError, TypeError, ValueError):
+            raise UserError(f"{meta_path}: set {name!r} lacks its 'digits'") from None
+        if not name.replace("_", "").isalnum() or not 0 < widths[name] <= 18:
+            raise UserError(f"{meta_path}: bad set {name!r} ({widths[name]} digits)")
+        ood[name] = read(f"{name}.txt", widths[name])
+    return Progressions(digits, sequences[:-n_heldout], sequences[-n_heldout:], ood, meta,
+                        {k: w for k, w in widths.items() if w != digits})

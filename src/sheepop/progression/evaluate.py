@@ -50,18 +50,29 @@ def prefixes(sequences: list[np.ndarray]) -> tuple[Prefixes, np.ndarray, np.ndar
     return Prefixes(seq, k.astype(np.int64), diff[seq], flat[pos]), flat, pos
 
 
-def seen_in_training(train: list[np.ndarray], sequences: list[np.ndarray], opts: TaskOptions
-                     ) -> np.ndarray:
+def context_terms(opts: TaskOptions, digits: int) -> int:
+    """How many terms of `digits` digits the model is given: m - 1, or fewer when m - 1 terms
+    and the answer would not fit in the block it was trained on, m (D+1) - 1 positions (a
+    wider number than D: the sets ood_digits_*). 0 when not even two fit (the difference needs
+    two terms)."""
+    fit = (opts.block_size - digits) // (digits + 1)
+    most = min(opts.window_terms - 1, fit)
+    return most if most >= 2 else 0
+
+
+def seen_in_training(train: list[np.ndarray], sequences: list[np.ndarray], opts: TaskOptions,
+                     given: int | None = None) -> np.ndarray:
     """For every prefix of `sequences` (the order of `prefixes`): whether its context terms and
     the answer occur, consecutively, in some training sequence. Distinct (first term,
-    difference) pairs do not prevent it: 107 114 121 | 128 is inside 100 107 114 121 128 ..."""
+    difference) pairs do not prevent it: 107 114 121 | 128 is inside 100 107 114 121 128 ...
+    `given`: the context terms (default m - 1)."""
     spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for s in train:
         d = int(s[1] - s[0])
         if d > 0:
             spans.setdefault((d, int(s[0]) % d), []).append((int(s[0]), int(s[-1])))
     pre, flat, pos = prefixes(sequences)
-    first = flat[pos - np.minimum(pre.k, opts.window_terms - 1)]
+    first = flat[pos - np.minimum(pre.k, given or opts.window_terms - 1)]
     out = np.zeros(len(pos), dtype=bool)
     for i, (d, lo, hi) in enumerate(zip(pre.difference.tolist(), first.tolist(),
                                         pre.target.tolist())):
@@ -71,11 +82,16 @@ def seen_in_training(train: list[np.ndarray], sequences: list[np.ndarray], opts:
 
 
 def predict_next_terms(lm: CachedLM, sequences: list[np.ndarray], opts: TaskOptions,
-                       batch_size: int = 2048) -> tuple[Prefixes, np.ndarray]:
+                       batch_size: int = 2048, digits: int | None = None
+                       ) -> tuple[Prefixes, np.ndarray]:
     """Every prefix and the model's D greedy tokens for it, most significant digit first
-    (tokens that are not digits kept as they are: they count as wrong)."""
+    (tokens that are not digits kept as they are: they count as wrong). `digits`: the width of
+    these sequences' terms when not the run's D (then `context_terms` of them are given)."""
     pre, flat, pos = prefixes(sequences)
-    D, most = opts.digits, opts.window_terms - 1
+    D = digits or opts.digits
+    most = context_terms(opts, D)
+    if not most:
+        raise ValueError(f"{D}-digit terms do not fit the model's block of {opts.block_size}")
     written = np.full((len(pos), D), SPACE_ID, dtype=np.int64)
     given = np.minimum(pre.k, most)
     for g in np.unique(given):

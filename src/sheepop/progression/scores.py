@@ -95,10 +95,12 @@ def score(pre: Prefixes, predicted: np.ndarray, truth: np.ndarray,
             name = str(lo) if lo == hi else (f"{lo}+" if hi >= 10**9 else f"{lo}-{hi}")
             out["by_k"][name] = _summary(mask, exact, digit_hits, continues, digits)
     out["by_difference"] = {}
-    bucket = (np.abs(pre.difference) - 1) // DIFFERENCE_BUCKET
+    # buckets of 100, or of 500 past a difference of 1000 (fewer rows for the large set)
+    width = DIFFERENCE_BUCKET * (5 if np.abs(pre.difference).max(initial=0) > 1000 else 1)
+    bucket = (np.abs(pre.difference) - 1) // width
     for b in np.unique(bucket[headline]):
         mask = headline & (bucket == b)
-        name = f"{b * DIFFERENCE_BUCKET + 1}-{(b + 1) * DIFFERENCE_BUCKET}"
+        name = f"{b * width + 1}-{(b + 1) * width}"
         out["by_difference"][name] = _summary(mask, exact, digit_hits, continues, digits)
     ks = np.unique(pre.k)
     out["curve"] = {"k": ks.tolist(),

@@ -1,6 +1,8 @@
 """The whole GPT in NumPy: forward (with an optional KV cache), hand-written backward, the loss.
 
-    h0 = Drop(E[x] + P[pos])                    positions: model.pos_encoding (positions.py)
+    h0 = Drop(E[x] + P[pos] (+ A[place] + N[term]))   positions: model.pos_encoding
+                                                (positions.py); digit places, term indices:
+                                                model.digit_positions, model.term_positions
     h  = block_i(h)                             i = 0 .. n_layer-1 (see block.py)
     logits = Norm_f(h) W_head^T (+ b_head)      W_head = E when the head is tied
     L = mean cross-entropy over targets != -1
@@ -39,6 +41,7 @@ from sheepop.arch.lora import (
     with_new_rows,
 )
 from sheepop.config import ModelConfig
+from sheepop.positional import uses_digits
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward
 from sheepop.scratch.init import check_weights, init_params
@@ -57,7 +60,12 @@ from sheepop.scratch.layers import (
     linear_rows_backward,
 )
 from sheepop.scratch.norm import norm_backward, norm_forward
-from sheepop.scratch.positions import POSITIONS
+from sheepop.scratch.positions import (
+    POSITIONS,
+    digit_positions_backward,
+    digit_positions_forward,
+    digit_rows,
+)
 
 Params = dict[str, np.ndarray]
 
@@ -89,13 +97,15 @@ class GPTCache(NamedTuple):
     cfg: ModelConfig
     frozen: bool = False  # LoRA: the base weights get no gradient
     new_tokens: int = 0   # LoRA: the trained rows at the end of the per-token tables
+    digit: Any = None     # digit places, term indices: the rows read, by table
 
 
 def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
                 targets: np.ndarray | None = None, rng: np.random.Generator | None = None,
                 cache: KVCache | None = None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = False,
-                lora: LoraConfig | None = None) -> tuple[np.ndarray, float | None, GPTCache]:
+                lora: LoraConfig | None = None, residuals: list[np.ndarray] | None = None
+                ) -> tuple[np.ndarray, float | None, GPTCache]:
     """Logits (B, T, V), the mean loss (None without targets) and the cache for the backward.
 
     Dropout is applied only when an `rng` is given (training); without one this is evaluation.
@@ -107,6 +117,8 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     recent keys (sliding-window attention; a rolling cache computes the same).
     With `lora`, the adapters in `params` are applied with s = alpha / r and the base weights
     are frozen; adapters in `params` without `lora` are an error (they would be ignored).
+    `residuals`, a list, receives the residual stream h_0 (after the embedding) and each
+    block's output h_1 .. h_L (the logit lens reads them, sheepop.arch.inspect).
     """
     if lora is None and any(is_adapter(name) for name in params):
         raise ValueError("params hold LoRA adapters: pass their LoraConfig as `lora`")
@@ -123,6 +135,13 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     if kind.embed_forward is not None:
         pos_values, pos_cache = kind.embed_forward(params, cfg, pos, tok.dtype)
         h += pos_values
+    digit_cache = None
+    if uses_digits(cfg):
+        rows, numbers = digit_rows(idx, cfg, pos, cache, rng)  # + A[place] + N[term index]
+        digit_values, digit_cache = digit_positions_forward(params, rows)
+        h += digit_values
+        if cfg.pos_encoding == "rope_terms":
+            pos = numbers  # queries and keys turn by the number they belong to
     rotate = None if kind.rotate_forward is None else (
         partial(kind.rotate_forward, pos=pos, cfg=cfg), kind.rotate_backward)
     past = cache.query_offset(T) if cache is not None else 0
@@ -131,10 +150,14 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         mask = additive(allowed_keys(T, past, key_mask, cfg.block_size))
     h, drop = dropout_forward(h, cfg.dropout, rng)
     blocks = []
+    if residuals is not None:
+        residuals.append(h)
     for i in range(cfg.n_layer):
         h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng, cache, i, mask,
                                        rotate, lora)
         blocks.append(block_cache)
+        if residuals is not None:
+            residuals.append(h)
     if cache is not None:
         cache.advance(T)
     if last_only:
@@ -146,7 +169,7 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     tied = "head.weight" not in params
     new_tokens = lora.new_tokens if lora is not None and "tok_emb.new_rows" in params else 0
     return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, tied, loss_cache,
-                                  cfg, lora is not None, new_tokens)
+                                  cfg, lora is not None, new_tokens, digit_cache)
 
 
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
@@ -182,6 +205,8 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
     embed_backward = POSITIONS[cache.cfg.pos_encoding].embed_backward
     if embed_backward is not None:
         new.update(embed_backward(dh, cache.pos))
+    if cache.digit is not None:
+        new.update(digit_positions_backward(dh, cache.digit))
     new["tok_emb.weight"] = embedding_backward(dh, cache.emb)
     # The head's weight gradient belongs to the embedding table when the two are tied.
     if cache.tied:

@@ -24,6 +24,10 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     norm = {name: (d,) for name in NORMS[cfg.norm].params}
     shapes: dict[str, tuple[int, ...]] = {"tok_emb.weight": (V, d)}
     shapes.update(POSITIONS[cfg.pos_encoding].params(cfg))
+    if cfg.digit_positions:
+        shapes["digit_emb.weight"] = (cfg.digit_positions, d)
+    if cfg.term_positions:
+        shapes["digit_emb.terms"] = (cfg.term_positions, d)
     for i in range(cfg.n_layer):
         b = f"blocks.{i}."
         shapes.update({f"{b}ln1.{k}": s for k, s in norm.items()})

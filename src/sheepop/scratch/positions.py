@@ -5,6 +5,10 @@ A kind acts in one or both of two places (docs/math/03-positions.md):
     embed       h0 = E[x] + P[pos]                      (sinusoidal, learned)
     rotate      q, k -> R(pos) q, R(pos) k per head     (inside attention: rope)
 
+(`none`: neither), and digit places and term indices (`model.digit_positions`,
+`model.term_positions`) add A[row of each digit's place in its number] + N[the number it belongs
+to] on top of any kind (`digit_rows`, `digit_positions_forward` / `_backward`: lookups).
+
 `pos` is a slice (positions start .. start+T-1 for every row) or an index array (B, T) (each
 row of a left-padded batch counts from its own first real token). A `PositionKind` names its
 parameters and its forward/backward pairs (None where it does nothing); the torch engine's
@@ -20,7 +24,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.config import ModelConfig
-from sheepop.positional import rope_frequencies, sinusoidal_table
+from sheepop.positional import (
+    digit_places,
+    place_rows,
+    rope_frequencies,
+    sinusoidal_table,
+    term_index,
+)
 
 Pos = slice | np.ndarray
 Params = dict[str, np.ndarray]
@@ -111,6 +121,54 @@ def rope_rotate_backward(dq: np.ndarray, dk: np.ndarray, cache: RopeCache
     return rope_backward(dq, cache), rope_backward(dk, cache)
 
 
+def digit_rows(idx: np.ndarray, cfg: ModelConfig, pos: Pos, cache: Any = None,
+               rng: np.random.Generator | None = None
+               ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The row each token reads (B, T) of each table present: `digit_emb.weight` (A, the digit
+    places) min(r_t + o_b, R - 1), r_t its place in its number (0: not a digit)
+    (sheepop.positional.digit_places), o_b a random 0 .. model.digit_offset per sequence when
+    training (an `rng` given), else 0; `digit_emb.terms` (N, the term indices) min(n_t, S - 1),
+    n_t the number the token belongs to (sheepop.positional.term_index). A KV `cache` carries
+    each row's (run of digits, numbers ended) to the next call (`cache.digit_run`); left padding
+    (per-row `pos`) is not a digit. Also returns n (B, T), what `rope_terms` rotates by."""
+    T = idx.shape[-1]
+    real = None
+    if not isinstance(pos, slice):  # a row's real positions end consecutive; padding is 0
+        real = pos == pos[:, -1:] - np.arange(T - 1, -1, -1)
+    state = getattr(cache, "digit_run", None) if cache is not None and cache.length else None
+    places = digit_places(idx, None if state is None else state[:, 0], real)
+    numbers = term_index(idx, state, real)
+    if cache is not None:
+        cache.digit_run = np.stack([places[:, -1], numbers[:, -1]], axis=-1)
+    rows = {}
+    if cfg.digit_positions:
+        offset = 0
+        if rng is not None and cfg.digit_offset:
+            offset = rng.integers(0, cfg.digit_offset + 1, size=(idx.shape[0], 1))
+        rows["digit_emb.weight"] = place_rows(places, offset, cfg.digit_positions)
+    if cfg.term_positions:
+        rows["digit_emb.terms"] = np.minimum(numbers, cfg.term_positions - 1)
+    return rows, numbers
+
+
+def digit_positions_forward(params: Params, rows: dict[str, np.ndarray]
+                            ) -> tuple[np.ndarray | float, dict[str, PositionCache]]:
+    """out = A[rows_A] + N[rows_N] (B, T, d) for the tables present: lookups, like a learned
+    position table read at per-row indices."""
+    out: np.ndarray | float = 0.0
+    caches = {}
+    for name, r in rows.items():
+        values, caches[name] = learned_positions_forward(params[name], r)
+        out = out + values
+    return out, caches
+
+
+def digit_positions_backward(dout: np.ndarray, caches: dict[str, PositionCache]) -> Params:
+    """dA[j] = sum of dout over every (b, t) that read row j (the lookup's adjoint,
+    `learned_positions_backward`), for each table."""
+    return {name: learned_positions_backward(dout, c) for name, c in caches.items()}
+
+
 class PositionKind(NamedTuple):
     params: Callable[[ModelConfig], dict[str, tuple[int, ...]]]
     embed_forward: Callable[[Params, ModelConfig, Pos, np.dtype], tuple[np.ndarray, Any]] | None
@@ -127,4 +185,8 @@ POSITIONS = {
         lambda params, cfg, pos, dtype: learned_positions_forward(params["pos_emb.weight"], pos),
         lambda dout, cache: {"pos_emb.weight": learned_positions_backward(dout, cache)}),
     "rope": PositionKind(lambda cfg: {}, None, None, rope_rotate_forward, rope_rotate_backward),
+    "none": PositionKind(lambda cfg: {}, None, None),
+    # RoPE turned by term indices (gpt_forward passes them as the positions)
+    "rope_terms": PositionKind(lambda cfg: {}, None, None, rope_rotate_forward,
+                               rope_rotate_backward),
 }
