@@ -4,7 +4,10 @@ VENV ?= .venv
 # Pinned so that a fresh machine (and CI) takes the CPU build instead of a multi-GB CUDA one.
 TORCH_SPEC ?= torch==2.13.0
 PRESET ?= tiny
-RUN_DIR := runs/$(PRESET)-$(shell date +%Y%m%d-%H%M%S)
+RUNS ?= runs
+# Evaluated once (:=): the name `make run` trains into; $(RUNS)/latest points to the newest run.
+RUN_DIR := $(RUNS)/$(PRESET)-$(shell date +%Y%m%d-%H%M%S)
+TRAIN_ARGS ?=
 BIN := $(VENV)/bin
 
 .PHONY: run test install install-test system-deps docs-images bench lint clean
@@ -21,17 +24,31 @@ install-test: $(BIN)/python
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[test]"
 
-# Tesseract (OCR of images) comes from Debian; installed when missing and we may use apt-get.
+# Tesseract (OCR of images) and Chromium (the page's browser tests) come from Debian;
+# installed when missing and we may use apt-get.
 system-deps:
 	@command -v tesseract >/dev/null 2>&1 || { \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	      tesseract-ocr tesseract-ocr-eng >/dev/null; \
 	  else echo "note: install tesseract-ocr for OCR (e.g. sudo apt-get install tesseract-ocr)"; fi; }
+	@# Chromium: the tests drive the page of `sheepop serve` in it (Playwright, no browser download).
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      chromium >/dev/null; \
+	  else echo "note: install chromium for the page's browser tests (e.g. sudo apt-get install chromium)"; fi; }
 
+# runs/latest is pointed at the run before it starts, so that it can be followed while it trains.
 run: install
-	$(BIN)/sheepop train --preset $(PRESET) --out $(RUN_DIR)
+	@mkdir -p $(RUNS) && ln -sfn $(notdir $(RUN_DIR)) $(RUNS)/latest
+	$(BIN)/sheepop train --preset $(PRESET) --out $(RUN_DIR) $(TRAIN_ARGS)
 	$(BIN)/sheepop generate $(RUN_DIR) --prompt "def " --max-new-tokens 400 --temperature 0.8
+	@echo
+	@echo "the run: $(RUN_DIR) (and $(RUNS)/latest); go on with . $(BIN)/activate, then:"
+	@echo "  sheepop generate $(RUN_DIR) --prompt 'import ' --best   # its best checkpoint"
+	@echo "  sheepop eval $(RUN_DIR) --data FILE   # loss, perplexity, bits per byte on a text"
+	@echo "  sheepop finetune $(RUN_DIR) --data chats.jsonl --out $(RUN_DIR)-chat, then sheepop chat $(RUN_DIR)-chat"
 
 test: install-test system-deps
 	$(BIN)/python -m pytest

@@ -64,6 +64,12 @@ TOKENIZER_FILE = "tokenizer.json"
 TRAINER_FILE = "trainer.safetensors"
 TRAINER_JSON = "trainer.json"
 CHECKPOINT_FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, TRAINER_FILE, TRAINER_JSON)
+# What a run keeps besides its latest checkpoint (sheepop.train.keeping): the model of the best
+# validation loss in BEST_DIR (the three model files and BEST_JSON, saved like a checkpoint),
+# and with train.keep_last > 1 the newest checkpoints in KEPT_DIR/step-NNNNNNN/.
+BEST_DIR = "best"
+BEST_JSON = "best.json"
+KEPT_DIR = "checkpoints"
 # Files of a run written through sheepop.files.atomic_open, whose temporary names (".NAME.*.tmp")
 # a crash can leave behind; recovery removes those and no other file of the directory.
 RUN_FILES = (*CHECKPOINT_FILES, "metrics.jsonl", "loss.png", "lr.png")
@@ -93,6 +99,15 @@ def save_checkpoint(run_dir: str | Path, weights: dict[str, np.ndarray], config:
                     trainer_state: dict[str, Any] | None = None) -> None:
     """Write a checkpoint into `run_dir` (weights always; trainer state when given), all
     together or not at all; `SaveFailed` when the system refuses (e.g. disk full)."""
+    commit_files(Path(run_dir), checkpoint_files(weights, config, tokenizer_json, trainer_arrays,
+                                                 trainer_state))
+
+
+def checkpoint_files(weights: dict[str, np.ndarray], config: dict[str, Any], tokenizer_json: str,
+                     trainer_arrays: dict[str, np.ndarray] | None = None,
+                     trainer_state: dict[str, Any] | None = None) -> dict[str, bytes]:
+    """The files of a checkpoint, by name: the model's three, and the trainer state's two when
+    it is given (its JSON then records the SHA-256 of both weight files)."""
     model_bytes = st_save({k: np.ascontiguousarray(v, dtype=np.float32)
                            for k, v in weights.items()}, metadata={"format": FORMAT})
     files = {MODEL_FILE: model_bytes,
@@ -105,7 +120,7 @@ def save_checkpoint(run_dir: str | Path, weights: dict[str, np.ndarray], config:
                      trainer_sha256=_sha256(trainer_bytes))
         files[TRAINER_FILE] = trainer_bytes
         files[TRAINER_JSON] = json.dumps(state, indent=2).encode("utf-8")
-    commit_files(Path(run_dir), files)
+    return files
 
 
 # ----- the save: stage, commit, install ---------------------------------------------------------
@@ -198,7 +213,7 @@ def _committed(run_dir: Path) -> list[str]:
         return []  # no record (or not one this sheepop wrote): nothing was committed
     names = record.get("files")
     # Only the checkpoint's own names: a record can never move any other file.
-    return [n for n in CHECKPOINT_FILES if isinstance(names, dict) and n in names]
+    return [n for n in (*CHECKPOINT_FILES, BEST_JSON) if isinstance(names, dict) and n in names]
 
 
 def _settle(run_dir: Path) -> None:
@@ -215,14 +230,19 @@ def _settle(run_dir: Path) -> None:
 
 
 def recover(run_dir: str | Path) -> None:
-    """Bring `run_dir` to its last committed checkpoint: install a committed save, delete an
-    uncommitted one and the temporary files of interrupted atomic writes. Only the writer (the
-    holder of the run's lock) calls it, before it reads the run."""
+    """Bring `run_dir` (and its best/ folder) to its last committed checkpoint: install a
+    committed save, delete an uncommitted one and the temporary files of interrupted atomic
+    writes and of a checkpoints/ copy being made. Only the writer (the holder of the run's
+    lock) calls it, before it reads the run."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
     try:
         _settle(run_dir)
+        if (run_dir / BEST_DIR).is_dir():
+            _settle(run_dir / BEST_DIR)
+        for path in (run_dir / KEPT_DIR).glob(".step-*.tmp"):  # a copy being linked (keeping.py)
+            shutil.rmtree(path)
         for path in run_dir.glob(".*.tmp"):  # sheepop.files.atomic_open's temporary names,
             ours = any(path.name.startswith(f".{name}.") for name in RUN_FILES)  # ours only
             if ours and path.is_file():

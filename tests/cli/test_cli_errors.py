@@ -116,7 +116,7 @@ def test_generate_and_eval_run(capsys, run_dir):
     steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  -> ")]
     # five tokens, or fewer when the model ends the text with EOS
     assert len(steps) == 5 or (1 <= len(steps) < 5 and steps[-1].startswith("  -> '<|eos|>'"))
-    assert all(line.count("next:") == 1 and "<|pad|>" not in line for line in steps)
+    assert all(line.count("drawn from:") == 1 and "<|pad|>" not in line for line in steps)
     assert main(["eval", str(run_dir), "--data", str(run_dir / "tokenizer.json")]) == 0
     assert "perplexity" in capsys.readouterr().out
 

@@ -74,7 +74,7 @@ def test_max_windows_counts_only_the_windows_evaluated(tmp_path, capsys):
     assert main(["eval", str(tmp_path / "run"), "--data", str(tmp_path / "text.txt"),
                  "--max-windows", "1"]) == 0
     line = capsys.readouterr().out.strip()
-    assert line == (f"{T} tokens ({T + 3} bytes) in 1 windows: loss {one['loss']:.4f} "
+    assert line == (f"{T} tokens ({T + 3} bytes) in 1 window: loss {one['loss']:.4f} "
                     f"nats/token, perplexity {one['perplexity']:.3f}, "
                     f"{one['bits_per_byte']:.4f} bits/byte")
 

@@ -212,7 +212,7 @@ def test_text_field_option_on_both_commands(tmp_path, capsys):
                  "--set", "model.n_head=2", "--set", "model.block_size=8",
                  "--set", "train.batch_size=2"]) == 0
     printed = capsys.readouterr().out
-    assert "data: read 1 files, 40 documents" in printed
+    assert "data: read 1 file, 40 documents" in printed
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["data"]["text_field"] == "body"
 

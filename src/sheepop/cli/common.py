@@ -1,9 +1,11 @@
-"""Pieces shared by the command modules: config options, flags that set config keys, and
-loading a run's config."""
+"""Pieces shared by the command modules: the parser and its help format, config options, flags
+that set config keys, and loading a run's config (or its best checkpoint's)."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +16,50 @@ from sheepop.config_values import field_type
 CONFIG_FLAGS = "config_flags"  # parser default: {dest: "section.key"} of the flags that set keys
 
 
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose mistakes name the near match: an unknown option of a
+    subcommand gets that subcommand's usage and "did you mean --steps?" (the closest of its
+    options, difflib), an unknown choice the closest choice; exit status 2 as argparse's."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        # The innermost parser that received an unknown argument reports it with its own usage
+        # (argparse would hand it up to the top-level parser, whose usage says nothing of it).
+        if extras:
+            self.error(self._unknown(extras))
+        return namespace, extras
+
+    def _unknown(self, extras: list[str]) -> str:
+        words = f"unrecognized argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}"
+        options = [o for a in self._actions for o in a.option_strings]
+        for extra in extras:
+            if extra.startswith("-"):
+                close = difflib.get_close_matches(extra.split("=", 1)[0], options, n=1)
+                if close:
+                    return f"{words} (did you mean {close[0]}?)"
+        return words
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices or ()],
+                                              n=1)
+            if not close:
+                raise
+            raise argparse.ArgumentError(action, f"{e.message} (did you mean {close[0]}?)"
+                                         ) from None
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except None: such an option takes its value from the
-    config (preset, file, --set, a run's config.json), which the help text names."""
+    """Shows each option's default when it says something: not None (such an option takes its
+    value from the config, which the help text names), not False (a switch), not an empty
+    list or text; nor when the help text already states it."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None:
+        default, text = action.default, action.help or ""
+        if (default is None or default is False or default in ("", []) or "(default" in text
+                or default is argparse.SUPPRESS):
             return action.help
         return super()._get_help_string(action)
 
@@ -55,6 +95,31 @@ def add_config_flag(p: argparse.ArgumentParser, flag: str, key: str, help: str |
                             help=f"{help or f.metadata['help']} "
                                  f"({note.format(key=key, default=f.default)})", **kw)
     p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
+
+
+def add_config_switch(p: argparse.ArgumentParser, flag: str, key: str, help: str) -> None:
+    """A store_true flag that sets bool config key `key` to true; not given, it sets nothing."""
+    action = p.add_argument(flag, action="store_true", default=None, help=f"{help} ({key})")
+    p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
+
+
+def add_best_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--best", action="store_true",
+                   help="load the run's best checkpoint (RUN_DIR/best/: the lowest val loss "
+                        "of its evaluations) instead of its latest")
+
+
+def model_dir(args: argparse.Namespace) -> str:
+    """The directory to load: RUN_DIR, or its best/ with --best (checked: one clear line when
+    the run has none), said on stderr with its step and val loss."""
+    if not getattr(args, "best", False):
+        return args.run_dir
+    from sheepop.train.keeping import best_dir, read_best
+    path = best_dir(args.run_dir)
+    best = read_best(path)
+    print(f"sheepop: the best checkpoint of {args.run_dir}: step {best.get('step')}, val loss "
+          f"{best.get('val_loss'):.4f} ({path})", file=sys.stderr)
+    return str(path)
 
 
 def flag_values(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,7 +13,9 @@ import math
 
 import numpy as np
 
+from sheepop.cli.common import HelpFormatter, add_best_option, model_dir
 from sheepop.config import ENGINES
+from sheepop.words import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,15 +28,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "non-overlapping windows of the model's context. --json prints one object "
                     "with the keys loss, perplexity, bits_per_byte (null when the targets hold "
                     "no text), tokens (targets scored), bytes and windows.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("run_dir", metavar="RUN_DIR")
+        formatter_class=HelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train` "
+                   "(or its best/ or checkpoints/step-N/ folder)")
+    add_best_option(p)
     p.add_argument("--data", required=True, metavar="PATH",
                    help="a text file, a folder of text, or a prepared data directory (its val "
                         "split)")
-    p.add_argument("--engine", choices=ENGINES, default="torch")
-    p.add_argument("--max-windows", type=int, default=2000,
+    p.add_argument("--engine", choices=ENGINES, default="torch",
+                   help="the engine that runs the model")
+    p.add_argument("--max-windows", type=int, default=2000, metavar="N",
                    help="evaluate at most this many windows (evenly spread)")
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=16, metavar="B",
+                   help="windows per forward pass (memory, not the result)")
     p.add_argument("--json", action="store_true",
                    help="print the figures as one JSON object instead of a sentence")
     p.set_defaults(func=run)
@@ -45,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.data.windows import eval_windows
     from sheepop.inference import load
     from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
-    model = load(args.run_dir, args.engine)
+    model = load(model_dir(args), args.engine)
     cfg, tokenizer = model.config, model.tokenizer
     cfg.data.val_fraction = 0.0
     data = load_dataset(args.data, cfg.data, tokenizer)
@@ -63,6 +69,6 @@ def run(args: argparse.Namespace) -> int:
                           "tokens": count, "bytes": n_bytes, "windows": len(x)}))
         return 0
     per_byte = f"{bpb:.4f} bits/byte" if bpb is not None else "no bytes of text to count"
-    print(f"{count:,} tokens ({n_bytes:,} bytes) in {len(x)} windows: loss {loss:.4f} "
-          f"nats/token, perplexity {math.exp(loss):.3f}, {per_byte}")
+    print(f"{plural(count, 'token')} ({plural(n_bytes, 'byte')}) in {plural(len(x), 'window')}: "
+          f"loss {loss:.4f} nats/token, perplexity {math.exp(loss):.3f}, {per_byte}")
     return 0

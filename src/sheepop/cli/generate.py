@@ -7,14 +7,17 @@ import sys
 
 from sheepop.cli.common import (
     HelpFormatter,
+    add_best_option,
     add_config_flag,
     add_set_option,
     flag_values,
+    model_dir,
     run_config,
 )
 from sheepop.config import ENGINES, INFERENCE_DTYPES, SampleConfig
 from sheepop.errors import UserError
 from sheepop.model_size import describe_kv_cache, param_count
+from sheepop.words import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,15 +32,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "[sample] table, then --set, then the flags below; a flag not given "
                     "changes nothing. --temperature 0 is greedy decoding.",
         formatter_class=HelpFormatter)
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train`")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train` "
+                   "(or its best/ or checkpoints/step-N/ folder)")
+    add_best_option(p)
     p.add_argument("--prompt", default="", help="text to continue ('-' reads stdin; empty: "
                    "start from the tokenizer's BOS/EOS token)")
     run_value = "the run's {key}; default {default}"
-    add_config_flag(p, "--max-new-tokens", "sample.max_new_tokens", note=run_value)
-    add_config_flag(p, "--temperature", "sample.temperature", note=run_value)
-    add_config_flag(p, "--top-k", "sample.top_k", note=run_value)
-    add_config_flag(p, "--top-p", "sample.top_p", note=run_value)
-    add_config_flag(p, "--seed", "sample.seed", note=run_value)
+    add_config_flag(p, "--max-new-tokens", "sample.max_new_tokens", note=run_value,
+                    metavar="N", help="the most tokens to generate after the prompt (fewer when "
+                                      "the model writes its end-of-text token or a --stop text)")
+    add_config_flag(p, "--temperature", "sample.temperature", note=run_value, metavar="T")
+    add_config_flag(p, "--top-k", "sample.top_k", note=run_value, metavar="K")
+    add_config_flag(p, "--top-p", "sample.top_p", note=run_value, metavar="P")
+    add_config_flag(p, "--seed", "sample.seed", note=run_value, metavar="N",
+                    help="the seed of the sampling's random draws: the same seed, prompt and "
+                         "settings give the same text")
     add_config_flag(p, "--repetition-penalty", "sample.repetition_penalty", metavar="THETA",
                     help="divide the positive logits (multiply the negative) of tokens already "
                          "in the context by THETA; 1 = off, 1.1-1.3 discourages loops",
@@ -51,8 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="recompute the whole context at "
                    "every step instead of using the KV cache (slower, same output)")
     p.add_argument("--show-probs", type=int, default=0, metavar="K",
-                   help="after each token, print the K most likely next tokens and their "
-                        "probabilities")
+                   help="write one line per token instead of the text: the token, then the K "
+                        "most likely tokens of the distribution it was drawn from (after "
+                        "temperature, top-k, top-p) with their probabilities")
     p.add_argument("--engine", choices=ENGINES, default="torch",
                    help="the engine that runs the model")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
@@ -73,6 +83,7 @@ def validate(args: argparse.Namespace) -> SampleConfig:
     for ok, message in checks:
         if not ok:
             raise UserError(message)
+    args.run_dir = model_dir(args)
     cfg = run_config(args.run_dir, args.overrides, args.config, flag_values(args),
                      only=("sample",))
     return cfg.validate().sample
@@ -112,7 +123,7 @@ def model_line(model, dtype: str) -> str:
     context and the KV cache's memory per token of context, in the cache's dtype."""
     m = model.config.model
     kv = describe_kv_cache(m, itemsize=2 if dtype == "bfloat16" else 4)
-    return (f"sheepop: model: {param_count(m):,} parameters ({m.n_layer} layers, context "
+    return (f"sheepop: model: {param_count(m):,} parameters ({plural(m.n_layer, 'layer')}, context "
             f"{m.block_size}), {kv}; {model.engine} engine, {dtype}")
 
 
@@ -142,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
                      eos_id=tokenizer.eos_id, show_probs=args.show_probs)
     for step in steps:
         shown = ", ".join(f"{tokenizer.id_to_token(i)!r} {p:.3f}" for i, p in step.top)
-        out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   next: {shown}")
+        out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   drawn from: {shown}")
         out.flush()
     out.write("\n")
     return 0

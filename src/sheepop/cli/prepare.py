@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from sheepop.cli.common import HelpFormatter
 from sheepop.tokenizers import KINDS
 
 
@@ -23,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(train.bin, val.bin, tokenizer.json, meta.json) for `sheepop train DATA_DIR`. "
                     "Prints what was used and what was skipped, and why. Exit status 2 only "
                     "when nothing usable was found.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="files and folders to read")
     p.add_argument("--out", required=True, metavar="DATA_DIR", help="directory to write")
     p.add_argument("--tokenizer", default="char", metavar="|".join(KINDS) + "|FILE",

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from sheepop.cli.common import HelpFormatter
 from sheepop.config import TOKENIZER_KINDS
 from sheepop.errors import UserError
 
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "decode with it, export it to Hugging Face format or import "
                                    "GPT-2 files.")
     ops = p.add_subparsers(dest="tokenizer_command", metavar="ACTION")
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = HelpFormatter
 
     t = ops.add_parser("train", help="learn a tokenizer from text files", formatter_class=fmt)
     t.add_argument("corpus", nargs="+", metavar="CORPUS",

@@ -4,12 +4,14 @@ built-in standard-library corpus."""
 from __future__ import annotations
 
 import argparse
+import shlex
+from pathlib import Path
 
 from sheepop.cli.common import (
-    CONFIG_FLAGS,
     HelpFormatter,
     add_config_flag,
     add_config_options,
+    add_config_switch,
     flag_values,
     run_config,
 )
@@ -25,7 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "standard library source of this interpreter is used. Flags that name a "
                     "config key set it after the preset, --config and --set. The start-up "
                     "lines report the data, the tokenizer and the model: its parameters and "
-                    "its KV cache's memory per token of context when generating.",
+                    "its KV cache's memory per token of context when generating. While it "
+                    "trains: a progress bar on a terminal; elsewhere (a log file, a pipe) a "
+                    "plain line every train.log_interval steps (step, loss, lr, tokens/s, ETA) "
+                    "and one per evaluation. Each evaluation that lowers the val loss replaces "
+                    "RUN_DIR/best/ (generate and eval load it with --best).",
         formatter_class=HelpFormatter)
     p.add_argument("data", nargs="?", metavar="DATA", help="training data (default: the "
                    "standard library source)")
@@ -41,14 +47,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "brings its own)")
     add_config_flag(p, "--vocab-size", "data.vocab_size")
     add_config_flag(p, "--text-field", "data.text_field", metavar="FIELD")
-    links = p.add_argument("--follow-links", action="store_true", default=None,
-                           help="raw-text DATA: also read what symbolic links leading outside "
-                                "it point to (data.follow_links)")
-    p.set_defaults(**{CONFIG_FLAGS: {**p.get_default(CONFIG_FLAGS), links.dest:
-                                     "data.follow_links"}})
+    add_config_switch(p, "--follow-links", "data.follow_links",
+                      "raw-text DATA: also read what symbolic links leading outside it point to")
+    add_config_switch(p, "--tensorboard", "train.tensorboard",
+                      "also write the metrics as TensorBoard events in RUN_DIR/tensorboard/ "
+                      "(needs the tensorboard package)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in RUN_DIR from its last checkpoint")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar, even on a terminal: plain lines instead")
     p.add_argument("--nproc", type=int, metavar="N", help="train on N processes of this machine "
                    "(DDP through torchrun; see docs/distributed.md)")
     add_config_options(p)
@@ -75,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     with distributed.session(cfg.train) as job:  # one process, or this rank of a torchrun job
         trainer = setup(args.data, cfg, args.out, resume=args.resume, log=job.log,
-                        is_main=job.is_main, progress=not args.no_progress,
+                        is_main=job.is_main, progress="lines" if args.no_progress else True,
                         wrap_engine=job.wrap_engine)
         job.shard(trainer)
         summary = trainer.run()
@@ -86,4 +93,20 @@ def run(args: argparse.Namespace) -> int:
         write_run_plots(args.out, cfg.train)
         for line in summary.lines():
             print(line)
-    return job.leave(status)  # a rank of a torchrun job exits here (distributed.Ranks.leave)
+        for line in next_commands(args.out, summary.best_step is not None, summary.interrupted):
+            print(line)
+    return job.leave(status)
+
+
+def next_commands(run_dir: str | Path, has_best: bool, interrupted: bool = False) -> list[str]:
+    """What to do with the run now: continue it (when interrupted), sample from it, measure it
+    on a text, make it a chat model (`sheepop finetune`, then `sheepop chat`)."""
+    run = shlex.quote(str(run_dir))
+    chat = shlex.quote(f"{str(run_dir).rstrip('/')}-chat")
+    best = "    # --best: the best checkpoint" if has_best else ""
+    resume = [f"  sheepop train --resume --out {run}    # continue it"] if interrupted else []
+    return ["next:", *resume,
+            f"  sheepop generate {run} --prompt 'def '{best}",
+            f"  sheepop eval {run} --data FILE    # loss, perplexity, bits per byte on any text",
+            f"  sheepop finetune {run} --data chats.jsonl --out {chat}, then "
+            f"sheepop chat {chat}"]  # a rank of a torchrun job exits here (distributed.Ranks.leave)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sheepop.errors import UserError
+from sheepop.words import plural
 
 
 @dataclass
@@ -30,7 +31,7 @@ class CorpusReport:
     def summary(self) -> str:
         skipped = ", ".join(f"{n} {why}" for why, n in sorted(self.skipped.items())) or "none"
         cap = " (stopped at the size cap)" if self.truncated else ""
-        return (f"read {self.files_read} files, {self.bytes_read / 1e6:.2f} MB from "
+        return (f"read {plural(self.files_read, 'file')}, {self.bytes_read / 1e6:.2f} MB from "
                 f"{self.root}{cap}; skipped: {skipped}")
 
 

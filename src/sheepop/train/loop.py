@@ -4,7 +4,12 @@ For each optimizer step s: lr = lr_for(s) (warmup + cosine), draw `grad_accum` m
 let the engine do forward, backward, clipping and the AdamW update; every `eval_interval` steps
 measure the validation loss on a fixed set of windows; every `checkpoint_interval` steps write a
 checkpoint. Metrics go to `metrics.jsonl` (the validation loss also in bits per byte of the
-val text, `val_bpb`: sheepop.tokenizers.token_bytes); plots are drawn at the end. Ctrl-C,
+val text, `val_bpb`: sheepop.tokenizers.token_bytes), and with train.tensorboard to TensorBoard
+event files (sheepop.train.tensorboard); plots are drawn at the end. Each evaluation that lowers
+the val loss replaces the best model in best/, and train.keep_last keeps the newest checkpoints;
+train.early_stop_patience evaluations without a new best stop the run (sheepop.train.keeping).
+While it trains the run shows a bar on a terminal, plain lines elsewhere
+(sheepop.train.progress). Ctrl-C,
 SIGTERM or SIGHUP lets the step in progress finish, then writes a checkpoint of it and stops cleanly
 (sheepop.train.signals); `--resume` continues from it so that the losses are those of an
 uninterrupted run, step for step.
@@ -20,12 +25,10 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TextIO
 
 import numpy as np
-from tqdm import tqdm
 
 from sheepop import checkpoint
 from sheepop.config import Config
@@ -34,8 +37,11 @@ from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError
 from sheepop.schedule import lr_for
 from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
-from sheepop.train import divergence, run_lock
+from sheepop.train import divergence, keeping, run_lock
+from sheepop.train.progress import Progress, evaluation_line
 from sheepop.train.signals import StopRequest, signal_name
+from sheepop.train.summary import Summary
+from sheepop.train.tensorboard import EventWriter
 
 
 class Engine(Protocol):
@@ -52,36 +58,15 @@ class Engine(Protocol):
     def num_params(self) -> int: ...
 
 
-@dataclass
-class Summary:
-    steps: int
-    seconds: float
-    train_loss: float
-    val_loss: float | None
-    tokens_per_sec: float
-    interrupted: bool
-    run_dir: Path
-    signum: int | None = None  # the signal that interrupted the run (None: Ctrl-C or none)
-    val_bpb: float | None = None  # the validation loss in bits per byte of the val text
-
-    def lines(self) -> list[str]:
-        bpb = f", {self.val_bpb:.4f} bits/byte" if self.val_bpb is not None else ""
-        val = (f"val loss {self.val_loss:.4f} (perplexity {math.exp(self.val_loss):.2f}{bpb})"
-               if self.val_loss is not None else "no validation split")
-        state = "interrupted at" if self.interrupted else "finished"
-        return [f"{state} step {self.steps} in {self.seconds:.0f} s, "
-                f"{self.tokens_per_sec:,.0f} tokens/s",
-                f"train loss {self.train_loss:.4f}, {val}",
-                f"run saved in {self.run_dir}"]
-
-
 class Trainer:
     def __init__(self, cfg: Config, data: Dataset, run_dir: Path, engine: Engine,
                  start_step: int = 0, state: dict[str, Any] | None = None, log=print,
-                 is_main: bool = True, progress: bool = True, sampler=None,
-                 eval_data: tuple[np.ndarray, np.ndarray] | None = None):
+                 is_main: bool = True, progress: bool | str = True, sampler=None,
+                 eval_data: tuple[np.ndarray, np.ndarray] | None = None,
+                 progress_stream: TextIO | None = None):
         self.cfg, self.data, self.run_dir, self.engine = cfg, data, run_dir, engine
         self.step, self.log, self.is_main, self.progress = start_step, log, is_main, progress
+        self.progress_stream = progress_stream  # None: standard error (sheepop.train.progress)
         m, t, d = cfg.model, cfg.train, cfg.data
         pad = data.tokenizer.pad_id if data.tokenizer.pad_id is not None else 0
         # A task may bring its own sampler (next_batch, snapshot, state, set_state) and fixed
@@ -97,12 +82,11 @@ class Trainer:
         # The windows are fixed, so the bytes of text their targets stand for are counted once.
         self.eval_bytes = (TargetBytes(data.tokenizer).count(self.eval_x, self.eval_y)
                            if self.eval_x is not None else 0)
-        self.best_val = math.inf
+        self.best = keeping.Best.from_state(state)
         self.last_val: float | None = None
         self.last_val_bpb: float | None = None
         if state is not None:
             self.sampler.set_state(state["sampler"])
-            self.best_val = state.get("best_val_loss") or math.inf
         self.metrics_path = run_dir / "metrics.jsonl"
         # Under torchrun (sheepop.train.distributed): the number of processes, for the whole
         # job's tokens/s, and the ranks' joint decision to stop, which every rank follows.
@@ -114,6 +98,8 @@ class Trainer:
         self.saved_step: int | None = start_step if state is not None else None
         self.diverged: str | None = None
         self.run_lock: run_lock.RunLock | None = None
+        # The scalars also as TensorBoard events (rank 0); checked here, before any step.
+        self.events = (EventWriter(run_dir, start_step) if t.tensorboard and is_main else None)
 
     def evaluate(self) -> tuple[float, float | None] | None:
         """(mean loss in nats/token, bits per byte) on the validation windows; None without
@@ -135,7 +121,7 @@ class Trainer:
         # Interrupted inside a step: save the sampler as it was before that step's batches.
         sampler = self.sampler.state(self._step_start_sampler)
         state = {"step": self.step, "engine": self.engine.name, "sampler": sampler,
-                 "best_val_loss": None if math.isinf(self.best_val) else self.best_val, **info}
+                 **self.best.to_state(), **info}
         if self.data.source is not None:  # what DATA was, for --resume (sheepop.data.source)
             state["data"] = self.data.source
         if self.diverged is None and not divergence.finite(weights):
@@ -149,6 +135,38 @@ class Trainer:
         except checkpoint.SaveFailed as e:
             raise UserError(self._save_failed(e)) from None
         self.saved_step = self.step
+        keeping.keep_copy(self.run_dir, self.step, self.cfg.train.keep_last)
+
+    def _evaluate(self, record: dict[str, Any], shown: Progress) -> bool:
+        """Measure the val loss into `record`; a new best replaces best/. Whether the run has
+        spent its train.early_stop_patience (False without a validation split)."""
+        val = self.evaluate()
+        if val is None:
+            return False
+        self.last_val, self.last_val_bpb = val
+        perplexity = math.exp(min(self.last_val, 50))
+        record.update(val_loss=_sig(self.last_val), val_perplexity=_sig(perplexity))
+        if self.last_val_bpb is not None:
+            record["val_bpb"] = _sig(self.last_val_bpb)
+        improved = self.best.update(self.last_val, self.step)
+        if improved:
+            self._save_best()
+        shown.note(evaluation_line(self.step, self.cfg.train.steps, self.last_val,
+                                   self.last_val_bpb, perplexity, improved, self.best.val,
+                                   self.best.step, self.best.stale))
+        return self.best.patience_spent(self.cfg.train.early_stop_patience)
+
+    def _save_best(self) -> None:
+        weights = self.engine.weights()  # every rank: FSDP gathers its shards
+        if not self.is_main or not divergence.finite(weights):
+            return  # (weights that are not finite: the next save stops the run, naming why)
+        try:
+            keeping.save_best(self.run_dir, weights, self.cfg.to_dict(),
+                              self.data.tokenizer.to_json(), self.step, self.last_val,
+                              self.last_val_bpb)
+        except checkpoint.SaveFailed as e:
+            failed = checkpoint.SaveFailed(self.run_dir, e.reason, committed=False)
+            raise UserError(self._save_failed(failed, "saving the best model")) from None
 
     def _save_failed(self, e: checkpoint.SaveFailed, what: str = "saving the checkpoint") -> str:
         """The one line of a write the system refused (disk full, I/O error)."""
@@ -164,6 +182,8 @@ class Trainer:
                 f"{e.reason}; {kept}")
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
+        if self.events is not None:
+            self.events.write(record)
         if self.is_main:
             try:
                 with open(self.metrics_path, "a", encoding="utf-8") as f:
@@ -178,6 +198,8 @@ class Trainer:
         try:
             return self._train()
         finally:
+            if self.events is not None:
+                self.events.close()
             if self.run_lock is not None:
                 self.run_lock.release()
 
@@ -189,9 +211,9 @@ class Trainer:
             raise UserError(f"the run is already at step {self.step} of train.steps={t.steps}: "
                             "give a larger --steps to continue it")
         loss = float("nan")
-        interrupted = False
-        bar = tqdm(total=t.steps, initial=self.step, desc="train", unit="step", dynamic_ncols=True,
-                   disable=not (self.progress and self.is_main))
+        interrupted, stopped_early = False, 0
+        shown = Progress(self.progress if self.is_main else "off", t.steps, self.step,
+                         t.log_interval, self.progress_stream, 60 * t.max_minutes)
         # Signals are recorded, not raised, from here to the end of the last save: a step is
         # never torn and a save always completes (sheepop.train.signals).
         with StopRequest() as stop:
@@ -214,19 +236,14 @@ class Trainer:
                                               "tokens_per_sec": round(rate, 1)}
                     last = self.step == t.steps or bool(
                         t.max_minutes and self.agree(elapsed > 60 * t.max_minutes))
+                    shown.step(self.step, loss, lr, rate, elapsed)
                     if (t.eval_interval and self.step % t.eval_interval == 0) or last:
-                        val = self.evaluate()
-                        if val is not None:
-                            self.last_val, self.last_val_bpb = val
-                            record.update(val_loss=_sig(self.last_val),
-                                          val_perplexity=_sig(math.exp(min(self.last_val, 50))))
-                            if self.last_val_bpb is not None:
-                                record["val_bpb"] = _sig(self.last_val_bpb)
-                            self.best_val = min(self.best_val, self.last_val)
+                        spent = self._evaluate(record, shown)
+                        # (the val loss is the same on every rank: all decide alike)
+                        if t.early_stop_patience and self.agree(spent) and not last:
+                            last, stopped_early = True, t.early_stop_patience
                     if self.step % t.log_interval == 0 or "val_loss" in record or last:
                         self._append_metrics(record)
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
                     if last:
                         break
                     # Under torchrun every rank asks: all stop at one step if any was signalled.
@@ -234,7 +251,7 @@ class Trainer:
                         interrupted = True
                         if self.is_main:
                             why = signal_name(stop.signum) if stop.signum else "a signal to a rank"
-                            bar.write(f"interrupted ({why}): saving a checkpoint of step "
+                            shown.say(f"interrupted ({why}): saving a checkpoint of step "
                                       f"{self.step}")
                         break
                     if t.checkpoint_interval and self.step % t.checkpoint_interval == 0:
@@ -242,14 +259,17 @@ class Trainer:
             except KeyboardInterrupt:  # raised by code, not by a signal (those are recorded)
                 interrupted = True
                 if self.is_main:
-                    bar.write(f"interrupted: saving a checkpoint of step {self.step}")
+                    shown.say(f"interrupted: saving a checkpoint of step {self.step}")
             finally:
-                bar.close()
+                shown.close()
             self.save()
         seconds = time.perf_counter() - t0
         rate = (self.step - start_step) * tokens_per_step / max(seconds, 1e-9)
         return Summary(self.step, seconds, loss, self.last_val, rate, interrupted, self.run_dir,
-                       stop.signum if interrupted else None, self.last_val_bpb)
+                       stop.signum if interrupted else None, self.last_val_bpb,
+                       has_val=self.eval_x is not None,
+                       best_val=None if math.isinf(self.best.val) else self.best.val,
+                       best_step=self.best.step, stopped_early=stopped_early)
 
 
 def _sig(x: float) -> float:

@@ -27,6 +27,8 @@ from sheepop.model_size import describe_kv_cache
 from sheepop.tokenizers import loads as load_tokenizer
 from sheepop.train import run_lock, signals
 from sheepop.train.loop import Engine, Trainer
+from sheepop.train.same_model import check_same_model
+from sheepop.words import plural
 
 
 def make_engine(cfg: Config, weights: dict[str, np.ndarray] | None = None,
@@ -118,6 +120,8 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
         raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
                         "another --out")
     cfg.validate()
+    if resume:  # before the data is read: a changed model is refused in words
+        check_same_model(run_dir, cfg.model)
     data = dataset if dataset is not None else load_dataset(data_path, cfg.data, tokenizer)
     resolve_vocab_size(cfg.model, data.tokenizer.vocab_size, "the tokenizer")
     cfg.validate()
@@ -134,8 +138,9 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(run_dir / "metrics.jsonl", start)
-    log(f"model: {engine.num_params():,} parameters ({cfg.model.n_layer} layers, "
-        f"{cfg.model.n_head} heads, width {cfg.model.n_embd}, context {cfg.model.block_size}), "
+    log(f"model: {engine.num_params():,} parameters ({plural(cfg.model.n_layer, 'layer')}, "
+        f"{plural(cfg.model.n_head, 'head')}, width {cfg.model.n_embd}, context "
+        f"{cfg.model.block_size}), "
         f"{describe_kv_cache(cfg.model)}; {engine.description}")
     if lora is not None:
         trainable, total = engine.trainable_params(), engine.num_params()

@@ -51,6 +51,7 @@ from sheepop.data.shards import (
 from sheepop.errors import UserError
 from sheepop.tokenizers import EOS, KINDS, Tokenizer, load, train_tokenizer
 from sheepop.tokenizers.parallel import imap_ordered
+from sheepop.words import plural
 
 SPOOL = "files.jsonl"
 _OCR_LANG = re.compile(r"[A-Za-z][A-Za-z_]*(\+[A-Za-z][A-Za-z_]*)*")
@@ -226,10 +227,6 @@ def _files_with_tokens(spool_path: Path, docs: DocTable) -> Iterator[dict]:
             yield entry
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n:,} {word}{'' if n == 1 else 's'}"
-
-
 def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> PrepareResult:
     """Run the whole preparation; `log` receives the summary table and notes.
 
@@ -258,7 +255,7 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
             reasons = ", ".join(f"{n} {code}" for code, n in summary.reasons.most_common(3))
             raise UserError(f"nothing usable found in "
                             f"{', '.join(printable(str(p)) for p in opts.inputs)}: "
-                            f"{_plural(summary.total('files'), 'file')}"
+                            f"{plural(summary.total('files'), 'file')}"
                             + (f" ({reasons})" if reasons else ""))
         _split(docs, opts.val_fraction, opts.seed)
         clock = time.perf_counter()
@@ -283,9 +280,10 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
         raise
     if log:
         log(summary.table())
-        log(f"\nwrote {printable(str(out))}: train {summary.train_tokens:,} tokens "
-            f"({summary.train_documents:,} documents), val {summary.val_tokens:,} tokens "
-            f"({summary.val_documents:,} documents); {tok.kind} tokenizer, vocabulary "
+        log(f"\nwrote {printable(str(out))}: train {plural(summary.train_tokens, 'token')} "
+            f"({plural(summary.train_documents, 'document')}), val "
+            f"{plural(summary.val_tokens, 'token')} "
+            f"({plural(summary.val_documents, 'document')}); {tok.kind} tokenizer, vocabulary "
             f"{tok.vocab_size:,}, {dtype}; "
             + ", ".join(f"{stage} {sec:.1f} s" for stage, sec in summary.seconds.items()))
     return PrepareResult(out=out, summary=summary, tokenizer=tok)
