@@ -9,16 +9,21 @@ or a batch, with the KV cache. The tokens a model must never generate (padding, 
 are set here from the tokenizer, so every caller, single, batched, streamed or through the Python
 API, gets the same rule. The command line, the progression task and (later) the server all come
 through here; the trainer is the only other module that builds an engine's model.
+
+`inspect(model, ids)` looks inside it on one prompt: attention weights, logit lens, next-token
+distributions, positions (sheepop.arch.inspect; the server's page shows them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sheepop import checkpoint
+from sheepop.arch.inspect import Inspection, inspection
 from sheepop.arch.lm import CachedLM
 from sheepop.arch.lora import LoraConfig, adapter_shapes, merge
 from sheepop.arch.vocab import grow_vocabulary
@@ -153,3 +158,18 @@ def load(run_dir: str | Path, engine: str = "torch", device: str = "auto",
     """A model for inference from a run directory made by `sheepop train` (or `import`)."""
     config, tokenizer, weights = read_run(run_dir)
     return build(config, weights, tokenizer, engine, device, dtype, compile)
+
+
+def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5) -> Inspection:
+    """Every layer's attention weights, the logit lens and the next-token distributions (top
+    `k`) of one prompt of at most block_size tokens, computed by the model's own engine
+    (sheepop.arch.inspect)."""
+    ids = list(ids)
+    if not 1 <= len(ids) <= model.config.model.block_size:
+        raise UserError(f"a prompt to inspect holds 1 to {model.config.model.block_size} "
+                        f"tokens (the context), not {len(ids)}")
+    if model.engine == "numpy":
+        from sheepop.scratch.inspect import trace
+    else:
+        from sheepop.model.inspect import trace
+    return inspection(trace(model.lm, ids), model.config.model, ids, k)

@@ -130,6 +130,14 @@ class CachedLM:
         self.batch_cache.keep_rows(rows)
         self._key_mask, self._next_pos = self._key_mask[rows], self._next_pos[rows]
 
+    # ----- a prompt's own log-probabilities (the server's echo, sheepop.serve) -------------
+    def prompt_logits(self, ids: Sequence[int]) -> np.ndarray:
+        """Logits (len(ids), V): row t is the prediction after ids[:t+1] (what a prompt's own
+        log-probabilities are read from). One decode step per token in a cache of their own,
+        so it costs len(ids) steps; `_logits` returns the last position only."""
+        cache = self._new_cache(1, len(ids))
+        return np.stack([self._logits(self._row([t]), cache)[0] for t in ids])
+
     # ----- greedy decoding of equal-length contexts (the progression task's evaluation) ----
     def greedy(self, contexts: np.ndarray, n_new: int) -> np.ndarray:
         """The `n_new` tokens (B, n_new) that greedy decoding writes after each row of

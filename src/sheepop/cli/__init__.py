@@ -1,7 +1,9 @@
 """The `sheepop` command line: one entry point, one module per command.
 
 Each module in `COMMAND_MODULES` has `register(subparsers)`, which adds its subcommand(s) with
-`set_defaults(func=run)`. A `UserError` anywhere becomes one line on stderr and exit status 2.
+`set_defaults(func=run)`. A `UserError` anywhere becomes one line on stderr and exit status 2,
+as does a mistake in the arguments (argparse: the usage of the command it belongs to, and the
+near match of a misspelt option or choice, `common.Parser`).
 Ctrl-C, SIGTERM and SIGHUP stop any command with one line on stderr and exit status 128 + the
 signal's number (130, 143, 129), never a traceback; training saves its last finished step first
 (sheepop.train.signals).
@@ -14,6 +16,7 @@ import importlib
 import sys
 
 from sheepop import __version__
+from sheepop.cli.common import Parser
 from sheepop.errors import EXIT_USER_ERROR, UserError
 
 COMMAND_MODULES = (
@@ -26,11 +29,12 @@ COMMAND_MODULES = (
     "sheepop.cli.prepare",
     "sheepop.cli.tokenizer",
     "sheepop.cli.export",
+    "sheepop.cli.serve",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(  # its subcommands' parsers are Parsers too: mistakes name the near match
         prog="sheepop",
         description="A GPT-style language-model toolkit: prepare data, train, generate, evaluate.",
     )

@@ -1,0 +1,192 @@
+"""Continuous batching: sequences join and leave a running batch at any decode step.
+
+A server (sheepop.serve) keeps one batch of sequences decoding together: every step appends one
+token to each of them, and a new request should not wait for the batch to drain, nor a finished
+one hold its row. `RunningBatch` is that batch, on top of an engine's `CachedLM`, in either
+engine (it only indexes and assigns the cache's buffers, which are NumPy arrays or torch tensors).
+
+Layout. One KV cache of `capacity` rows and T_max = block_size columns, allocated once. The rows
+in use are the first `rows`; a sequence leaving moves the last row into its place (one row's
+copy), so the running rows are always one contiguous view and nothing is reallocated. The
+columns are shared: every step writes column `length` in every row, as a left-padded batch does
+(sheepop.arch.batch). Row b holds its tokens in the contiguous columns start_b .. length-1, so
+
+    key_mask[b, c] = c >= start_b          (the columns before start_b are padding)
+    pos[b]         = length - start_b      (positions count from the row's own first token)
+
+and the engine's existing padded-batch arithmetic (`_logits` with pos_ids and key_mask) computes
+every row exactly as if it ran alone: the same positions, the same visible keys.
+
+Joining. New prompts are prefilled together as one left-padded batch in a cache of their own,
+then their keys and values are copied into free rows, right-aligned on column `length`: a prompt
+of p tokens takes columns length-p .. length-1. A prompt longer than `length` first shifts every
+running row right (the batch grows on the left with padding columns).
+
+Room. A row never holds more than T_max tokens (the server checks prompt + max_tokens), but the
+shared column counter grows with the oldest running row. When it reaches T_max, or when the
+columns no row uses (those before min_b start_b) become a quarter of it, every row shifts left by
+min_b start_b (compaction), so `length` is the longest running row's span and attention never
+reads more columns than that.
+
+Besides keys and values, a cache may carry per-row state that the next call reads (`ROW_STATE`:
+the digit places' run of digits, `KVCache.digit_run`); it follows its row in and out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sheepop.arch.batch import left_pad
+from sheepop.arch.kv_cache import KVCache
+from sheepop.arch.lm import CachedLM
+
+ROW_STATE = ("digit_run",)  # (B, ...) values a KVCache carries for each row, besides K, V
+
+
+def _copy(block: Any) -> Any:
+    """A copy of an array or tensor (a shift within one buffer must not read what it wrote)."""
+    return block.clone() if hasattr(block, "clone") else block.copy()
+
+
+class RunningBatch:
+    """Up to `capacity` sequences decoding together; they join (`join`) and leave (`leave`)
+    between any two steps (`step`)."""
+
+    def __init__(self, lm: CachedLM, capacity: int):
+        if capacity < 1:
+            raise ValueError(f"a running batch needs at least one row, not {capacity}")
+        self.lm = lm
+        self.capacity = capacity
+        self.store = lm._new_cache(capacity, lm.block_size)
+        self.max_len = self.store.max_len
+        self.rows = 0
+        self.length = 0  # the next column every row writes
+        self.start = np.zeros(capacity, dtype=np.int64)  # each row's first real column
+        self.state: dict[str, Any] = {}  # ROW_STATE name -> (capacity, ...) array or tensor
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.rows
+
+    def spans(self) -> np.ndarray:
+        """The number of tokens each running row holds (prompt and generated so far)."""
+        return self.length - self.start[:self.rows]
+
+    # ----- joining ---------------------------------------------------------------------------
+    def join(self, prompts: Sequence[Sequence[int]], copies: Sequence[int] | None = None
+             ) -> np.ndarray:
+        """Prefill `prompts` together and add them as the last rows, prompt i as `copies[i]`
+        consecutive rows (default 1: n > 1 sequences of one prompt share its prefill). Returns
+        the logits (len(prompts), V) after each prompt's last token."""
+        copies = [1] * len(prompts) if copies is None else list(copies)
+        if len(copies) != len(prompts) or min(copies, default=1) < 1:
+            raise ValueError("one number of copies >= 1 for each prompt")
+        if sum(copies) > self.free:
+            raise ValueError(f"{sum(copies)} rows asked, {self.free} free")
+        if any(len(p) > self.max_len for p in prompts):
+            raise ValueError(f"a prompt longer than the context ({self.max_len})")
+        idx, pos, real = left_pad(prompts)
+        L = idx.shape[1]
+        fresh = self.lm._new_cache(len(prompts), L)
+        padding = {} if real.all() else {"pos_ids": pos, "key_mask": real}
+        logits = self.lm._logits(idx, fresh, **padding)
+        if self.rows == 0:
+            self.length = 0
+        if L > self.length:  # room on the left for the longest new prompt
+            self._shift_right(L - self.length)
+        lo, r = self.length - L, self.rows
+        for i, n in enumerate(copies):
+            for buf, new in ((self.store.k, fresh.k), (self.store.v, fresh.v)):
+                buf[:, r:r + n, :, lo:self.length] = new[:, i:i + 1]
+            self.start[r:r + n] = self.length - len(prompts[i])
+            for name, values in self._row_state(fresh).items():
+                values[r:r + n] = getattr(fresh, name)[i]
+            r += n
+        self.rows = r
+        return logits
+
+    # ----- one decode step -------------------------------------------------------------------
+    def step(self, tokens: Sequence[int]) -> np.ndarray:
+        """Append token b to row b, for every running row; the logits (rows, V) after them."""
+        B = self.rows
+        if len(tokens) != B or B == 0:
+            raise ValueError(f"{len(tokens)} tokens for {B} running rows")
+        self._make_room()
+        cache = KVCache(self.store.k[:, :B], self.store.v[:, :B])
+        cache.length = self.length
+        for name, values in self.state.items():
+            setattr(cache, name, values[:B])
+        x = np.asarray(list(tokens), dtype=np.int64)[:, None]
+        start = self.start[:B]
+        if start.any():  # some row has padding: per-row positions and visible keys
+            columns = np.arange(self.length + 1)
+            logits = self.lm._logits(x, cache, pos_ids=(self.length - start)[:, None],
+                                     key_mask=columns[None, :] >= start[:, None])
+        else:  # every row starts at column 0: positions are columns, nothing is hidden
+            logits = self.lm._logits(x, cache)
+        for name, values in self.state.items():  # (the engine rebinds it: copy it back)
+            values[:B] = getattr(cache, name)
+        self.length += 1
+        return logits
+
+    def _row_state(self, fresh: KVCache) -> dict[str, Any]:
+        """The per-row state buffers, made on the first join whose cache carries some."""
+        for name in ROW_STATE:
+            new = getattr(fresh, name, None)
+            if new is not None and name not in self.state:
+                # A (capacity,) buffer of the engine's own type, array or tensor alike.
+                self.state[name] = new[[0] * self.capacity]  # (indexing copies)
+        return self.state
+
+    def _make_room(self) -> None:
+        unused = int(self.start[:self.rows].min())
+        if self.length >= self.max_len or (unused >= 8 and 4 * unused >= self.length):
+            self._shift_left(unused)
+        if self.length >= self.max_len:
+            raise ValueError("a running row fills the whole context: it must leave first")
+
+    # ----- leaving ---------------------------------------------------------------------------
+    def leave(self, rows: Sequence[int]) -> list[int]:
+        """Drop these rows. The last rows move into the holes; returns the new order: row i is
+        the old row order[i]."""
+        gone = set(rows)
+        if not gone <= set(range(self.rows)):
+            raise ValueError(f"rows {sorted(gone)} are not all running (0..{self.rows - 1})")
+        order = list(range(self.rows))
+        keep = self.rows - len(gone)
+        movers = [r for r in range(keep, self.rows) if r not in gone]
+        for hole in sorted(r for r in gone if r < keep):
+            src = movers.pop()
+            for buf in (self.store.k, self.store.v):
+                buf[:, hole, :, :self.length] = buf[:, src, :, :self.length]
+            self.start[hole] = self.start[src]
+            for values in self.state.values():
+                values[hole] = values[src]
+            order[hole] = src
+        self.rows = keep
+        if keep == 0:
+            self.length = 0
+        return order[:keep]
+
+    # ----- moving columns --------------------------------------------------------------------
+    def _shift_right(self, by: int) -> None:
+        """Every running row's columns move `by` to the right (padding grows on the left)."""
+        B, n = self.rows, self.length
+        if B and n:
+            for buf in (self.store.k, self.store.v):
+                buf[:, :B, :, by:by + n] = _copy(buf[:, :B, :, :n])
+        self.start[:B] += by
+        self.length += by
+
+    def _shift_left(self, by: int) -> None:
+        """Drop the first `by` columns, which no running row uses."""
+        if by <= 0:
+            return
+        B, n = self.rows, self.length - by
+        for buf in (self.store.k, self.store.v):
+            buf[:, :B, :, :n] = _copy(buf[:, :B, :, by:self.length])
+        self.start[:B] -= by
+        self.length = n

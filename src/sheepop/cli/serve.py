@@ -1,0 +1,130 @@
+"""`sheepop serve RUN_DIR`: an OpenAI-compatible HTTP server with continuous batching
+(sheepop.serve, docs/serve.md)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import sys
+from pathlib import Path
+
+from sheepop.cli.common import HelpFormatter
+from sheepop.config import ENGINES, INFERENCE_DTYPES
+from sheepop.errors import UserError
+from sheepop.model_size import param_count
+
+API_KEY_ENV = "SHEEPOP_API_KEY"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="serve a model over an OpenAI-compatible HTTP API",
+        description="Serve a trained model over HTTP with OpenAI's API: POST /v1/completions "
+                    "and /v1/chat/completions (whole or streamed), GET /v1/models and "
+                    "/health. Requests are batched continuously: each decode step advances "
+                    "every running request by one token, and requests join and leave the batch "
+                    "at any step. One line on stderr says when it is ready and where; SIGINT "
+                    "or SIGTERM stops it gracefully (exit status 0). Sampling defaults are the "
+                    "run's [sample] section; each request's parameters override them. See "
+                    "docs/serve.md.",
+        formatter_class=HelpFormatter)
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train` "
+                   "or `sheepop finetune` (a chat template enables /v1/chat/completions)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="the address to listen on (0.0.0.0: every interface; give an API key)")
+    p.add_argument("--port", type=int, default=8000,
+                   help="the TCP port (0: any free port; the ready line names it)")
+    p.add_argument("--engine", choices=ENGINES, default="torch",
+                   help="the engine that runs the model")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--dtype", choices=INFERENCE_DTYPES, default="float32",
+                   help="torch engine: the weights' and KV cache's type")
+    p.add_argument("--max-batch", type=int, default=16, metavar="N",
+                   help="the most sequences decoding together (one KV cache row each)")
+    p.add_argument("--max-queue", type=int, default=256, metavar="N",
+                   help="the most sequences waiting for a row; past it a request gets 503 with "
+                        "Retry-After")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="a request's longest time from arrival to its last token (then 504, or "
+                        "an error event in a stream)")
+    p.add_argument("--max-body", type=int, default=1 << 20, metavar="BYTES",
+                   help="the largest request body (larger: 413)")
+    p.add_argument("--api-key", default=None, metavar="KEY",
+                   help=f"require 'Authorization: Bearer KEY' on every request but /health "
+                        f"(default: the {API_KEY_ENV} environment variable, which keeps the key "
+                        f"out of the process list; unset: no key)")
+    p.add_argument("--model-name", default=None, metavar="NAME",
+                   help="the model's id in the API (default: the run directory's name)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch engine: threads for the model's arithmetic (default: the "
+                        "machine's cores but one, left to the HTTP side)")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="on SIGINT/SIGTERM, how long running requests may go on before they "
+                        "are cancelled")
+    p.add_argument("--access-log", action="store_true", help="log every request on stderr")
+    p.add_argument("--runs", default=None, metavar="DIR",
+                   help="the page's runs view also lists every run under DIR (its "
+                        "metrics.jsonl curves, updated while it trains)")
+    p.set_defaults(func=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    checks = [(0 <= args.port <= 65535, "--port must be in 0..65535"),
+              (args.max_batch >= 1, "--max-batch must be at least 1"),
+              (args.max_queue >= 1, "--max-queue must be at least 1"),
+              (args.timeout > 0, "--timeout must be a positive number of seconds"),
+              (args.max_body >= 1024, "--max-body must be at least 1024 bytes"),
+              (args.threads is None or args.threads >= 1, "--threads must be at least 1"),
+              (args.shutdown_timeout >= 0, "--shutdown-timeout must be >= 0"),
+              (args.dtype == "float32" or args.engine == "torch", "--dtype needs --engine torch"),
+              (args.runs is None or Path(args.runs).is_dir(),
+               f"--runs {args.runs}: not a directory")]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def run(args: argparse.Namespace) -> int:
+    from sheepop.inference import load
+    from sheepop.serve.app import Settings, create_app
+    from sheepop.serve.page import routes as page_routes
+    from sheepop.serve.server import address_of, bind
+    from sheepop.serve.server import run as serve
+    _check(args)
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    sock = bind(args.host, args.port)  # (a busy port fails before the model is loaded)
+    try:
+        model = load(args.run_dir, args.engine, args.device, args.dtype)
+        if args.engine == "torch":
+            import torch
+            torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) - 1))
+        name = args.model_name or Path(args.run_dir).resolve().name
+        app = create_app(model, Settings(name=name, api_key=key, max_batch=args.max_batch,
+                                         max_queue=args.max_queue, timeout=args.timeout,
+                                         max_body=args.max_body),
+                         page_routes(args.run_dir, args.runs))
+    except BaseException:
+        sock.close()
+        raise
+    if not key and not _loopback(args.host):
+        print(f"sheepop: warning: listening on {args.host} without an API key: anyone who "
+              f"reaches this machine can use the model (--api-key or {API_KEY_ENV})",
+              file=sys.stderr)
+    m = model.config.model
+
+    def ready() -> None:
+        print(f"sheepop: serving '{name}' ({param_count(m):,} parameters, context "
+              f"{m.block_size}, {model.engine} engine, batches of up to {args.max_batch}) at "
+              f"{address_of(sock)}", file=sys.stderr, flush=True)
+
+    serve(app, sock, args.shutdown_timeout, ready, access_log=args.access_log)
+    print("sheepop: server stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,129 @@
+"""One request (`Job`) and the sequences it generates (`Choice`), as the scheduler sees them.
+
+A choice turns each row of logits the running batch gives it into one token, with the sampling
+rule every sheepop loop uses (`sheepop.generate.next_token`: the run's never-generated ids
+excluded, then repetition penalty, temperature, top-k, top-p) and its own
+`numpy.random.default_rng(seed + j)` for the j-th choice of a prompt, so a request with a seed
+gets the tokens `sheepop generate --seed` gives. Its text is released as it becomes certain
+(`sheepop.text_stream.StopStrings`, `IncrementalDecoder`), and it ends at one of the request's
+end tokens (EOS; <|end|> in a chat; not shown), at a stop string (cut off, not shown) or after
+`max_tokens` tokens. Each token gives one `Event`, which the app turns into OpenAI's JSON.
+
+Log-probabilities are those of the model's own distribution, log softmax(z) with the
+never-generated ids at -inf, whatever the temperature or top-p the token was drawn with.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sheepop.generate import next_token
+from sheepop.serve.protocol import ApiError, Request
+from sheepop.text_stream import StopStrings
+from sheepop.tokenizers import IncrementalDecoder, Tokenizer
+
+
+@dataclass
+class Logprob:
+    token: int
+    logprob: float | None  # (None: a prompt's first token, which nothing predicts)
+    top: list[tuple[int, float]]  # the most likely tokens and their log-probabilities
+
+
+@dataclass
+class Event:
+    """What happened to one choice at one step."""
+    index: int
+    text: str = ""                  # the text now certain
+    token: int | None = None        # the token drawn (None: no token, e.g. an error)
+    logprob: Logprob | None = None  # (with logprobs; None for an end token, which is not shown)
+    finish: str | None = None       # "stop" | "length" once the choice has ended
+    error: ApiError | None = None
+    prompt_logprobs: list[Logprob | None] | None = None  # (echo with logprobs, first event)
+
+
+def log_softmax(logits: np.ndarray, never: Sequence[int]) -> np.ndarray:
+    """log p_i = z_i - log sum_j exp(z_j), in float64, z_i = -inf for the never-generated ids."""
+    z = np.array(logits, dtype=np.float64)
+    z[list(never)] = -np.inf
+    m = z.max()
+    return z - (m + np.log(np.exp(z - m).sum()))
+
+
+def logprob(logp: np.ndarray, token: int, k: int) -> Logprob:
+    top = np.argpartition(-logp, k - 1)[:k] if 0 < k < len(logp) else np.arange(len(logp))[:k]
+    top = top[np.argsort(-logp[top], kind="stable")]
+    return Logprob(int(token), float(logp[token]), [(int(i), float(logp[i])) for i in top])
+
+
+class Job:
+    """One HTTP request: its checked `Request`, its choices, its deadline, and whether it was
+    cancelled (client gone, timeout, shutdown). `inbox` is the app's: where its events go."""
+
+    def __init__(self, request: Request, tokenizer: Tokenizer, timeout: float):
+        self.request = request
+        self.deadline = time.monotonic() + timeout
+        self.cancelled: str | None = None  # set from any thread; read by the scheduler
+        self.inbox: Any = None
+        n = request.n
+        self.choices = [Choice(self, p * n + j, p, j, tokenizer)
+                        for p in range(len(request.prompts)) for j in range(n)]
+
+
+class Choice:
+    """One sequence being generated (row of the running batch while it runs)."""
+
+    def __init__(self, job: Job, index: int, prompt_index: int, copy: int, tokenizer: Tokenizer):
+        r = job.request
+        self.job, self.index, self.prompt_index = job, index, prompt_index
+        self.prompt = r.prompts[prompt_index]
+        self.max_tokens = r.max_tokens[prompt_index]
+        self.rng = np.random.default_rng(None if r.seed is None else r.seed + copy)
+        self.decoder = IncrementalDecoder(tokenizer)
+        self.cut = StopStrings(r.stop)
+        self.seen = None
+        if r.sample.repetition_penalty != 1.0:
+            self.seen = np.zeros(tokenizer.vocab_size, dtype=bool)
+            self.seen[self.prompt] = True
+        self.generated = 0
+        self.last = -1
+        self.finish: str | None = None
+
+    def take(self, logits: np.ndarray, never: Sequence[int]) -> Event:
+        """Draw the next token from `logits` (V,); the event it makes."""
+        r = self.job.request
+        token, _ = next_token(logits, r.sample, self.rng, self.seen, never=never)
+        self.generated += 1
+        self.last = token
+        if self.seen is not None:
+            self.seen[token] = True
+        if token in r.end_ids:
+            return self._ended(Event(self.index, token=token), "stop")
+        lp = None
+        if r.logprobs is not None:
+            lp = logprob(log_softmax(logits, never), token, r.logprobs)
+        event = Event(self.index, self.cut.feed(self.decoder.step(token)), token, lp)
+        if self.cut.stopped:
+            return self._ended(event, "stop")
+        if self.generated >= self.max_tokens:
+            return self._ended(event, "length")
+        return event
+
+    def _ended(self, event: Event, reason: str) -> Event:
+        if not self.cut.stopped:  # what was held back (a stop string's possible beginning)
+            event.text += self.cut.feed(self.decoder.flush()) + self.cut.flush()
+        self.finish = event.finish = reason
+        return event
+
+
+def prompt_logprobs(logits: np.ndarray, prompt: Sequence[int], never: Sequence[int], k: int
+                    ) -> list[Logprob | None]:
+    """Each prompt token's log-probability after the tokens before it (`logits` (p, V): row t
+    after prompt[:t+1]); None for the first, which nothing predicts (OpenAI's `echo`)."""
+    return [None] + [logprob(log_softmax(logits[t - 1], never), prompt[t], k)
+                     for t in range(1, len(prompt))]

@@ -1,0 +1,277 @@
+"""The continuous-batching loop: one thread owns the model and everything it computes.
+
+Requests arrive from the event loop (`submit`) into a bounded queue of choices; the thread, in a
+loop (docs/serve.md, "Continuous batching"):
+
+1. drops the running choices whose request was cancelled (client gone) or ran past its deadline:
+   their rows leave the batch at once;
+2. admits waiting choices into the free rows, FIFO, up to a prefill budget of padded prompt
+   tokens per iteration (so that a burst of long prompts stalls the running ones for a bounded
+   time), prefills them together and draws each one's first token (the time to first token);
+3. runs one decode step for every running choice, the new ones included: each gets one token;
+4. lets the finished ones leave, and hands the iteration's events to the app in one call.
+
+Nothing waits for the batch to drain: a choice joins at the step after its prefill and leaves at
+the step it ends. The rows are a `RunningBatch` (sheepop.arch.running_batch), so each row keeps
+its own positions and keys, and a choice gets the same tokens alone or among others.
+
+Other work on the model (e.g. inspecting it) goes through `call`, which runs a function on this
+thread between two steps: the model is never used from two threads.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from sheepop.arch.running_batch import RunningBatch
+from sheepop.inference import InferenceModel
+from sheepop.serve.choice import Choice, Event, Job, prompt_logprobs
+from sheepop.serve.protocol import ApiError
+
+Delivery = Callable[[list[tuple[Job, list[Event]]]], None]
+
+
+class QueueFull(Exception):
+    pass
+
+
+def timed_out(timeout: float) -> ApiError:
+    return ApiError(504, f"the request ran past this server's timeout ({timeout:g} s)",
+                    type="timeout", code="timeout")
+
+
+SHUTTING_DOWN = ApiError(503, "the server is shutting down", type="server_error",
+                         code="shutting_down")
+
+
+def _buckets(groups: list[list[Choice]], waste: float = 0.25) -> list[list[list[Choice]]]:
+    """The prompt groups, shortest first, cut where padding them together would cost more
+    than `waste` of their own tokens: a left-padded prefill computes every padding position."""
+    out: list[list[list[Choice]]] = []
+    for g in sorted(groups, key=lambda g: len(g[0].prompt)):
+        n = len(g[0].prompt)  # (the longest so far: sorted)
+        if out and n * (len(out[-1]) + 1) > (1 + waste) * (
+                sum(len(h[0].prompt) for h in out[-1]) + n):
+            out.append([])
+        if not out:
+            out.append([])
+        out[-1].append(g)
+    return out
+
+
+class Scheduler:
+    def __init__(self, model: InferenceModel, max_batch: int, max_queue: int,
+                 timeout: float, prefill_tokens: int = 2048):
+        self.model = model
+        self.lm = model.lm
+        self.never = list(self.lm.never_generate)
+        self.max_batch, self.max_queue, self.timeout = max_batch, max_queue, timeout
+        self.prefill_tokens = prefill_tokens
+        self.batch = RunningBatch(self.lm, max_batch)
+        self.running: list[Choice] = []  # row r of the batch is running[r]
+        self.waiting: deque[Choice] = deque()
+        self.calls: deque[tuple[Callable[[InferenceModel], Any], Future]] = deque()
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+        self.deliver: Delivery = lambda batch: None
+        self.out: dict[Job, list[Event]] = {}
+        self.stats = {"steps": 0, "tokens": 0, "prefills": 0, "decode_s": 0.0,
+                      "prefill_s": 0.0, "cancelled": 0, "peak_running": 0}
+
+    # ----- the event loop's side ---------------------------------------------------------------
+    def start(self, deliver: Delivery) -> None:
+        self.deliver = deliver
+        self.thread = threading.Thread(target=self._loop, name="sheepop-scheduler", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Queue the job's choices; QueueFull when the queue cannot take them all."""
+        with self.cond:
+            if self.stopping:
+                raise QueueFull
+            if len(self.waiting) + len(job.choices) > self.max_queue:
+                raise QueueFull
+            self.waiting.extend(job.choices)
+            self.cond.notify()
+
+    def cancel(self, job: Job, reason: str = "cancelled") -> None:
+        """Stop the job's choices: their rows leave at the next iteration (no event is sent)."""
+        if job.cancelled is None and any(c.finish is None for c in job.choices):
+            job.cancelled = reason
+            with self.cond:
+                self.cond.notify()
+
+    def call(self, fn: Callable[[InferenceModel], Any]) -> Future:
+        """Run fn(model) on the model's thread between two steps; its result as a Future."""
+        future: Future = Future()
+        with self.cond:
+            self.calls.append((fn, future))
+            self.cond.notify()
+        return future
+
+    def status(self) -> dict[str, Any]:
+        return {"running": len(self.running), "waiting": len(self.waiting),
+                "max_batch": self.max_batch, "max_queue": self.max_queue, **self.stats}
+
+    def stop(self) -> None:
+        """Cancel what is left (the app has let the running requests finish until its
+        deadline) and end the thread."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+        if self.thread is not None:
+            self.thread.join()
+
+    # ----- the model's thread ------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while not (self.waiting or self.running or self.calls or self.stopping):
+                    self.cond.wait()
+                if self.stopping:
+                    break
+                calls, self.calls = list(self.calls), deque()
+                admitted = self._admit()
+            for fn, future in calls:
+                self._run_call(fn, future)
+            self._drop_cancelled()
+            try:
+                if admitted:
+                    self._join(admitted)
+                if self.running:
+                    self._step()
+            except Exception:  # a bug, or out of memory: fail those requests, keep serving
+                traceback.print_exc(file=sys.stderr)
+                self._fail_all(ApiError(500, "internal error while generating",
+                                        type="server_error"))
+            self._flush()
+        self._shutdown()
+
+    def _admit(self) -> list[Choice]:
+        """Waiting choices for the free rows, FIFO, within the prefill budget (under the lock);
+        cancelled and expired ones are dropped on the way."""
+        now, taken, longest = time.monotonic(), [], 0
+        if any([self._gone(c, now) for c in self.waiting]):  # (a list: every one is checked)
+            self.waiting = deque(c for c in self.waiting if c.finish is None)
+        while self.waiting and len(taken) < self.batch.free:
+            c = self.waiting[0]
+            longest2 = max(longest, len(c.prompt))
+            if taken and longest2 * (len(taken) + 1) > self.prefill_tokens:
+                break
+            taken.append(self.waiting.popleft())
+            longest = longest2
+        return taken
+
+    def _gone(self, c: Choice, now: float) -> bool:
+        """Whether a choice must stop: cancelled (nothing to say) or expired (an error)."""
+        job = c.job
+        if job.cancelled is None and now > job.deadline:
+            job.cancelled = "timeout"
+        if job.cancelled is None:
+            return False
+        if c.finish is None:
+            c.finish = job.cancelled
+            self.stats["cancelled"] += 1
+            if job.cancelled == "timeout":
+                self._emit(job, Event(c.index, error=timed_out(self.timeout)))
+        return True
+
+    def _drop_cancelled(self) -> None:
+        now = time.monotonic()
+        self._leave([r for r, c in enumerate(self.running) if self._gone(c, now)])
+
+    def _leave(self, rows: list[int]) -> None:
+        if rows:
+            order = self.batch.leave(rows)
+            self.running = [self.running[i] for i in order]
+
+    def _join(self, admitted: list[Choice]) -> None:
+        """Prefill the admitted choices: the copies of one prompt share one row of prefill, and
+        prompts of similar lengths are prefilled together (`_buckets`), each bucket's first
+        tokens sent as soon as it is done."""
+        groups: list[list[Choice]] = []
+        for c in admitted:
+            if groups and groups[-1][0].job is c.job and \
+                    groups[-1][0].prompt_index == c.prompt_index:
+                groups[-1].append(c)
+            else:
+                groups.append([c])
+        for bucket in _buckets(groups):
+            t0 = time.perf_counter()
+            logits = self.batch.join([g[0].prompt for g in bucket], [len(g) for g in bucket])
+            for g, row in zip(bucket, logits):
+                echo = self._echo(g[0])
+                for c in g:
+                    event = c.take(row, self.never)
+                    event.prompt_logprobs = echo
+                    self._emit(c.job, event)
+            self.running += [c for g in bucket for c in g]
+            self.stats["prefills"] += 1
+            self.stats["prefill_s"] += time.perf_counter() - t0
+            self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
+            self._flush()
+
+    def _echo(self, c: Choice) -> list | None:
+        r = c.job.request
+        if not (r.echo and r.logprobs is not None):
+            return None
+        return prompt_logprobs(self.lm.prompt_logits(c.prompt), c.prompt, self.never,
+                               r.logprobs)
+
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        logits = self.batch.step([c.last for c in self.running])
+        for c, row in zip(self.running, logits):
+            self._emit(c.job, c.take(row, self.never))
+        self.stats["steps"] += 1
+        self.stats["tokens"] += len(self.running)
+        self.stats["peak_running"] = max(self.stats["peak_running"], len(self.running))
+        self.stats["decode_s"] += time.perf_counter() - t0
+        self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
+
+    def _run_call(self, fn: Callable[[InferenceModel], Any], future: Future) -> None:
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(self.model))
+            except Exception as e:
+                future.set_exception(e)
+
+    # ----- events ------------------------------------------------------------------------------
+    def _emit(self, job: Job, event: Event) -> None:
+        self.out.setdefault(job, []).append(event)
+
+    def _flush(self) -> None:
+        if self.out:
+            batch, self.out = list(self.out.items()), {}
+            try:
+                self.deliver(batch)
+            except RuntimeError:  # the event loop has closed: nobody is listening any more
+                pass
+
+    def _fail_all(self, error: ApiError) -> None:
+        for c in self.running:
+            if c.finish is None:
+                c.finish = "error"
+                self._emit(c.job, Event(c.index, error=error))
+        self.running = []
+        self.batch = RunningBatch(self.lm, self.max_batch)  # its state may be torn
+
+    def _shutdown(self) -> None:
+        with self.cond:
+            left, self.waiting = list(self.waiting), deque()
+            calls, self.calls = list(self.calls), deque()
+        for c in left:
+            if c.finish is None and c.job.cancelled is None:
+                self._emit(c.job, Event(c.index, error=SHUTTING_DOWN))
+        self._fail_all(SHUTTING_DOWN)
+        for _, future in calls:
+            future.cancel()
+        self._flush()

@@ -1,0 +1,167 @@
+// The generate view: a prompt (or a conversation, for a chat model), sampling controls, and
+// the answer streamed token by token from /v1/completions or /v1/chat/completions, each token
+// tinted by its probability with its alternatives (the API's logprobs) on hover or focus.
+import { $, el, percent, probabilityTint, setStatus, shownToken } from "./common.js";
+
+const TOP_LOGPROBS = 5;
+
+// The stream's chunks as token entries {text, logprob, top: [[token, logprob], ...]}.
+function entries(chunk, chat) {
+  const choice = chunk.choices?.[0];
+  if (!choice) return { text: "", tokens: [] };
+  const text = chat ? choice.delta?.content ?? "" : choice.text ?? "";
+  const lp = choice.logprobs;
+  let tokens = [];
+  if (chat && lp?.content) {
+    tokens = lp.content.map((t) => ({
+      text: t.token, logprob: t.logprob, top: t.top_logprobs.map((a) => [a.token, a.logprob]),
+    }));
+  } else if (!chat && lp?.tokens) {
+    tokens = lp.tokens.map((t, i) => ({
+      text: t, logprob: lp.token_logprobs[i], top: Object.entries(lp.top_logprobs[i] || {}),
+    }));
+  }
+  return { text, tokens };
+}
+
+// Server-sent events from a fetch response: each `data:` payload, parsed, until [DONE].
+async function* events(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").filter((l) => l.startsWith("data: "))
+        .map((l) => l.slice(6)).join("\n");
+      if (data === "[DONE]") return;
+      if (data) yield JSON.parse(data);
+    }
+  }
+}
+
+export function generateView(state) {
+  const chat = state.shape.chat;
+  const form = $("#generate-form"), answer = $("#answer"), status = $("#generate-status");
+  const panel = $("#alternatives"), conversation = $("#conversation");
+  const prompt = $("#prompt"), stop = $("#stop-button"), go = $("#generate-button");
+  const history = [];  // a chat model's conversation: {role, content}
+  let controller = null;
+  conversation.hidden = !chat;
+  if (chat) $('label[for="prompt"]').textContent = "Your message";
+  const maxTokens = $("#max-tokens");
+  maxTokens.max = String(state.shape.context - 1);
+  maxTokens.value = String(Math.min(Number(maxTokens.value), Math.floor(state.shape.context / 2)));
+
+  function showAlternatives(span, entry) {
+    const chosen = Math.exp(entry.logprob);
+    const rows = entry.top.map(([token, lp]) => {
+      const p = Math.exp(lp);
+      return el("tr", { class: token === entry.text ? "chosen" : "" },
+        el("td", {}, shownToken(token)), el("td", { class: "p" }, percent(p)),
+        el("td", {}, el("span", { class: "bar", style: `width:${Math.max(1, 60 * p)}px` })));
+    });
+    panel.replaceChildren(
+      el("div", {}, `chosen ${JSON.stringify(entry.text)}: p = ${percent(chosen)}`),
+      el("table", { "aria-label": "Alternatives" }, ...rows));
+    const box = span.getBoundingClientRect();
+    panel.hidden = false;
+    const left = Math.min(box.left + window.scrollX,
+      window.scrollX + document.documentElement.clientWidth - panel.offsetWidth - 6);
+    panel.style.left = `${Math.max(4, left)}px`;
+    panel.style.top = `${box.bottom + window.scrollY + 4}px`;
+  }
+  const hide = () => { panel.hidden = true; };
+
+  function addToken(text, entry) {
+    if (!entry) { answer.append(text); return; }
+    const p = Math.exp(entry.logprob);
+    const span = el("span", {
+      class: "token", tabindex: "0", "data-testid": "token", "data-prob": p.toFixed(6),
+      style: `background:${probabilityTint(p)}`,
+      "aria-label": `${JSON.stringify(entry.text)}, probability ${percent(p)}`,
+    }, text);
+    span.addEventListener("mouseenter", () => showAlternatives(span, entry));
+    span.addEventListener("focus", () => showAlternatives(span, entry));
+    span.addEventListener("mouseleave", hide);
+    span.addEventListener("blur", hide);
+    answer.append(span);
+  }
+
+  function showConversation() {
+    conversation.replaceChildren(...history.map((m) => el("div", { class: "turn" },
+      el("span", { class: "role" }, `${m.role}:`), m.content)));
+  }
+
+  function request() {
+    const number = (id) => Number($(id).value);
+    const body = { stream: true, temperature: number("#temperature"), top_p: number("#top-p"),
+                   top_k: number("#top-k"), max_tokens: number("#max-tokens") };
+    if (chat) {
+      history.push({ role: "user", content: prompt.value });
+      showConversation();
+      state.last = { messages: history.map((m) => ({ ...m })), text: prompt.value };
+      return ["/v1/chat/completions",
+              { ...body, messages: history, logprobs: true, top_logprobs: TOP_LOGPROBS }];
+    }
+    state.last = { prompt: prompt.value, text: prompt.value };
+    return ["/v1/completions", { ...body, prompt: prompt.value, logprobs: TOP_LOGPROBS }];
+  }
+
+  async function generate() {
+    if (controller) return;
+    hide();
+    const [path, body] = request();
+    answer.replaceChildren();
+    if (!chat) answer.append(el("span", { class: "prompt-text" }, prompt.value));
+    controller = new AbortController();
+    go.disabled = true; stop.disabled = false;
+    setStatus(status, "generating…");
+    let count = 0, reply = "";
+    const started = performance.now();
+    try {
+      const response = await fetch(path, {
+        method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify(body), signal: controller.signal });
+      if (!response.ok) {
+        const data = await response.json().catch(() => ({}));
+        throw new Error(data.error?.message || `${response.status} ${response.statusText}`);
+      }
+      for await (const chunk of events(response)) {
+        if (chunk.error) throw new Error(chunk.error.message);
+        const { text, tokens } = entries(chunk, chat);
+        reply += text;
+        if (tokens.length === 1) addToken(text, tokens[0]);
+        else if (tokens.length > 1) tokens.forEach((t) => addToken(t.text, t));
+        else if (text) addToken(text, null);
+        count += tokens.length;
+      }
+      const seconds = (performance.now() - started) / 1000;
+      setStatus(status, `${count} tokens in ${seconds.toFixed(2)} s`);
+    } catch (e) {
+      if (e.name === "AbortError") setStatus(status, `stopped after ${count} tokens`);
+      else setStatus(status, e.message, true);
+    } finally {
+      controller = null;
+      go.disabled = false; stop.disabled = true;
+      if (chat) {  // a failed turn leaves the conversation, and its message stays in the box
+        if (reply) { history.push({ role: "assistant", content: reply }); prompt.value = ""; }
+        else history.pop();
+        showConversation();
+      }
+    }
+  }
+
+  form.addEventListener("submit", (e) => { e.preventDefault(); generate(); });
+  prompt.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); generate(); }
+  });
+  stop.addEventListener("click", () => controller?.abort());
+  document.addEventListener("keydown", (e) => { if (e.key === "Escape") hide(); });
+  return { show() {} };
+}

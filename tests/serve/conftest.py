@@ -1,0 +1,47 @@
+"""The runs and the servers the server's tests share (started once, stopped at the end)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from serve_helpers import KEY, ServerProcess, make_runs
+
+from sheepop.inference import load
+
+
+@pytest.fixture(autouse=True)
+def torch_on_one_thread(one_torch_thread):
+    """Every test here runs torch on one thread (why: tests/conftest.py, `one_torch_thread`)."""
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory):
+    """(chat run: sinusoidal positions, the chat template; plain run: rope, no template)."""
+    return make_runs(tmp_path_factory.mktemp("serve"))
+
+
+@pytest.fixture(scope="session")
+def server(runs):
+    """The chat run, torch engine, an API key, batches of up to 16."""
+    s = ServerProcess(runs[0], "--api-key", KEY, "--max-batch", "16")
+    yield s
+    assert s.stop(signal.SIGTERM) == 0
+
+
+@pytest.fixture(scope="session")
+def plain_server(runs):
+    """The run without a chat template, NumPy engine, no API key."""
+    s = ServerProcess(runs[1], "--engine", "numpy", "--max-batch", "4")
+    yield s
+    assert s.stop(signal.SIGINT) == 0
+
+
+@pytest.fixture(scope="session")
+def chat_model(runs):
+    return load(runs[0], "torch")
+
+
+@pytest.fixture(scope="session")
+def plain_model(runs):
+    return load(runs[1], "numpy")

@@ -1,0 +1,108 @@
+"""`RunningBatch` (sheepop.arch.running_batch), the server's continuous batch, without HTTP:
+sequences that join and leave at any step get exactly the greedy tokens they get alone, in both
+engines, with absolute and rotary positions, through left extensions and compactions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sheepop.arch.running_batch import RunningBatch
+from sheepop.config import SampleConfig, build_config
+from sheepop.generate import generate
+from sheepop.inference import build
+from sheepop.scratch.init import init_params
+
+CONTEXT = 48
+
+
+def _model(engine: str, pos: str, digits: int = 0):
+    cfg = build_config(None, None, ["model.vocab_size=40", "model.n_layer=2", "model.n_head=2",
+                                    "model.n_embd=32", f"model.block_size={CONTEXT}",
+                                    "model.dropout=0.0", f"model.pos_encoding={pos}",
+                                    f"model.digit_positions={digits}",
+                                    f"data.tokenizer={'digits' if digits else 'char'}"])
+    w = init_params(cfg.model, 0)
+    w = {k: v * (3 if v.ndim > 1 else 1) for k, v in w.items()}  # spread logits: no near-ties
+    return build(cfg, w, None, engine).lm
+
+
+def _requests(seed: int, count: int) -> list[tuple[int, list[int], int]]:
+    """(arrival step, prompt, tokens to generate), each fitting in the context."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        prompt = [int(t) for t in rng.integers(1, 40, size=int(rng.integers(1, 30)))]
+        out.append((int(rng.integers(0, 40)), prompt,
+                    int(min(rng.integers(1, 40), CONTEXT - len(prompt)))))
+    return out
+
+
+def _run(lm, requests, capacity: int) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Greedy tokens of each request, joining at its arrival step (when a row is free) and
+    leaving when done; and the logits each got at each step."""
+    batch = RunningBatch(lm, capacity)
+    out: list[list[int]] = [[] for _ in requests]
+    seen: list[list[np.ndarray]] = [[] for _ in requests]
+    waiting = sorted(range(len(requests)), key=lambda i: requests[i][0])
+    running: list[int] = []
+    step = 0
+
+    def take(rows, logits):
+        for i, z in zip(rows, logits):
+            seen[i].append(z)
+            out[i].append(int(np.argmax(z)))
+
+    def leave():
+        nonlocal running
+        order = batch.leave([r for r, i in enumerate(running) if len(out[i]) >= requests[i][2]])
+        running = [running[o] for o in order]
+
+    while waiting or running:
+        join = [i for i in waiting if requests[i][0] <= step][:batch.free]
+        if join:
+            waiting = [i for i in waiting if i not in join]
+            take(join, batch.join([requests[i][1] for i in join]))
+            running += join
+            leave()
+        if running:
+            take(running, batch.step([out[i][-1] for i in running]))
+            leave()
+        step += 1
+    return out, seen
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("pos, digits", [("sinusoidal", 0), ("rope", 0), ("learned", 6)])
+def test_joining_and_leaving_at_any_step_changes_no_token(engine, pos, digits, monkeypatch):
+    """(digit places: the cache carries each row's run of digits, which follows its row)"""
+    lm = _model(engine, pos, digits)
+    shifts = []
+    left = RunningBatch._shift_left
+    monkeypatch.setattr(RunningBatch, "_shift_left",
+                        lambda self, by: (shifts.append(by), left(self, by)))
+    requests = _requests(1, 30)
+    out, seen = _run(lm, requests, capacity=6)
+    for (_, prompt, n), tokens, logits in zip(requests, out, seen):
+        alone = [s.token for s in generate(lm, prompt, SampleConfig(temperature=0,
+                                                                    max_new_tokens=n))]
+        assert tokens == alone
+        full = [lm.full(prompt + tokens[:t]) for t in range(n)]  # no cache at all
+        np.testing.assert_allclose(np.stack(logits), np.stack(full), atol=2e-4)
+    assert any(s > 0 for s in shifts)  # columns no row used were dropped along the way
+
+
+def test_copies_share_one_prefill_and_rows_move_into_holes():
+    lm = _model("numpy", "sinusoidal")
+    batch = RunningBatch(lm, 5)
+    logits = batch.join([[1, 2, 3], [4]], copies=[3, 1])
+    assert logits.shape[0] == 2 and batch.rows == 4
+    assert list(batch.spans()) == [3, 3, 3, 1]
+    batch.step([5, 6, 7, 8])
+    order = batch.leave([0, 2])
+    assert order == [3, 1] and list(batch.spans()) == [2, 4]  # the last row moved into row 0
+    assert batch.leave([0, 1]) == [] and batch.rows == 0 and batch.length == 0
+    with pytest.raises(ValueError):
+        batch.join([[1]] * 6)
+    with pytest.raises(ValueError):
+        batch.leave([0])
