@@ -229,3 +229,22 @@ def test_a_chat_model_gets_a_conversation_and_inside_reads_it(browser, runs, sho
         assert errors == []
     finally:
         assert server.stop(signal.SIGTERM) == 0
+
+
+def test_a_server_with_an_api_key_serves_the_page_which_asks_for_the_key(browser, server):
+    """The page's files are open; its API calls carry the key the user types (401 without)."""
+    from serve_helpers import KEY
+    assert call(server.url, "GET", "/").status == 200
+    assert call(server.url, "GET", "/static/page.js").status == 200
+    assert call(server.url, "GET", "/v1/inspect").status == 401
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = context.new_page()
+    pg.set_default_timeout(WAIT_MS)
+    pg.goto(server.url + "/")
+    pg.wait_for_function("document.querySelector('#model-line').textContent"
+                         ".includes('API key')")
+    pg.get_by_test_id("api-key").fill(KEY)
+    pg.get_by_test_id("api-key").press("Enter")
+    pg.wait_for_function("document.querySelector('#model-line').textContent.includes('layers')")
+    assert pg.get_by_test_id("api-key").input_value() == KEY  # kept for the tab
+    context.close()

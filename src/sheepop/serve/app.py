@@ -42,7 +42,10 @@ from sheepop.serve.render import Render, TokenTexts
 from sheepop.serve.respond import JobResponse
 from sheepop.serve.scheduler import QueueFull, Scheduler
 
-OPEN_PATHS = ("/health",)  # answered without the API key (a liveness probe holds no secret)
+# Answered without the API key: a liveness probe and the page's own files hold no secret (the
+# page asks for the key and sends it with every call to the API).
+OPEN_PATHS = ("/health", "/")
+OPEN_PREFIXES = ("/static/", "/docs/math/")
 
 
 @dataclass
@@ -78,13 +81,16 @@ async def _bug(request: HttpRequest, e: Exception) -> JSONResponse:
 
 
 class RequireKey:
-    """Refuses (401) every request without "Authorization: Bearer KEY", but OPEN_PATHS."""
+    """Refuses (401) every request without "Authorization: Bearer KEY", but OPEN_PATHS and
+    the files under OPEN_PREFIXES."""
 
     def __init__(self, app: ASGIApp, key: str):
         self.app, self.expected = app, f"Bearer {key}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path not in OPEN_PATHS \
+                and not path.startswith(OPEN_PREFIXES):
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
                 e = ApiError(401, "Incorrect API key provided: give it as 'Authorization: "

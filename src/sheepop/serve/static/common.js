@@ -14,10 +14,19 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// The API key the user gave (a server started with --api-key wants it on every API call),
+// kept for this tab only.
+export const KEY_STORE = "sheepop-api-key";
+export function authHeaders(headers = {}) {
+  const key = sessionStorage.getItem(KEY_STORE);
+  return key ? { ...headers, authorization: `Bearer ${key}` } : headers;
+}
+
 // The server's JSON (GET without a body, POST with one); its error message as an Error.
 export async function api(path, body) {
-  const init = body === undefined ? {} : {
-    method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body),
+  const init = body === undefined ? { headers: authHeaders() } : {
+    method: "POST", headers: authHeaders({ "content-type": "application/json" }),
+    body: JSON.stringify(body),
   };
   const response = await fetch(path, init);
   const data = await response.json().catch(() => ({}));

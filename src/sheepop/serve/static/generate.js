@@ -1,7 +1,7 @@
 // The generate view: a prompt (or a conversation, for a chat model), sampling controls, and
 // the answer streamed token by token from /v1/completions or /v1/chat/completions, each token
 // tinted by its probability with its alternatives (the API's logprobs) on hover or focus.
-import { $, el, percent, probabilityTint, setStatus, shownToken } from "./common.js";
+import { $, authHeaders, el, percent, probabilityTint, setStatus, shownToken } from "./common.js";
 
 const TOP_LOGPROBS = 5;
 
@@ -126,7 +126,7 @@ export function generateView(state) {
     const started = performance.now();
     try {
       const response = await fetch(path, {
-        method: "POST", headers: { "content-type": "application/json" },
+        method: "POST", headers: authHeaders({ "content-type": "application/json" }),
         body: JSON.stringify(body), signal: controller.signal });
       if (!response.ok) {
         const data = await response.json().catch(() => ({}));

@@ -1,5 +1,5 @@
 // The page's entry: the model's shape, the three views and the tabs between them.
-import { $, api } from "./common.js";
+import { $, api, KEY_STORE } from "./common.js";
 import { generateView } from "./generate.js";
 import { insideView } from "./inside.js";
 import { runsView } from "./runs.js";
@@ -34,6 +34,12 @@ for (const tab of tabs) {
 }
 
 async function start() {
+  const key = $("#api-key");
+  key.value = sessionStorage.getItem(KEY_STORE) || "";
+  key.addEventListener("change", () => {  // the new key for this tab; start again with it
+    sessionStorage.setItem(KEY_STORE, key.value.trim());
+    location.reload();
+  });
   try {
     state.shape = await api("/v1/inspect");
   } catch (e) {
