@@ -26,8 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "every running request by one token, and requests join and leave the batch "
                     "at any step. One line on stderr says when it is ready and where; SIGINT "
                     "or SIGTERM stops it gracefully (exit status 0). Sampling defaults are the "
-                    "run's [sample] section; each request's parameters override them. See "
-                    "docs/serve.md.",
+                    "run's [sample] section; each request's parameters override them. The page "
+                    "at / shows the model at work (generation with probabilities, attention, "
+                    "logit lens: POST /v1/inspect) and the training curves of --runs. See "
+                    "docs/serve.md and docs/page.md.",
         formatter_class=HelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train` "
                    "or `sheepop finetune` (a chat template enables /v1/chat/completions)")

@@ -76,9 +76,9 @@ class NewRowsHead(Head):
         b = None if self.bias is None else _replace_last(self.bias, self.new_bias)
         return F.linear(x, w, b)
 
-    def merged(self) -> Head:
-        plain = Head.__new__(Head)
-        nn.Module.__init__(plain)
+    def merged(self, cfg) -> Head:
+        """A plain Head over the same Parameters, the trained rows written into their tables."""
+        plain = Head(cfg)
         with torch.no_grad():
             if self.weight is not None:
                 self.weight[-self.new_rows.shape[0]:] = self.new_rows
@@ -155,7 +155,7 @@ def merge_lora(model: nn.Module) -> nn.Module:
     tables, and put plain layers back (in place; returned): the same function, no adapters,
     every parameter trainable again."""
     if isinstance(model.tok_emb, NewRowsEmbedding):
-        model.tok_emb, model.head = model.tok_emb.merged(), model.head.merged()
+        model.tok_emb, model.head = model.tok_emb.merged(), model.head.merged(model.cfg)
     for name, module in list(model.named_modules()):
         if isinstance(module, LoRALinear):
             parent_name, _, child = name.rpartition(".")
