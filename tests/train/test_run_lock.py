@@ -81,3 +81,13 @@ def test_the_lock_is_released_when_the_run_ends_and_a_failed_start_leaves_nothin
     run_lock.acquire(tmp_path / "new").release()
     assert (tmp_path / "new" / run_lock.LOCK_FILE).exists()
     run_lock.acquire(tmp_path / "new").release()
+
+
+def test_check_free_names_the_holder_and_creates_nothing(tmp_path):
+    run_lock.check_free(tmp_path / "nothing")  # no directory: free
+    assert not (tmp_path / "nothing").exists()
+    lock = run_lock.acquire(tmp_path / "r")
+    with pytest.raises(UserError, match=f"in use by another training process \\(pid {os.getpid()}"):
+        run_lock.check_free(tmp_path / "r")
+    lock.release()
+    run_lock.check_free(tmp_path / "r")  # released: free again

@@ -111,6 +111,8 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
     from sheepop.train.start import setup
     run_dir = Path(run_dir)
     if resume:
+        from sheepop.train.run_lock import check_free
+        check_free(run_dir)  # a running writer may be replacing the checkpoint right now
         opts = FinetuneOptions.load(run_dir)
         base_run, data_path = opts.base_run, data_path or opts.data
         lora, train_on = opts.lora_config(), opts.train_on

@@ -45,6 +45,15 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
+def native_bf16(device: torch.device) -> bool:
+    """Whether bfloat16 products run at hardware speed: CUDA, or a CPU whose instructions oneDNN
+    uses for bf16 (AVX-512 or AMX). Elsewhere a bf16 product is emulated, tens of times slower
+    than float32 (docs/performance.md)."""
+    if device.type == "cuda":
+        return True
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """Matrices (embeddings, linear weights) decay; biases and LayerNorm parameters do not."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -74,7 +83,10 @@ class TorchEngine:
             add_lora(self.model, lora, adapters, seed=train_cfg.seed)
         self.model.to(self.device)
         self.param_names = {p: n for n, p in self.model.named_parameters()}
-        self.fused = self.device.type == "cuda"
+        # One fused kernel updates every parameter (CUDA, and CPU since torch 2.4) instead of a
+        # dozen small operations per parameter: ~5% of a small model's CPU step
+        # (benchmarks/vs_nanogpt.py, docs/performance.md).
+        self.fused = self.device.type in ("cuda", "cpu")
         self.optimizer = torch.optim.AdamW(
             decay_groups(self.model, train_cfg.weight_decay), lr=train_cfg.lr,
             betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps, fused=self.fused)
@@ -88,7 +100,10 @@ class TorchEngine:
 
     @property
     def description(self) -> str:
-        return f"torch on {self.device}, {str(self.dtype).replace('torch.', '')}"
+        text = f"torch on {self.device}, {str(self.dtype).replace('torch.', '')}"
+        if self.dtype == torch.bfloat16 and not native_bf16(self.device):
+            text += " (this CPU has no bf16 instructions: slower than float32 here)"
+        return text
 
     def num_params(self) -> int:
         """Every parameter, adapters included."""

@@ -230,10 +230,12 @@ class Trainer:
                             self.step + 1, self.diverged, self.run_dir, self.saved_step, t.lr))
                     self.step += 1
                     elapsed = time.perf_counter() - t0
-                    rate = (self.step - start_step) * tokens_per_step / max(elapsed, 1e-9)
+                    # (rounded once: the line shown and metrics.jsonl give the same figure)
+                    rate = round((self.step - start_step) * tokens_per_step / max(elapsed, 1e-9),
+                                 1)
                     record: dict[str, Any] = {"step": self.step, "loss": _sig(loss),
                                               "lr": lr, "grad_norm": _sig(norm),
-                                              "tokens_per_sec": round(rate, 1)}
+                                              "tokens_per_sec": rate}
                     last = self.step == t.steps or bool(
                         t.max_minutes and self.agree(elapsed > 60 * t.max_minutes))
                     shown.step(self.step, loss, lr, rate, elapsed)

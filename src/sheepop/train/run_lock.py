@@ -58,6 +58,29 @@ class RunLock:
         self._file.close()
 
 
+def _refuse(run_dir: Path, file: IO[str]) -> None:
+    file.seek(0)
+    holder = describe_holder(file.read())
+    file.close()
+    raise UserError(f"{run_dir} is in use by another training process ({holder}): wait for "
+                    "it to end or stop it, or choose another --out")
+
+
+def check_free(run_dir: str | Path) -> None:
+    """Raise UserError naming the holder if a training process holds `run_dir`'s lock; else
+    do nothing (creating nothing). A resume calls it before reading the run: the holder may be
+    in the middle of replacing its checkpoint."""
+    try:
+        file = open(Path(run_dir) / LOCK_FILE, encoding="utf-8")
+    except OSError:
+        return  # no lock file: nobody has trained there
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        _refuse(Path(run_dir), file)
+    file.close()  # (closing lets go of the shared lock)
+
+
 def acquire(run_dir: str | Path) -> RunLock:
     """Take `run_dir`'s lock (creating the directory), or raise UserError naming the holder."""
     run_dir = Path(run_dir)
@@ -70,11 +93,7 @@ def acquire(run_dir: str | Path) -> RunLock:
     try:
         fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        file.seek(0)
-        holder = describe_holder(file.read())
-        file.close()
-        raise UserError(f"{run_dir} is in use by another training process ({holder}): wait for "
-                        "it to end or stop it, or choose another --out") from None
+        _refuse(run_dir, file)
     file.seek(0)
     file.truncate()
     file.write(json.dumps(holder_record()) + "\n")
