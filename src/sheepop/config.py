@@ -33,6 +33,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 # The allowed values of every setting that is one of a list.
 ENGINES = ("torch", "numpy")
+INFERENCE_ENGINES = ("auto", *ENGINES)  # auto: sheepop.inference.choose_engine
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 INFERENCE_DTYPES = ("float32", "bfloat16")  # `sheepop generate --dtype`: weights and KV cache
 POS_ENCODINGS = tuple(POSITION_KINDS)
@@ -151,7 +152,8 @@ class TrainConfig:
     tensorboard: bool = _f(False, "also write the metrics as TensorBoard events in "
                            "RUN_DIR/tensorboard/ (needs: pip install 'sheepop[tensorboard]')")
     max_minutes: float = _f(0.0, "stop after this many minutes of training (0: no limit)")
-    threads: int = _f(0, "torch CPU threads (0: leave torch's default)")
+    threads: int = _f(0, "threads of torch and of the NumPy engine's BLAS (0: auto, the cores "
+                         "the load average leaves idle; sheepop.threads)")
     fsdp: bool = _f(False, "under torchrun: shard weights, gradients and AdamW moments over the "
                     "ranks (FSDP) instead of replicating them (DDP)")
 
@@ -184,6 +186,9 @@ class SampleConfig:
     seed: int = _f(1337, "sampling seed")
     repetition_penalty: float = _f(1.0, "divide the positive logits (multiply the negative) of "
                                    "tokens already in the context by this (1: off)")
+    slide_chunk: int = _f(0, "past the context, absolute positions: the oldest tokens dropped "
+                          "at once, so the cache is refilled once per chunk (1: always the last "
+                          "block_size tokens, the slowest; 0: block_size // 4)")
 
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "sample": SampleConfig}

@@ -34,6 +34,7 @@ from sheepop.tokenizers import Tokenizer
 from sheepop.tokenizers import loads as load_tokenizer
 
 Weights = dict[str, np.ndarray]
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia/version", "/dev/kfd")
 
 
 @dataclass
@@ -122,17 +123,36 @@ def grown_for(weights: Weights, base_tokenizer: Tokenizer, tokenizer: Tokenizer)
     return grow_vocabulary(weights, [base_tokenizer.encode(name) for name in names])
 
 
+def gpu_present() -> bool:
+    """Whether this machine shows a GPU driver torch could use (NVIDIA's or ROCm's device files),
+    found without importing torch (~2 s): without one, device `auto` is the CPU."""
+    return any(Path(p).exists() for p in GPU_DEVICE_FILES)
+
+
+def choose_engine(engine: str, device: str = "auto", dtype: str = "float32",
+                  compile: bool = False) -> str:
+    """The engine `auto` stands for: NumPy for float32 on the CPU without compile (it decodes
+    as fast as torch at the presets' shapes and starts without importing torch: docs/inference.md,
+    "Start-up"), torch for a GPU, bfloat16 or torch.compile. Other names are kept as they are."""
+    if engine != "auto":
+        return engine
+    on_cpu = device == "cpu" or (device == "auto" and not gpu_present())
+    return "numpy" if on_cpu and dtype == "float32" and not compile else "torch"
+
+
 def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
           engine: str = "torch", device: str = "auto", dtype: str = "float32",
           compile: bool = False) -> InferenceModel:
     """A model for inference from weights in memory. `dtype` (float32 | bfloat16) and
-    `compile` are for the torch engine; the NumPy engine runs in float32."""
+    `compile` are for the torch engine; the NumPy engine runs in float32; `auto`: the engine
+    `choose_engine` picks."""
     if dtype not in INFERENCE_DTYPES:
         raise UserError(f"inference dtype must be one of {', '.join(INFERENCE_DTYPES)}, "
                         f"not '{dtype}'")
-    if engine != "torch" and (dtype != "float32" or compile):
+    if engine not in ("torch", "auto") and (dtype != "float32" or compile):
         raise UserError("a bfloat16 dtype and compile are for the torch engine")
     never = never_generated(tokenizer)
+    engine = choose_engine(engine, device, dtype, compile)
     if engine == "numpy":
         from sheepop.scratch.lm import NumpyLM
         lm: CachedLM = NumpyLM(config.model, weights, never_generate=never)

@@ -16,7 +16,7 @@ import importlib
 import sys
 
 from sheepop import __version__
-from sheepop.cli.common import Parser
+from sheepop.cli.common import APPLY_THREADS, SPARE_CORES, Parser
 from sheepop.errors import EXIT_USER_ERROR, UserError
 
 COMMAND_MODULES = (
@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USER_ERROR
     from sheepop.train import signals  # the stdlib's signal module only: loads nothing heavy
+
+    if getattr(args, APPLY_THREADS, False):  # inference commands: --threads, before any model
+        from sheepop.threads import apply
+        apply(args.threads, spare=getattr(args, SPARE_CORES, 0))
 
     try:
         with signals.raising_stop_signals():

@@ -22,8 +22,14 @@ import signal
 import sys
 from typing import Any, TextIO
 
-from sheepop.cli.common import HelpFormatter, add_config_flag, flag_values, run_config
-from sheepop.config import ENGINES, SampleConfig
+from sheepop.cli.common import (
+    HelpFormatter,
+    add_config_flag,
+    add_threads_option,
+    flag_values,
+    run_config,
+)
+from sheepop.config import INFERENCE_ENGINES, SampleConfig
 from sheepop.errors import UserError
 from sheepop.model_size import param_count
 
@@ -56,12 +62,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_flag(p, "--seed", "sample.seed", note=run_value + "; answer n draws with seed + n")
     add_config_flag(p, "--repetition-penalty", "sample.repetition_penalty", metavar="THETA",
                     note=run_value)
-    p.add_argument("--engine", choices=ENGINES, default="torch",
-                   help="the engine that runs the model")
+    p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
+                   help="the engine that runs the model; auto: numpy on the CPU (it starts "
+                        "without importing torch), torch on a GPU")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--show-prompt", action="store_true",
                    help="before each answer, write on stderr the prompt the model reads "
                         "(escaped, on one line) and its number of tokens")
+    add_threads_option(p)
     p.set_defaults(func=run)
 
 

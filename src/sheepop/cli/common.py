@@ -103,6 +103,32 @@ def add_config_switch(p: argparse.ArgumentParser, flag: str, key: str, help: str
     p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
 
 
+APPLY_THREADS = "apply_threads"  # parser default: True where cli.main applies --threads itself
+SPARE_CORES = "spare_cores"  # parser default: the cores auto leaves to other work
+
+
+def add_threads_option(p: argparse.ArgumentParser, key: str | None = None, spare: int = 0
+                       ) -> None:
+    """The one `--threads N` of every command that computes: torch's intra-op threads and the
+    NumPy engine's BLAS threads (sheepop.threads); `auto` or 0: the idle cores when it starts.
+    With `key` (train.threads, training commands) it sets that config key, applied when the
+    engine is built; without it (inference commands) `cli.main` applies it before the command
+    runs, and a run's train.threads is not read; `spare`: cores auto leaves to other work (the
+    server's HTTP side)."""
+    from sheepop.threads import parse_threads
+    what = ("threads of the arithmetic (torch's intra-op pool and the NumPy engine's BLAS); "
+            "auto or 0: the cores the load average leaves idle at start, or OMP_NUM_THREADS"
+            + (f", less {spare} for the HTTP side" if spare else ""))
+    if key is None:
+        p.add_argument("--threads", type=parse_threads, default=0, metavar="N",
+                       help=f"{what} (default: auto)")
+        p.set_defaults(**{APPLY_THREADS: True, SPARE_CORES: spare})
+        return
+    action = p.add_argument("--threads", type=parse_threads, default=None, metavar="N",
+                            help=f"{what} ({key})")
+    p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
+
+
 def add_best_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--best", action="store_true",
                    help="load the run's best checkpoint (RUN_DIR/best/: the lowest val loss "

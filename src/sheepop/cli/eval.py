@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from sheepop.cli.common import HelpFormatter, add_best_option, model_dir
+from sheepop.cli.common import HelpFormatter, add_best_option, add_threads_option, model_dir
 from sheepop.config import ENGINES
 from sheepop.words import plural
 
@@ -43,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="windows per forward pass (memory, not the result)")
     p.add_argument("--json", action="store_true",
                    help="print the figures as one JSON object instead of a sentence")
+    add_threads_option(p)
     p.set_defaults(func=run)
 
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import argparse
 
-from sheepop.cli.common import HelpFormatter, add_config_flag, add_set_option
+from sheepop.cli.common import (
+    HelpFormatter,
+    add_config_flag,
+    add_set_option,
+    add_threads_option,
+)
 from sheepop.errors import UserError
 
 TARGETS = "qkv,proj"
@@ -44,6 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_flag(p, "--steps", "train.steps", note="{key}; default 300")
     add_config_flag(p, "--engine", "train.engine")
     add_config_flag(p, "--seed", "train.seed")
+    add_threads_option(p, "train.threads")
     p.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--demo", action="store_true",

@@ -6,7 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
-from sheepop.cli.common import HelpFormatter, add_config_flag, add_config_options
+from sheepop.cli.common import (
+    HelpFormatter,
+    add_config_flag,
+    add_config_options,
+    add_threads_option,
+)
 from sheepop.config import ENGINES
 from sheepop.errors import UserError
 
@@ -68,6 +73,7 @@ def _register_train(tasks: argparse._SubParsersAction) -> None:
                    f"{DEFAULT_MINUTES:g})")
     add_config_flag(t, "--steps", "train.steps", help="optimizer steps (instead of a time "
                     "budget)")
+    add_threads_option(t, "train.threads")
     add_config_flag(t, "--engine", "train.engine")
     add_config_flag(t, "--seed", "train.seed")
     t.add_argument("--window-terms", type=int, default=4, metavar="M",
@@ -102,9 +108,7 @@ def _register_eval(tasks: argparse._SubParsersAction) -> None:
     e.add_argument("--max-sequences", type=int, default=0,
                    help="evaluate only the first N sequences of each set (0: all)")
     e.add_argument("--batch-size", type=int, default=2048, help="prefixes per forward pass")
-    e.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads (0: torch's default; 1 is much faster on a busy "
-                        "machine)")
+    add_threads_option(e)
     e.set_defaults(func=run_eval)
 
 
@@ -165,11 +169,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from sheepop.progression.data import load_progressions
     from sheepop.progression.report import evaluate_sets, plot, table
     from sheepop.progression.task import TaskOptions
-    if args.max_sequences < 0 or args.batch_size < 1 or args.threads < 0:
-        raise UserError("--max-sequences and --threads must be >= 0 and --batch-size >= 1")
-    if args.threads:
-        import torch
-        torch.set_num_threads(args.threads)
+    if args.max_sequences < 0 or args.batch_size < 1:
+        raise UserError("--max-sequences must be >= 0 and --batch-size >= 1")
     opts = TaskOptions.load(args.run_dir)
     cfg, tokenizer, weights = read_run(args.run_dir)
     data = load_progressions(args.data)

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from sheepop.cli.common import HelpFormatter
+from sheepop.cli.common import HelpFormatter, add_threads_option
 from sheepop.config import ENGINES, INFERENCE_DTYPES
 from sheepop.errors import UserError
 from sheepop.model_size import param_count
@@ -58,9 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"out of the process list; unset: no key)")
     p.add_argument("--model-name", default=None, metavar="NAME",
                    help="the model's id in the API (default: the run directory's name)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="torch engine: threads for the model's arithmetic (default: the "
-                        "machine's cores but one, left to the HTTP side)")
+    add_threads_option(p, spare=1)
     p.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGINT/SIGTERM, how long running requests may go on before they "
                         "are cancelled")
@@ -77,7 +75,6 @@ def _check(args: argparse.Namespace) -> None:
               (args.max_queue >= 1, "--max-queue must be at least 1"),
               (args.timeout > 0, "--timeout must be a positive number of seconds"),
               (args.max_body >= 1024, "--max-body must be at least 1024 bytes"),
-              (args.threads is None or args.threads >= 1, "--threads must be at least 1"),
               (args.shutdown_timeout >= 0, "--shutdown-timeout must be >= 0"),
               (args.dtype == "float32" or args.engine == "torch", "--dtype needs --engine torch"),
               (args.runs is None or Path(args.runs).is_dir(),
@@ -105,9 +102,6 @@ def run(args: argparse.Namespace) -> int:
     sock = bind(args.host, args.port)  # (a busy port fails before the model is loaded)
     try:
         model = load(args.run_dir, args.engine, args.device, args.dtype)
-        if args.engine == "torch":
-            import torch
-            torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) - 1))
         name = args.model_name or Path(args.run_dir).resolve().name
         app = create_app(model, Settings(name=name, api_key=key, max_batch=args.max_batch,
                                          max_queue=args.max_queue, timeout=args.timeout,

@@ -12,6 +12,7 @@ from sheepop.cli.common import (
     add_config_flag,
     add_config_options,
     add_config_switch,
+    add_threads_option,
     flag_values,
     run_config,
 )
@@ -42,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_flag(p, "--engine", "train.engine")
     add_config_flag(p, "--device", "train.device")
     add_config_flag(p, "--dtype", "train.dtype")
+    add_threads_option(p, "train.threads")
     add_config_flag(p, "--tokenizer", "data.tokenizer",
                     help="the tokenizer kind trained on raw-text DATA (a prepared DATA directory "
                          "brings its own)")
@@ -65,6 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     """Preset (or the run's saved config with --resume), file, --set, then the typed flags."""
     if args.resume:
+        from sheepop.train.run_lock import check_free
+        check_free(args.out)  # a running writer may be replacing the checkpoint right now
         return run_config(args.out, args.overrides, args.config, flag_values(args))
     return build_config(args.preset, args.config, args.overrides, values=flag_values(args))
 

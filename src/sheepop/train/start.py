@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint, files
+from sheepop import checkpoint, files, threads
 from sheepop.arch.lora import LoraConfig
 from sheepop.config import Config, resolve_vocab_size
 from sheepop.data import source as data_source
@@ -43,6 +43,7 @@ def make_engine(cfg: Config, weights: dict[str, np.ndarray] | None = None,
 def _make_engine(cfg: Config, weights: dict[str, np.ndarray] | None, lora: LoraConfig | None,
                  adapters: dict[str, np.ndarray] | None) -> Engine:
     kw = {} if lora is None else {"lora": lora, "adapters": adapters}
+    threads.apply(cfg.train.threads)  # torch's and the BLAS's, before the engine loads torch
     if cfg.train.engine == "numpy":
         from sheepop.train.engine_numpy import NumpyEngine
         return NumpyEngine(cfg.model, cfg.train, weights, **kw)

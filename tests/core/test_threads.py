@@ -1,0 +1,121 @@
+"""sheepop.threads and `--threads`: the default from the cores and the load, the one option on
+every command that computes, and the count reaching torch and the BLAS under NumPy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sheepop.cli import build_parser, main
+from sheepop.cli.common import APPLY_THREADS, CONFIG_FLAGS
+from sheepop.threads import default_threads, parse_threads
+
+
+@pytest.mark.parametrize(("cores", "load", "expected"), [
+    (2, 0.1, 2), (2, 0.6, 1), (2, 1.4, 1), (2, 6.8, 1),   # round(0.6) = 1 core busy
+    (16, 3.4, 13), (16, 0.0, 16), (1, 0.0, 1), (4, 2.5, 2),
+])
+def test_auto_is_the_cores_the_load_leaves_idle(cores, load, expected):
+    assert default_threads(cores, load, environ={}) == expected
+
+
+def test_auto_takes_omp_num_threads_when_the_environment_sets_it():
+    assert default_threads(16, 0.0, environ={"OMP_NUM_THREADS": "3"}) == 3
+    assert default_threads(16, 0.0, environ={"OMP_NUM_THREADS": "x"}) == 16  # not a count
+    assert default_threads(16, 0.0, environ={"OMP_NUM_THREADS": "0"}) == 16
+
+
+def test_parse_threads_takes_a_count_or_auto():
+    assert [parse_threads(t) for t in ("auto", "AUTO", "0", "1", "12")] == [0, 0, 0, 1, 12]
+    for bad in ("-1", "two", "1.5", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_threads(bad)
+
+
+# Every command that computes, with the arguments it needs to parse; True: a training command,
+# whose --threads sets train.threads; False: applied by cli.main before the command runs.
+COMMANDS = {
+    ("train",): True, ("finetune", "RUN"): True, ("progression", "train", "D", "--out", "O"): True,
+    ("generate", "RUN"): False, ("chat", "RUN"): False, ("eval", "RUN", "--data", "D"): False,
+    ("serve", "RUN"): False, ("progression", "eval", "RUN", "--data", "D"): False,
+}
+
+
+@pytest.mark.parametrize("argv", list(COMMANDS), ids=" ".join)
+def test_every_command_that_computes_has_the_one_threads_option(argv):
+    parser = build_parser()
+    args = parser.parse_args([*argv, "--threads", "3"])
+    assert args.threads == 3
+    if COMMANDS[argv]:
+        assert getattr(args, CONFIG_FLAGS)["threads"] == "train.threads"
+        assert parser.parse_args(list(argv)).threads is None  # not given: the config decides
+    else:
+        assert getattr(args, APPLY_THREADS) is True
+        assert parser.parse_args([*argv, "--threads", "auto"]).threads == 0
+        assert parser.parse_args(list(argv)).threads == 0  # not given: auto
+
+
+@pytest.mark.parametrize("value", ["-2", "many"])
+def test_a_bad_thread_count_is_one_line_and_exit_2(value, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["generate", "RUN", "--threads", value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("sheepop generate: error: argument --threads: ")
+    assert "Traceback" not in "".join(err)
+
+
+def _threads_in_child(code: str) -> dict[str, int]:
+    """Run `code` in a fresh Python, then print the threads of torch and of the BLAS."""
+    tail = ("\nimport torch\nfrom sheepop.threads import describe\nimport json\n"
+            "print(json.dumps(describe()))")
+    env = {k: v for k, v in os.environ.items()  # the count set here, not one inherited
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code + tail], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _blas_and_torch(found: dict[str, int]) -> tuple[set[int], int]:
+    return {n for name, n in found.items() if name != "torch"}, found["torch"]
+
+
+@pytest.mark.parametrize("torch_first", [False, True])
+def test_apply_sets_torch_and_the_blas_whether_torch_is_loaded_or_not(torch_first):
+    code = ("import numpy\n" + ("import torch\n" if torch_first else "")
+            + "from sheepop.threads import apply\nassert apply(1) == 1")
+    blas, torch_threads = _blas_and_torch(_threads_in_child(code))
+    assert blas == {1} and torch_threads == 1
+
+
+def test_the_training_engine_is_built_with_train_threads():
+    code = ("from sheepop.config import build_config\nfrom sheepop.train.start import make_engine\n"
+            "cfg = build_config('tiny', None, ['train.threads=1', 'model.n_layer=1', "
+            "'model.vocab_size=32'])\n"
+            "make_engine(cfg)")
+    blas, torch_threads = _blas_and_torch(_threads_in_child(code))
+    assert blas == {1} and torch_threads == 1
+
+
+def test_generate_threads_reach_torch_and_the_blas(tmp_path):
+    from sheepop import checkpoint
+    from sheepop.config import Config
+    from sheepop.model import GPT
+    from sheepop.tokenizers import train_tokenizer
+    tokenizer = train_tokenizer("char", ["abc abc"], 0)
+    cfg = Config()
+    cfg.model.vocab_size, cfg.model.n_layer, cfg.model.n_head = tokenizer.vocab_size, 1, 2
+    cfg.model.n_embd, cfg.model.block_size = 16, 16
+    checkpoint.save_checkpoint(tmp_path, GPT(cfg.model).numpy_weights(), cfg.to_dict(),
+                               tokenizer.to_json())
+    code = ("from sheepop.cli import main\n"
+            f"main(['generate', {str(tmp_path)!r}, '--prompt', 'ab', '--max-new-tokens', '2', "
+            "'--engine', 'torch', '--device', 'cpu', '--threads', '1'])")
+    blas, torch_threads = _blas_and_torch(_threads_in_child(code))
+    assert blas == {1} and torch_threads == 1
