@@ -165,6 +165,7 @@ def test_custom_pattern_never_drops_text():
 def test_parallel_encoding_equals_serial(code_text, bpe_tok, monkeypatch):
     import sheepop.tokenizers.bpe_train as bpe_train_module
     monkeypatch.setattr(bpe_train_module, "PARALLEL_MIN_CHARS", 4_000)
+    monkeypatch.setattr("sheepop.tokenizers.bpe_count.COUNT_PARALLEL_MIN_CHARS", 4_000)
     text = code_text[:60_000]
     chunks = safe_chunks(text, 5_000)
     assert len(chunks) >= 4 and "".join(chunks) == text

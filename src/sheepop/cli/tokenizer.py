@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from sheepop.cli.common import HelpFormatter
@@ -45,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "bpe <|bos|> <|eos|> <|pad|>, digits none)")
     t.add_argument("--backend", choices=("sheepop", "hf"), default="sheepop",
                    help="bpe: train with sheepop's trainer or Hugging Face tokenizers")
-    t.add_argument("--workers", type=int, default=1,
-                   help="bpe: processes for counting words (0: one per CPU)")
+    t.add_argument("--workers", type=int, default=0,
+                   help="bpe: processes counting the words of a text over 4 million characters (0: "
+                        "one per CPU; 1: this process only); the merges are the same either way")
     t.set_defaults(func=run_train)
 
     e = ops.add_parser("encode", help="print the ids of a text on one line")
@@ -91,7 +92,9 @@ def _usage(p: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _read_corpus(paths: list[str]) -> Iterator[str]:
+def _read_corpus(paths: list[str], pieces: bool = False) -> Iterator[str]:
+    """Each file's text; with `pieces`, a file is read 256K characters at a time and given out
+    in pieces cut where every word ends (bpe training), so it is never in memory whole."""
     for name in paths:
         if name == "-":
             yield sys.stdin.read()
@@ -100,14 +103,35 @@ def _read_corpus(paths: list[str]) -> Iterator[str]:
         if path.is_dir():
             raise UserError(f"{path} is a folder; pass its files (e.g. {path}/*.txt)")
         try:
-            yield path.read_text(encoding="utf-8")
+            if pieces:
+                from sheepop.tokenizers.pretokenize import rejoin_at_safe_cuts
+                with path.open(encoding="utf-8") as f:
+                    yield from rejoin_at_safe_cuts(iter(lambda: f.read(1 << 18), ""))
+            else:
+                yield path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise UserError(f"corpus file not found: {path}") from None
         except UnicodeDecodeError as e:
+            if pieces:  # e.start counts from the block being decoded: find the file's byte
+                e = _utf8_error(path) or e
             raise UserError(f"{path} is not UTF-8 text (byte {e.start}); convert it first, "
                             "or use `sheepop prepare`, which detects encodings") from None
         except OSError as e:
             raise UserError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _utf8_error(path: Path) -> UnicodeDecodeError | None:
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e
+    return None
+
+
+def _counting_bytes(texts: Iterator[str], sizes: list[int]) -> Iterator[str]:
+    for text in texts:
+        sizes.append(len(text.encode("utf-8")))
+        yield text
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -123,10 +147,16 @@ def run_train(args: argparse.Namespace) -> int:
     elif args.kind == "digits" and args.special is not None:
         options["special_tokens"] = args.special
     start = time.perf_counter()
-    texts = list(_read_corpus(args.corpus))
+    sizes: list[int] = []
+    if args.kind == "bpe":  # streamed: counting words needs one piece of a file at a time
+        from sheepop.tokenizers.pretokenize import cuts_safely
+        pieces = cuts_safely(args.pattern, args.special or ())
+        texts: Iterable[str] = _counting_bytes(_read_corpus(args.corpus, pieces), sizes)
+    else:
+        texts = list(_counting_bytes(_read_corpus(args.corpus), sizes))
     tok = train_tokenizer(args.kind, texts, args.vocab_size, **options)
     tok.save(args.out)
-    size = sum(len(t.encode("utf-8")) for t in texts)
+    size = sum(sizes)
     print(f"{args.kind} tokenizer: {tok.vocab_size} ids ({len(tok.special_tokens)} special) "
           f"from {size:,} bytes in {time.perf_counter() - start:.2f} s -> {args.out}")
     return 0

@@ -20,8 +20,9 @@ pair's true count, so when the top entry's count is current it is the true best;
 is pushed back with the true count. Counts that grow get a fresh entry at once.
 
 `train_merges` is the whole of training from a corpus: it cuts out the special tokens, pre-splits
-and counts the words (`count_words`, in several processes for a large corpus), runs a trainer,
-and returns the merges as byte pairs, from which `BPETokenizer.train` builds the tokenizer.
+and counts the words (`count_words` in bpe_count.py, streamed, in several processes for a large
+corpus), runs a trainer, and returns the merges as byte pairs, from which `BPETokenizer.train`
+builds the tokenizer.
 Backend "hf" hands the counting and merging to Hugging Face `tokenizers` (bpe_train_hf.py).
 """
 
@@ -32,9 +33,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from sheepop.errors import UserError
-from sheepop.tokenizers.base import SpecialMatcher
-from sheepop.tokenizers.parallel import batched, map_ordered, resolve_workers
-from sheepop.tokenizers.pretokenize import compiled, safe_chunks, split_text
+from sheepop.tokenizers.bpe_count import count_words
 
 Merge = tuple[int, int]
 PARALLEL_MIN_CHARS = 1 << 20
@@ -65,51 +64,23 @@ def train_merges(texts: Iterable[str], vocab_size: int, pattern: str,
         raise UserError("cannot train a bpe tokenizer on an empty corpus")
     if trainer == "naive":
         merges = train_naive(counts.items(), n_tokens)
-    else:
-        merges = _train_with_progress(counts, n_tokens, progress)
+    else:  # the words become lists of byte ids: their strings are not needed while merging
+        words, weights = initial_words(counts.items())
+        del counts
+        merges = _train_with_progress(words, weights, n_tokens, progress)
     vocab = _Vocab()
     for a, b in merges:  # replay, to name each merge by its tokens' bytes
         vocab.join(a, b)
     return [(vocab.tokens[a], vocab.tokens[b]) for a, b in merges]
 
 
-def count_words(texts: Iterable[str], pattern: str, special_tokens: Sequence[str],
-                workers: int = 1) -> Counter[str]:
-    """How often each distinct pre-split word occurs (special tokens cut out first)."""
-    texts = [t for t in texts if t]
-    total = sum(map(len, texts))
-    workers = resolve_workers(workers)
-    if workers == 1 or total < PARALLEL_MIN_CHARS:
-        return _count_in_worker((texts, pattern, tuple(special_tokens)))
-    # Large texts are cut at word boundaries so that the workers get even shares.
-    pieces = [c for t in texts for c in safe_chunks(t, total // (2 * workers) + 1)]
-    if any("\n" in s for s in special_tokens):
-        pieces = texts
-    jobs = [(b, pattern, tuple(special_tokens)) for b in batched(pieces, total // workers + 1)]
-    counts: Counter[str] = Counter()
-    for part in map_ordered(_count_in_worker, jobs, workers):
-        counts.update(part)
-    return counts
-
-
-def _count_in_worker(job: tuple[list[str], str, tuple[str, ...]]) -> Counter[str]:
-    texts, pattern, specials = job
-    splitter = SpecialMatcher({t: k for k, t in enumerate(specials)})
-    regex_ = compiled(pattern)
-    counts: Counter[str] = Counter()
-    for text in texts:
-        for piece, special in splitter.split(text):
-            if special is None:
-                counts.update(split_text(regex_, piece))
-    return counts
-
-
-def _train_with_progress(counts: Counter[str], n_tokens: int, progress: bool) -> list[Merge]:
+def _train_with_progress(words: list[list[int]], weights: list[int], n_tokens: int,
+                         progress: bool) -> list[Merge]:
     if not progress:
-        return train_fast(counts.items(), n_tokens)
+        return _train_fast_words(words, weights, n_tokens)
     from tqdm import tqdm
     with tqdm(total=max(n_tokens - 256, 0), desc="bpe merges", unit="merge") as bar:
-        return train_fast(counts.items(), n_tokens, on_merge=lambda _: bar.update())
+        return _train_fast_words(words, weights, n_tokens, on_merge=lambda _: bar.update())
 
 
 def initial_words(word_counts: Iterable[tuple[str, int]]) -> tuple[list[list[int]], list[int]]:
@@ -153,12 +124,12 @@ class _Vocab:
 
 
 def _merge_counting(word: list[int], a: int, b: int, new: int, n: int,
-                    delta: dict[Merge, int], where: dict[Merge, set[int]],
+                    delta: dict[Merge, int], where: dict[Merge, list[int]],
                     wi: int) -> list[int] | None:
     """`merge_word`, also adding to `delta` the change in pair counts (times the word's count
-    `n`) and noting word `wi` under its new pairs in `where`. Only pairs next to a merge change:
-    the old pairs (x, a), (a, b), (b, y) go, the new (x, new), (new, y) come. None when the
-    word holds no (a, b)."""
+    `n`) and noting word `wi` under its new pairs in `where` (once: see `_train_fast_words`).
+    Only pairs next to a merge change: the old pairs (x, a), (a, b), (b, y) go, the new
+    (x, new), (new, y) come. None when the word holds no (a, b)."""
     out: list[int] = []
     i, size = 0, len(word)
     last_old = -1  # index of the last old pair already subtracted (adjacent merges share one)
@@ -171,14 +142,18 @@ def _merge_counting(word: list[int], a: int, b: int, new: int, n: int,
                     last_old = k
             if out:
                 delta[out[-1], new] += n
-                where[out[-1], new].add(wi)
+                noted = where[out[-1], new]
+                if not noted or noted[-1] != wi:
+                    noted.append(wi)
             out.append(new)
             after_merge = True
             i += 2
         else:
             if after_merge:
                 delta[new, word[i]] += n
-                where[new, word[i]].add(wi)
+                noted = where[new, word[i]]
+                if not noted or noted[-1] != wi:
+                    noted.append(wi)
                 after_merge = False
             out.append(word[i])
             i += 1
@@ -213,15 +188,26 @@ def train_naive(word_counts: Iterable[tuple[str, int]], n_tokens: int) -> list[M
 def train_fast(word_counts: Iterable[tuple[str, int]], n_tokens: int,
                on_merge: Callable[[int], None] | None = None) -> list[Merge]:
     """The same merges as `train_naive`, with incremental pair counts and a lazy heap."""
-    words, counts = initial_words(word_counts)
+    return _train_fast_words(*initial_words(word_counts), n_tokens, on_merge)
+
+
+def _train_fast_words(words: list[list[int]], counts: list[int], n_tokens: int,
+                      on_merge: Callable[[int], None] | None = None) -> list[Merge]:
+    """`train_fast` on `initial_words`' output; changes `words` in place."""
     vocab = _Vocab()
     t = vocab.tokens
     pair_count: dict[Merge, int] = defaultdict(int)
-    where: dict[Merge, set[int]] = defaultdict(set)  # words that may contain the pair
+    # The words that may contain each pair, as lists (a set costs ~4x the memory). A word's
+    # notes for a pair are made in a row (a repeat of the last entry is skipped), so a word is
+    # listed twice only when a merge reuses an existing id; its second visit finds no pair
+    # left to merge and changes nothing.
+    where: dict[Merge, list[int]] = defaultdict(list)
     for wi, (word, n) in enumerate(zip(words, counts)):
         for pair in zip(word, word[1:]):
             pair_count[pair] += n
-            where[pair].add(wi)
+            noted = where[pair]
+            if not noted or noted[-1] != wi:
+                noted.append(wi)
     heap = [(-c, t[a], t[b], a, b) for (a, b), c in pair_count.items()]
     heapq.heapify(heap)
 
@@ -239,7 +225,10 @@ def train_fast(word_counts: Iterable[tuple[str, int]], n_tokens: int,
         done.add((a, b))
         delta: dict[Merge, int] = defaultdict(int)
         for wi in where.pop((a, b)):  # order does not matter: the updates commute
-            merged = _merge_counting(words[wi], a, b, new, counts[wi], delta, where, wi)
+            word = words[wi]
+            if a not in word:  # stale (a quarter of the visits): ruled out in C
+                continue
+            merged = _merge_counting(word, a, b, new, counts[wi], delta, where, wi)
             if merged is not None:
                 words[wi] = merged
         for pair, d in delta.items():
@@ -250,8 +239,9 @@ def train_fast(word_counts: Iterable[tuple[str, int]], n_tokens: int,
                 pair_count[pair] = c
                 if d > 0:  # a grown count needs a fresh entry; shrunk ones are fixed lazily
                     heapq.heappush(heap, (-c, t[pair[0]], t[pair[1]], pair[0], pair[1]))
-            else:
+            else:  # gone from every word: so are its word list's entries
                 del pair_count[pair]
+                where.pop(pair, None)
         if on_merge is not None:
             on_merge(len(merges))
     return merges

@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -85,3 +86,29 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], workers: int,
                 initargs: tuple = ()) -> list[R]:
     """[fn(x) for x in items], spread over `workers` processes when that can help."""
     return list(imap_ordered(fn, items, min(workers, len(items)), initializer, initargs))
+
+
+def share_work(fn: Callable[[T], R], items: Iterable[T], workers: int,
+               here: Callable[[T], None], depth: int = 2) -> Iterator[R]:
+    """Work shared by this process and `workers - 1` spawned ones, for a stream of items: an
+    item goes to the pool while fewer than `depth` items per worker are waiting there (so no
+    worker idles), otherwise this process handles it with `here`. Yields the pool's results,
+    fn(item), as they come back (in submission order). At most `depth * (workers - 1)` items
+    are in flight, so a long stream is never all in memory, and this process works instead of
+    waiting (its own start-up costs nothing, where a worker's costs its imports)."""
+    if workers <= 1:
+        for item in items:
+            here(item)
+        return
+    limit = depth * (workers - 1)
+    with mp.get_context(START_METHOD).Pool(workers - 1, _worker_start, (None, ())) as pool:
+        pending: deque = deque()
+        for item in items:
+            while pending and pending[0].ready():
+                yield pending.popleft().get()
+            if len(pending) < limit:
+                pending.append(pool.apply_async(fn, (item,)))
+            else:
+                here(item)
+        while pending:
+            yield pending.popleft().get()

@@ -19,6 +19,7 @@ newline -> "Ċ"). It is how byte-level tokens are written in vocab.json / tokeni
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 
 import regex
@@ -37,6 +38,7 @@ DEFAULT_PATTERN = "gpt2"
 # A cut just after a newline that sits between two non-space characters falls on a word
 # boundary for all three named patterns, so text cut there can be encoded in parallel pieces.
 _SAFE_CUT = regex.compile(r"(?<=\S\n)(?=\S)")
+_LAST_SAFE_CUT = regex.compile(r"(?r)(?<=\S\n)(?=\S)")  # (?r): searched from the end
 
 
 def resolve_pattern(pattern: str) -> str:
@@ -77,20 +79,56 @@ def split_text(pattern: regex.Pattern, text: str) -> list[str]:
     return words
 
 
-def safe_chunks(text: str, target_chars: int) -> list[str]:
-    """Cut `text` into pieces of about `target_chars` characters at word boundaries (see
-    _SAFE_CUT), so that encoding the pieces separately gives the same ids as the whole."""
+def cuts_safely(pattern: str, special_tokens: Sequence[str] = ()) -> bool:
+    """Whether cutting text at safe points (see _SAFE_CUT) leaves its words and special tokens
+    unchanged: true for the named patterns, unless a special token holds a newline (a cut
+    could fall inside it). A custom pattern's words may cross any point, so it is never cut."""
+    return (PATTERNS.get(pattern, pattern) in PATTERNS.values()
+            and not any("\n" in s for s in special_tokens))
+
+
+def iter_safe_chunks(text: str, target_chars: int) -> Iterator[str]:
+    """`text` in pieces of about `target_chars` characters (longer where no safe point comes
+    sooner), cut only at safe points, one at a time: they join back to `text`."""
     if len(text) <= target_chars:
-        return [text]
-    chunks, start = [], 0
+        yield text
+        return
+    start = 0
     while len(text) - start > target_chars:
         m = _SAFE_CUT.search(text, start + target_chars)
         if m is None:
             break
-        chunks.append(text[start:m.start()])
+        yield text[start:m.start()]
         start = m.start()
-    chunks.append(text[start:])
-    return chunks
+    yield text[start:]
+
+
+def safe_chunks(text: str, target_chars: int) -> list[str]:
+    """Cut `text` into pieces of about `target_chars` characters at word boundaries (see
+    _SAFE_CUT), so that encoding the pieces separately gives the same ids as the whole."""
+    return list(iter_safe_chunks(text, target_chars))
+
+
+def rejoin_at_safe_cuts(blocks: Iterable[str]) -> Iterator[str]:
+    """One text that arrives in blocks cut anywhere (a file read a megabyte at a time) ->
+    pieces cut only at safe points, each up to the last safe point of what has arrived; they
+    join back to the text, so a file never needs to be in memory whole."""
+    held: list[str] = []  # text since the last cut, joined only once a cut is found
+    tail = ""  # its last two characters: the cut's look-behind may reach into them
+    for block in blocks:
+        if not block:
+            continue
+        text = tail + block
+        m = _LAST_SAFE_CUT.search(text, len(tail))
+        if m is None:
+            held.append(block)
+        else:
+            cut = m.start() - len(tail)
+            yield "".join(held) + block[:cut]
+            held = [block[cut:]]
+        tail = text[-2:]
+    if held:
+        yield "".join(held)
 
 
 @lru_cache(maxsize=1)
