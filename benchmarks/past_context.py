@@ -32,6 +32,21 @@ average are printed at the start and the end: the machine is shared, record them
 figures. On a busy machine a second thread (torch's, or OpenBLAS's for the NumPy engine) waits
 for the first and slows every step many times over: OPENBLAS_NUM_THREADS=1 keeps the NumPy
 engine on one core.
+
+Absolute positions (`--absolute`; issue 18):
+
+    nice -n 10 .venv/bin/python benchmarks/past_context.py --absolute --threads 1 2
+
+The `baby` and `tiny` shapes with learned positions (random weights, 65 symbols) generate
+greedily after a one-token prompt, once per chunk C of `--chunks` (fractions of T: 8 is T / 8;
+1 is chunk 1, the old refill per token), taking turns `--repeats` times: past the context the
+window drops C tokens at once and the cache is refilled once per C tokens (sheepop.generate).
+Inside: the T - 1 decode steps that fill the context; past: whole periods of C steps after it
+(at least two, and at least `--refill-tokens` steps); each is the count of steps over their
+total time (a period mixes one refill with C - 1 decodes: a median would hide the refill).
+Per chunk: the best inside and past rates, and the median over rounds of past / inside (both
+from the same run). Target: past / inside >= 1/3 at the default chunk (T / 4). torch runs at
+each of `--threads`; the NumPy engine at each as BLAS threads (threadpoolctl).
 """
 
 from __future__ import annotations
@@ -46,12 +61,13 @@ import numpy as np
 import torch
 
 from sheepop.config import ModelConfig, SampleConfig, build_config
-from sheepop.generate import generate
+from sheepop.generate import DEFAULT_CHUNK_FRACTION, generate
 from sheepop.model import GPT, TorchLM
 from sheepop.model_size import kv_cache_bytes_per_token
 from sheepop.scratch.lm import NumpyLM
 
 TARGET_SPEEDUP, TARGET_PAST_RATIO = 5.0, 0.8
+TARGET_ABSOLUTE_RATIO = 1 / 3  # issue 18: past the context within 3x of inside it
 
 
 def model_config(block_size: int, vocab: int) -> ModelConfig:
@@ -71,10 +87,11 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} cores, load average {load}"
 
 
-def step_times(lm, new: int, use_cache: bool, prompt: int = 3) -> tuple[list[float], list[int]]:
+def step_times(lm, new: int, use_cache: bool, prompt: int = 3, chunk: int = 0
+               ) -> tuple[list[float], list[int]]:
     """Seconds between consecutive greedy tokens (step n computes the logits token n is drawn
     from; step 0 is the prefill) and the tokens."""
-    sc = SampleConfig(max_new_tokens=new, temperature=0)
+    sc = SampleConfig(max_new_tokens=new, temperature=0, slide_chunk=chunk)
     times, tokens = [], []
     t0 = time.perf_counter()
     for step in generate(lm, [prompt], sc, use_cache=use_cache):
@@ -169,6 +186,51 @@ def bench(name: str, lm, args: argparse.Namespace) -> None:
           flush=True)
 
 
+def absolute(name: str, lm, args: argparse.Namespace) -> None:
+    """Inside against past the context with the chunked slide, for each chunk of `--chunks`."""
+    T = lm.block_size
+    chunks = [max(1, T // f) if f > 1 else 1 for f in args.chunks]
+    past = {c: max(2, -(-args.refill_tokens // c)) * c for c in chunks}  # whole periods
+    step_times(lm, 8, True)  # warm-up
+    rounds: dict[int, list[tuple[float, float]]] = {c: [] for c in chunks}
+    for _ in range(args.repeats):
+        for c in chunks:  # taking turns, so that a change of load hits every chunk
+            times, _ = step_times(lm, T + past[c], True, chunk=c)
+            inside, after = times[1:T], times[T:]  # step n sees n + 1 tokens
+            rounds[c].append((len(inside) / sum(inside), len(after) / sum(after)))
+    for c in chunks:
+        ins, outs = zip(*rounds[c])
+        ratio = float(np.median([o / i for i, o in rounds[c]]))
+        label = " (the default)" if c == T // DEFAULT_CHUNK_FRACTION else ""
+        label = " (the old refill per token)" if c == 1 else label
+        print(f"  {name}, chunk {c}{label}: {max(ins):.1f} tok/s inside the context, "
+              f"{max(outs):.1f} past it ({past[c]} steps); past / inside {ratio:.2f} "
+              f"{verdict(ratio >= TARGET_ABSOLUTE_RATIO)}", flush=True)
+
+
+def absolute_main(args: argparse.Namespace) -> None:
+    from threadpoolctl import threadpool_limits
+    print(f"start: {machine()}")
+    print(f"torch {torch.__version__}, numpy {np.__version__}; learned positions, float32, "
+          f"greedy, one-token prompt, random weights, vocabulary {args.vocab}; target past / "
+          f"inside >= {TARGET_ABSOLUTE_RATIO:.2f}")
+    for preset in args.presets:
+        cfg = dataclasses.replace(build_config(preset).model, pos_encoding="learned",
+                                  vocab_size=args.vocab, dropout=0.0)
+        torch.manual_seed(0)
+        model = GPT(cfg)
+        print(f"{preset}: {cfg.n_layer} layers, width {cfg.n_embd}, block_size "
+              f"{cfg.block_size}, {model.num_params():,} parameters", flush=True)
+        for engine in args.engines:
+            for threads in args.threads:
+                torch.set_num_threads(threads)
+                with threadpool_limits(threads):
+                    lm = TorchLM(model) if engine == "torch" else NumpyLM(
+                        cfg, model.numpy_weights())
+                    absolute(f"{engine} {threads} thread{'s' if threads > 1 else ''}", lm, args)
+    print(f"end: {machine()}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engines", nargs="+", default=["torch", "numpy"],
@@ -183,7 +245,15 @@ def main() -> None:
     p.add_argument("--reference-tokens", type=int, default=320,
                    help="new tokens of the full reference (use_cache=False; 0: skip it)")
     p.add_argument("--repeats", type=int, default=2, help="cached runs; the best one counts")
+    p.add_argument("--absolute", action="store_true",
+                   help="time learned positions (the chunked slide) instead of rope")
+    p.add_argument("--presets", nargs="+", default=["baby", "tiny"],
+                   help="--absolute: the model shapes")
+    p.add_argument("--chunks", nargs="+", type=int, default=[1, 16, 8, 4, 2],
+                   help="--absolute: chunks as fractions of T (8: T / 8; 1: chunk 1)")
     args = p.parse_args()
+    if args.absolute:
+        return absolute_main(args)
     cfg = model_config(args.block_size, args.vocab)
     torch.manual_seed(0)
     model = GPT(cfg)

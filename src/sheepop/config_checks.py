@@ -86,6 +86,8 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (0 < s.top_p <= 1, f"sample.top_p must be in (0, 1] (1: off), not {s.top_p}"),
         (s.repetition_penalty > 0, f"sample.repetition_penalty must be > 0 (1: off), not "
                                    f"{s.repetition_penalty}"),
+        (s.slide_chunk >= 0, f"sample.slide_chunk must be >= 0 (0: block_size // 4), not "
+                             f"{s.slide_chunk}"),
     ]
     for ok, message in checks:
         if not ok:

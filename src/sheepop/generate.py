@@ -2,21 +2,39 @@
 
 An engine takes part through a `LanguageModel` adapter that returns the next-token logits of the
 last position as NumPy, with or without its KV cache (and, for `generate_batch`, a
-`BatchLanguageModel` that does the same for several left-padded sequences at once). The loop
-keeps the context to the last `block_size` tokens: a longer prompt is cropped, and once
-generation runs past the context the window slides. With absolute positions the cache is
-refilled from the last `block_size` tokens (so cached and uncached generation compute exactly
-the same logits, at the cost of a whole window per token); with rotary positions (`lm.slides`)
-the cache rolls on and each token costs one decode step. Those models attend over the
-`block_size` most recent tokens at every layer (sliding-window attention), and without a cache
-the loop recomputes exactly that: a forward pass over the whole sequence since the (cropped)
-prompt (sheepop.arch.kv_cache).
+`BatchLanguageModel` that does the same for several left-padded sequences at once).
 
-Every step of every sequence computes logits = f(last min(n, block_size) tokens) and draws the
-next token from its own `numpy.random.Generator`, so a prompt generated inside a batch gets the
-same tokens as generated alone. The tokens a model lists in `never_generate` (set by
-sheepop.inference: padding, BOS, unknown) get probability 0 in every loop. sheepop.text_stream
-turns these tokens into text: pieces streamed as they become certain, and stop strings.
+The window: which tokens the model sees at each step. Let `ids` be the prompt cropped to its
+last T = `block_size` tokens, then every generated token, and n = len(ids) when a step computes
+the logits of the next token. Each loop, with or without the cache, computes
+
+    logits = f(ids[s(n):n])
+
+- rotary positions (`lm.slides`): s(n) = 0, and f attends over the T most recent keys at every
+  layer (sliding-window attention): the cache rolls on at one decode step per token, and the
+  uncached reference recomputes the whole sequence under that window (sheepop.arch.kv_cache);
+- absolute positions (sinusoidal, learned; a position past the table does not exist): the
+  window slides by a chunk of C = `slide_chunk(cfg, T)` tokens at once,
+
+      s(n) = 0                          while n <= T
+      s(n) = C * ceil((n - T) / C)      past it,
+
+  and f sees its window at positions 0 .. n - s(n) - 1. The window holds T - C + 1 .. T tokens:
+  when the next token would make it T + 1, the oldest C leave together, and the cache is
+  refilled once (a prefill of the T - C + 1 tokens left) and then takes C - 1 decode steps.
+  C = 1 is "always the last T tokens" (a whole-window prefill per token, the slowest);
+  `sample.slide_chunk` sets C (0: T // DEFAULT_CHUNK_FRACTION = T // 4; docs/inference.md).
+
+The uncached path (`use_cache=False`, `lm.full`) computes exactly the same windows: it is the
+reference the cache is tested against. In `generate_batch` each row follows its own s(n) (a
+refill of the whole batch, each row at its own window, whenever any row slides), so a prompt in
+a batch sees what it sees alone.
+
+Every step of every sequence draws the next token from its own `numpy.random.Generator`, so a
+prompt generated inside a batch gets the same tokens as generated alone. The tokens a model lists
+in `never_generate` (set by sheepop.inference: padding, BOS, unknown) get probability 0 in every
+loop. sheepop.text_stream turns these tokens into text: pieces streamed as they become certain,
+and stop strings.
 """
 
 from __future__ import annotations
@@ -78,6 +96,27 @@ class BatchLanguageModel(Protocol):
         """Cache columns in use (the longest row, padding included)."""
 
 
+# Past the context, absolute positions drop the oldest block_size // 4 tokens at once by default:
+# the refill then comes once per T / 4 tokens, which kept past-context generation at 0.70-1.01x
+# of in-context speed at the baby and tiny shapes on a busy 2-core machine, one thread (T / 8:
+# 0.45x in the NumPy engine; benchmarks/past_context.py --absolute, docs/inference.md), while
+# every step still sees at least 3/4 of a context.
+DEFAULT_CHUNK_FRACTION = 4
+
+
+def slide_chunk(cfg: SampleConfig, block_size: int) -> int:
+    """C, the tokens an absolute-position window drops at once: `cfg.slide_chunk`, or
+    block_size // DEFAULT_CHUNK_FRACTION when it is 0 (at least 1, at most block_size)."""
+    chunk = cfg.slide_chunk or block_size // DEFAULT_CHUNK_FRACTION
+    return max(1, min(chunk, block_size))
+
+
+def window_start(n: int, block_size: int, chunk: int) -> int:
+    """s(n): the first of n tokens an absolute-position model sees, 0 while n <= T, else
+    C * ceil((n - T) / C) (T = block_size, C = chunk): ids[s(n):n] is 1 .. T tokens long."""
+    return 0 if n <= block_size else chunk * -(-(n - block_size) // chunk)
+
+
 @dataclass
 class Step:
     token: int
@@ -131,6 +170,7 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     seen = _seen_mask(prompt, logits.shape[-1]) if cfg.repetition_penalty != 1.0 else None
     never = never_generated(lm)
     slides = getattr(lm, "slides", False)
+    chunk, start = slide_chunk(cfg, T), 0  # absolute positions: the model sees ids[start:]
     for n in range(cfg.max_new_tokens):
         token, shown = next_token(logits, cfg, rng, seen, show_probs > 0, never)
         shown_top = top_tokens(shown, show_probs) if show_probs and shown is not None else []
@@ -140,12 +180,16 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
         ids.append(token)
         if seen is not None:
             seen[token] = True
+        if slides:  # rotary positions: the ring (or the windowed reference) takes it
+            logits = lm.decode(token) if use_cache else lm.full(ids)
+            continue
+        before, start = start, window_start(len(ids), T, chunk)
         if not use_cache:
-            logits = lm.full(ids if slides else ids[-T:])
-        elif lm.cache_length < T or slides:
+            logits = lm.full(ids[start:])
+        elif start == before:
             logits = lm.decode(token)
-        else:  # the context is full: slide the window by refilling the cache
-            logits = lm.prefill(ids[-T:])
+        else:  # the window slid by a chunk: refill the cache with what is left of it
+            logits = lm.prefill(ids[start:])
 
 
 def _seen_mask(ids: Sequence[int], vocab: int) -> np.ndarray:
@@ -181,6 +225,7 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
             if cfg.repetition_penalty != 1.0 else None)
     never = never_generated(lm)
     slides = getattr(lm, "slides", False)
+    chunk, starts = slide_chunk(cfg, T), [0] * len(ids)  # prompt b sees ids[b][starts[b]:]
     for n in range(cfg.max_new_tokens):
         out: list[int | None] = [None] * len(ids)
         still = []
@@ -202,12 +247,21 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
             if use_cache:
                 lm.keep_rows(still)
             active = [active[r] for r in still]
+        if slides:  # rotary positions: the ring (or the windowed reference) takes it
+            logits = (lm.decode_batch([ids[b][-1] for b in active]) if use_cache
+                      else lm.full_batch([ids[b] for b in active]))
+            continue
+        before = [starts[b] for b in active]
+        for b in active:
+            starts[b] = window_start(len(ids[b]), T, chunk)
+        moved = before != [starts[b] for b in active]
         if not use_cache:
-            logits = lm.full_batch([ids[b] if slides else ids[b][-T:] for b in active])
-        elif lm.batch_length < T or slides:
+            logits = lm.full_batch([ids[b][starts[b]:] for b in active])
+        elif not moved and lm.batch_length < T:
             logits = lm.decode_batch([ids[b][-1] for b in active])
-        else:  # some row fills the context: slide every row's window by refilling the cache
-            logits = lm.prefill_batch([ids[b][-T:] for b in active])
+        else:  # a row's window slid (or a row that left held the longest span of columns):
+            # refill the cache, each row with its own window
+            logits = lm.prefill_batch([ids[b][starts[b]:] for b in active])
 
 
 def generate_batch_ids(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],

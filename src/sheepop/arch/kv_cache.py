@@ -7,15 +7,16 @@ one position's work and no reallocation. Memory per token: 2 * n_layer * H_kv * 
 (H_kv = model.kv_heads: grouped-query attention stores fewer heads than it queries).
 
 Past the context. With absolute positions (sinusoidal, learned) a position past the table does
-not exist, so a full cache cannot take another token (the generation loop slides its window by
-refilling the cache). With rotary positions attention depends only on the offset between a query
-and a key, so the cache becomes a ring (`rolling`): once all T_max columns are filled, each new
-token overwrites the oldest, and every query attends over the T_max most recent keys, each
-rotated by its own absolute position. The reference this computes exactly is sliding-window
-attention over the whole sequence: query i sees key j iff i - T_max < j <= i, in every layer
-(`sheepop.arch.batch.allowed_keys` with `window`; docs/inference.md). The order of the columns
-is then no longer the order of the positions, which attention does not need: softmax is a sum
-over keys, and each key carries its position in its rotation.
+not exist, so a full cache cannot take another token: the generation loop drops the oldest
+tokens of its window a chunk at a time and refills the cache with the rest, at positions from 0
+(sheepop.generate, `window_start`). With rotary positions attention depends only on the offset
+between a query and a key, so the cache becomes a ring (`rolling`): once all T_max columns are
+filled, each new token overwrites the oldest, and every query attends over the T_max most recent
+keys, each rotated by its own absolute position. The reference this computes exactly is
+sliding-window attention over the whole sequence: query i sees key j iff i - T_max < j <= i, in
+every layer (`sheepop.arch.batch.allowed_keys` with `window`; docs/inference.md). The order of
+the columns is then no longer the order of the positions, which attention does not need: softmax
+is a sum over keys, and each key carries its position in its rotation.
 
 The code below indexes and assigns only, so it works on NumPy arrays and torch tensors alike.
 """
