@@ -7,7 +7,8 @@ import torch
 from sheepop import checkpoint
 from sheepop.cli import main
 from sheepop.config import Config, ModelConfig, SampleConfig
-from sheepop.inference import build
+from sheepop.generate import generate
+from sheepop.inference import build, load
 from sheepop.model import GPT
 from sheepop.text_stream import stream_text
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
@@ -78,3 +79,26 @@ def test_generate_in_bfloat16(run_dir, capsys):
     assert capsys.readouterr().out.startswith("the")
     assert main(args + ["--engine", "numpy"]) == 2
     assert "--dtype needs --engine torch" in capsys.readouterr().err
+
+
+def test_generate_slide_chunk_flag_sets_the_window_past_the_context(run_dir, capsys,
+                                                                    monkeypatch):
+    """Past the 32-token context of this learned-position model, --slide-chunk C reaches the
+    loop as sample.slide_chunk = C and gives what the library gives with it."""
+    import sheepop.generate as loop
+    chunks = []
+    real = loop.slide_chunk
+    monkeypatch.setattr(loop, "slide_chunk", lambda cfg, T: chunks.append(real(cfg, T))
+                        or real(cfg, T))
+    prompt, new = "the cat sat on the mat.", 60
+    for chunk, expected in ((1, 1), (5, 5), (0, 8)):
+        assert main(["generate", str(run_dir), "--prompt", prompt, "--max-new-tokens", str(new),
+                     "--temperature", "0", "--slide-chunk", str(chunk)]) == 0
+        text = capsys.readouterr().out
+        assert chunks.pop() == expected  # 0: a quarter of block_size 32
+        model = load(run_dir, "torch")
+        cfg = SampleConfig(max_new_tokens=new, temperature=0.0, slide_chunk=chunk)
+        tokens = [s.token for s in generate(model.lm, model.tokenizer.encode(prompt), cfg)]
+        assert text == prompt + model.tokenizer.decode(tokens) + "\n"
+    assert main(["generate", str(run_dir), "--prompt", "x", "--slide-chunk", "-1"]) == 2
+    assert "slide_chunk must be >= 0" in capsys.readouterr().err

@@ -52,6 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="divide the positive logits (multiply the negative) of tokens already "
                          "in the context by THETA; 1 = off, 1.1-1.3 discourages loops",
                     note=run_value)
+    add_config_flag(p, "--slide-chunk", "sample.slide_chunk", metavar="C", note=run_value,
+                    help="past the context, a model with absolute positions drops its C oldest "
+                         "tokens at once and refills its cache once per C new tokens (0: "
+                         "block_size // 4; 1: always the last block_size tokens, the slowest); "
+                         "see docs/inference.md")
     p.add_argument("--config", metavar="FILE", help="a TOML file whose [sample] table applies "
                    "(its other tables are the run's own, fixed by training)")
     add_set_option(p, "sample.top_k=40", "only sample.* keys")
