@@ -1,7 +1,7 @@
 """sheepop's training step against nanoGPT's, alternating step for step in one process.
 
     python benchmarks/vs_nanogpt.py                          # the reference shape, float32
-    python benchmarks/vs_nanogpt.py --sheepop-dtype bfloat16 # sheepop with bf16 autocast
+    python benchmarks/vs_nanogpt.py --sheepop float32 --sheepop float32+compile --sheepop bfloat16
     python benchmarks/vs_nanogpt.py --shape baby --iters 20
     python benchmarks/vs_nanogpt.py --nanogpt ~/src/nanoGPT  # nanoGPT's own model.py
 
@@ -48,14 +48,17 @@ SHAPES = {
 }
 
 
-def sheepop_step(shape: Shape, batch: int, dtype: str, extra: list[str]):
+def sheepop_step(shape: Shape, batch: int, contender: str, extra: list[str]):
+    """sheepop's step; `contender` is a dtype, + "+compile" for torch.compile."""
+    dtype, _, compiled = contender.partition("+")
     cfg = build_config(None, None, [
         f"model.n_layer={shape.n_layer}", f"model.n_head={shape.n_head}",
         f"model.n_embd={shape.n_embd}", f"model.block_size={shape.block_size}",
         f"model.vocab_size={shape.vocab_size}", "model.dropout=0", "model.bias=true",
         "model.tie_weights=true", "model.activation=gelu", "model.pos_encoding=learned",
         f"train.batch_size={batch}", "train.lr=1e-3", "train.weight_decay=0.1",
-        "train.beta2=0.95", "train.grad_clip=1.0", f"train.dtype={dtype}", *extra])
+        "train.beta2=0.95", "train.grad_clip=1.0", f"train.dtype={dtype}",
+        f"train.compile={compiled == 'compile'}", *extra])
     cfg.validate()
     engine = TorchEngine(cfg.model, cfg.train)
 
@@ -97,10 +100,10 @@ def race(steps: dict, data: list, iters: int, warmup: int) -> dict[str, list[flo
     return times
 
 
-def print_curves(shape: Shape, batch: int, dtypes: list[str], args: argparse.Namespace) -> None:
+def print_curves(shape: Shape, batch: int, contenders: list[str], args: argparse.Namespace) -> None:
     """Train every contender `args.curve` steps from the same weights on the same batches and
     print the loss curves and each one's largest gap to nanoGPT's."""
-    fresh = {f"sheepop {d}": sheepop_step(shape, batch, d, args.extra) for d in dtypes}
+    fresh = {f"sheepop {d}": sheepop_step(shape, batch, d, args.extra) for d in contenders}
     start = next(iter(fresh.values())).engine.weights()
     for step in fresh.values():
         step.engine.model.load_numpy_weights(start)
@@ -125,9 +128,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=SHAPES, default="reference")
     p.add_argument("--nanogpt", metavar="DIR", help="a nanoGPT checkout (its model.py)")
-    p.add_argument("--sheepop-dtype", action="append", metavar="DTYPE",
-                   help="float32 / bfloat16 (repeatable: one sheepop contender each; "
-                        "default float32)")
+    p.add_argument("--sheepop", action="append", metavar="DTYPE[+compile]",
+                   help="a sheepop contender: float32 or bfloat16, with +compile for "
+                        "torch.compile (repeatable; default float32)")
     p.add_argument("--set", dest="extra", action="append", default=[],
                    help="a config override for sheepop's contenders (repeatable)")
     p.add_argument("--iters", type=int, default=60)
@@ -143,10 +146,10 @@ def main() -> None:
           f"{args.threads} threads; load {load()}")
     print(f"shape {args.shape}: {shape}, batch {batch}; nanoGPT: "
           f"{args.nanogpt or 'the re-implementation'}")
-    dtypes = args.sheepop_dtype or ["float32"]
+    contenders = args.sheepop or ["float32"]
     steps = {"nanoGPT": reference_step(shape, args.nanogpt)}
-    for dtype in dtypes:
-        steps[f"sheepop {dtype}"] = sheepop_step(shape, batch, dtype, args.extra)
+    for contender in contenders:
+        steps[f"sheepop {contender}"] = sheepop_step(shape, batch, contender, args.extra)
     data = batches(shape, batch, 8)
     times = race(steps, data, args.iters, args.warmup)
     ref = times["nanoGPT"]
@@ -155,7 +158,7 @@ def main() -> None:
         ratio = statistics.median(a / b for a, b in zip(t, ref))
         print(f"{name:<20} {1000 * statistics.median(t):10.1f} {ratio:17.3f}")
     if args.curve:
-        print_curves(shape, batch, dtypes, args)
+        print_curves(shape, batch, contenders, args)
     print(f"load at the end {load()}")
 
 
