@@ -36,10 +36,13 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (m.n_kv_head >= 0, "model.n_kv_head must be >= 0 (0: n_head)"),
         (m.n_head >= 1 and m.n_kv_head >= 0 and m.n_head % m.kv_heads == 0,
          f"model.n_head ({m.n_head}) must be divisible by model.n_kv_head ({m.n_kv_head})"),
-        (m.pos_encoding not in ("rope", "rope_terms") or (m.n_head >= 1 and m.n_embd % m.n_head == 0
-                                      and m.head_dim % 2 == 0),
+        (m.pos_encoding not in ("rope", "rope_terms", "rope_places")
+         or (m.n_head >= 1 and m.n_embd % m.n_head == 0 and m.head_dim % 2 == 0),
          f"rope rotates pairs: the head width n_embd / n_head ({m.n_embd} / {m.n_head}) "
          "must be even"),
+        (m.pos_encoding != "rope_places" or m.n_head < 1 or m.head_dim % 4 == 0,
+         f"rope_places turns half the pairs by term index and half by digit place: the head "
+         f"width n_embd / n_head ({m.n_embd} / {m.n_head}) must be a multiple of 4"),
         (m.rope_theta > 1, f"model.rope_theta must be > 1, not {m.rope_theta}"),
         (m.block_size >= 1, "model.block_size must be at least 1"),
         (m.d_ff >= 0, "model.d_ff must be >= 0"),
@@ -53,9 +56,11 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (m.digit_positions == 0 or m.digit_offset <= m.digit_positions - 2,
          f"model.digit_offset ({m.digit_offset}) leaves no row for a digit: it must be at most "
          f"model.digit_positions - 2 ({m.digit_positions - 2})"),
-        ((m.digit_positions == m.term_positions == 0 and m.pos_encoding != "rope_terms")
+        ((m.digit_positions == m.term_positions == 0
+          and m.pos_encoding not in ("rope_terms", "rope_places"))
          or d.tokenizer == "digits",
-         f"model.digit_positions, term_positions and pos_encoding=rope_terms need the digits "
+         f"model.digit_positions, term_positions and pos_encoding=rope_terms or rope_places "
+         f"need the digits "
          f"tokenizer (ids 0-9 are the digits), not data.tokenizer={d.tokenizer}"),
         (t.steps >= 1, "train.steps must be at least 1"),
         (t.batch_size >= 1, "train.batch_size must be at least 1"),

@@ -6,7 +6,7 @@ anything is allocated. A new kind is one line here, plus its unit in each engine
 """
 
 POSITION_KINDS = {"sinusoidal": "absolute", "learned": "absolute", "rope": "relative",
-                  "rope_terms": "relative", "none": "none"}
+                  "rope_terms": "relative", "rope_places": "relative", "none": "none"}
 """Where a position kind acts, and what attention then depends on. Absolute kinds add a table
 row to each token embedding (a position past the table does not exist); a relative kind
 (rope) rotates queries and keys so that q . k depends only on the offset between them, which
@@ -14,7 +14,8 @@ lets a KV cache slide past the context (sheepop.arch.kv_cache). `none` adds and 
 (only the causal mask tells positions apart), for models whose positions come from digit places
 and term indices alone; `rope_terms` rotates by the term index of each token (the number it
 belongs to, digits tokenizer) instead of its position, so attention sees which number a key is
-in relative to the query's but not where inside it. Digit places and term indices
+in relative to the query's but not where inside it; `rope_places` by (term index, digit place),
+half the rotation pairs each. Digit places and term indices
 (model.digit_positions = R, model.term_positions = S) are not kinds but additions to any of
 them: learned (R, d) and (S, d) tables read at each digit's place in its number and at each
 token's term index ((R + S) d parameters, sheepop.model_size)."""

@@ -35,15 +35,38 @@ def rope_frequencies(head_dim: int, theta: float = 10000.0) -> np.ndarray:
     return theta ** -(np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
 
 
+def place_rope_frequencies(head_dim: int, theta: float = 10000.0) -> np.ndarray:
+    """W (2, d_k/2) in float64 for `rope_places`: a query or key with term index n and digit
+    place r turns pair i by the angle (n, r) W,
+
+        angle_i = n omega'_i          for i <  d_k/4   (the first half of the pairs)
+        angle_i = r omega'_(i-d_k/4)  for i >= d_k/4   (the second half)
+        omega'_j = theta^(-4j / d_k)  (rope_frequencies of a head half as wide)
+
+    so q . k depends only on the two offsets (n_q - n_k, r_q - r_k): which number a key is in
+    and which place, relative to the query's, and nothing absolute."""
+    half = rope_frequencies(head_dim // 2, theta)
+    w = np.zeros((2, head_dim // 2), dtype=np.float64)
+    w[0, :len(half)] = half
+    w[1, len(half):] = half
+    return w
+
+
 DIGIT_IDS = 10
 """Ids 0 .. 9 are the digits '0' .. '9' (the digits tokenizer, sheepop.tokenizers.digits)."""
+
+
+ROTATED_BY_DIGITS = ("rope_terms", "rope_places")
+"""The rotary kinds whose positions come from the token ids: term indices (rope_terms), term
+indices and digit places (rope_places)."""
 
 
 def uses_digits(cfg: Any) -> bool:
     """Whether a model (its ModelConfig) reads digit places or term indices: then each engine
     computes them from the token ids (model.digit_positions, model.term_positions, or
-    pos_encoding rope_terms, which turns by term indices)."""
-    return bool(cfg.digit_positions or cfg.term_positions or cfg.pos_encoding == "rope_terms")
+    pos_encoding rope_terms or rope_places, which turn by them)."""
+    return bool(cfg.digit_positions or cfg.term_positions
+                or cfg.pos_encoding in ROTATED_BY_DIGITS)
 
 
 def digit_places(idx: np.ndarray, run_before: np.ndarray | None = None,

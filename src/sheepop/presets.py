@@ -53,10 +53,23 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                   "warmup_steps": 200, "beta2": 0.95, "eval_interval": 500},
         "data": {"tokenizer": "bpe", "vocab_size": 32000},
     },
-    # The arithmetic-progression task (sheepop.progression): the classic single-head sketch;
+    # The arithmetic-progression task (sheepop.progression): the classic single-head sketch
+    # with positions from the digits (rotary over term indices, digit places with training
+    # offsets), which generalises past the training range (docs/progression.md);
     # `sheepop progression train` sets block_size from the digits and the window's terms.
     # One thread: at this size a second one costs more than it gives (docs/progression.md).
     "progression": {
+        "model": {"n_layer": 2, "n_head": 1, "n_embd": 64, "block_size": 23, "dropout": 0.0,
+                  "pos_encoding": "rope_terms", "digit_positions": 10, "digit_offset": 4,
+                  "activation": "relu", "tie_weights": False},
+        "train": {"steps": 3000, "batch_size": 128, "lr": 3e-3, "min_lr": 3e-4,
+                  "warmup_steps": 100, "eval_interval": 500, "eval_batches": 4,
+                  "checkpoint_interval": 2000, "threads": 1},
+        "data": {"tokenizer": "digits"},
+    },
+    # The progression preset before digit positions (sinusoidal positions): the baseline of
+    # docs/progression.md's before/after table, with `--directions up`.
+    "progression-sinusoidal": {
         "model": {"n_layer": 2, "n_head": 1, "n_embd": 64, "block_size": 23, "dropout": 0.0,
                   "pos_encoding": "sinusoidal", "activation": "relu", "tie_weights": False},
         "train": {"steps": 3000, "batch_size": 128, "lr": 3e-3, "min_lr": 3e-4,

@@ -245,7 +245,7 @@ def test_validate_and_help_read_the_allowed_values_from_one_place():
             cfg.validate()
         for value in allowed:
             cfg.set(key, value)
-            if value == "rope_terms":  # turns by term indices: digits only (a rule of its own)
+            if value in ("rope_terms", "rope_places"):  # digits only (a rule of their own)
                 cfg.data.tokenizer = "digits"
             cfg.validate()
     train = build_parser().parse_args(["train"]).train_parser
@@ -292,7 +292,8 @@ def test_the_llama_preset_matches_tiny_in_size_and_the_modern_settings_are_check
         (["model.pos_encoding=rope", "model.rope_theta=1"], "model.rope_theta must be > 1"),
         (["model.ffn=geglu"], "model.ffn must be one of mlp, swiglu, not 'geglu'"),
         (["model.pos_encoding=alibi"],
-         "model.pos_encoding must be one of sinusoidal, learned, rope, rope_terms, none, "
+         "model.pos_encoding must be one of sinusoidal, learned, rope, rope_terms, rope_places, "
+         "none, "
          "not 'alibi'"),
     ]:
         with pytest.raises(UserError, match=re.escape(message)):

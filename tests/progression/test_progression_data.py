@@ -210,6 +210,17 @@ def test_term_aligned_windows_mask_the_two_given_terms():
     assert x[0, :4].tolist() == [2, 4, 0, S] and (y[0] >= 0).all()
 
 
+def test_both_ways_adds_each_sequence_read_backwards():
+    """--directions both: the same terms, last first (a decreasing progression, difference
+    -d): no value or |difference| that the forward sequences do not have."""
+    w = TermWindows([np.array([42, 49, 56, 63, 70])], digits=3, terms=4, both_ways=True)
+    assert len(w) == 4  # two starts forwards, two backwards
+    x, _ = w.batch(np.arange(4))
+    S = SPACE_ID
+    assert x[2].tolist() == [0, 7, 0, S, 0, 6, 3, S, 0, 5, 6, S, 0, 4, 9]
+    assert x[3].tolist() == [0, 6, 3, S, 0, 5, 6, S, 0, 4, 9, S, 0, 4, 2]
+
+
 def test_sampler_state_replays_the_same_batches():
     w = TermWindows([np.arange(0, 300, 3)], 3, 4)
     a = TermWindowSampler(w, 8, seed=5)

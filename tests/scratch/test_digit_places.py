@@ -78,7 +78,8 @@ def test_places_exact_in_both_engines():
                                 {"pos_encoding": "none", "term_positions": 3, "digit_offset": 2},
                                 {"pos_encoding": "none", "digit_positions": 0,
                                  "term_positions": 4},
-                                {"pos_encoding": "rope_terms", "digit_offset": 2}])
+                                {"pos_encoding": "rope_terms", "digit_offset": 2},
+                                {"pos_encoding": "rope_places", "digit_offset": 2}])
 def test_gradients_match_finite_differences(kw):
     cfg = config(**kw)
     params = perturbed(cfg)
@@ -102,7 +103,8 @@ def test_gradients_match_finite_differences(kw):
 
 @pytest.mark.parametrize("kw", [{}, {"pos_encoding": "rope"},
                                 {"pos_encoding": "none", "term_positions": 3},
-                                {"pos_encoding": "rope_terms"}])
+                                {"pos_encoding": "rope_terms"},
+                                {"pos_encoding": "rope_places", "digit_positions": 0}])
 def test_gradients_match_torch_autograd(kw):
     cfg = config(**kw)
     params = perturbed(cfg)
@@ -139,7 +141,7 @@ def test_training_offsets_move_every_digit_of_a_row_alike():
 
 
 @pytest.mark.parametrize("engine", ["numpy", "torch"])
-@pytest.mark.parametrize("kind", ["rope", "rope_terms"])
+@pytest.mark.parametrize("kind", ["rope", "rope_terms", "rope_places"])
 def test_cache_and_padding_give_the_places_of_one_forward(engine, kind):
     cfg = config(pos_encoding=kind, term_positions=4)
     params = perturbed(cfg)
@@ -191,3 +193,51 @@ def test_config_rules():
         cfg.validate()
     cfg.model.digit_offset = 6
     cfg.validate()
+
+
+def test_rope_places_scores_depend_on_the_offsets_only():
+    """rope_places turns half the pairs by the term index n and half by the digit place r, so
+    q . k is the same for every (query, key) pair of places with the same offsets, in both
+    engines: the rule for "the same digit of the number before" is one rule for every place."""
+    from sheepop.model.positions import PlaceRotaryPositions
+    from sheepop.scratch.positions import rope_angles, rope_forward
+    cfg = config(pos_encoding="rope_places", digit_positions=0, n_head=1)
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((2, 1, 1, 1, cfg.head_dim))  # (B, H, T, d_k) each
+
+    def score(query_at, key_at, engine):
+        pos = np.array([[query_at, key_at]])  # (B=1, T=2, 2): (n, r) of each
+        if engine == "numpy":
+            angles = rope_angles(pos, cfg.head_dim, cfg.rope_theta, np.float64)
+            turned = [rope_forward(x, type(angles)(angles.cos[:, :, i:i + 1],
+                                                    angles.sin[:, :, i:i + 1]))
+                      for i, x in enumerate((q, k))]
+        else:
+            rot = PlaceRotaryPositions(cfg)
+            qt, kt = (torch.from_numpy(x).repeat(1, 1, 2, 1) for x in (q, k))
+            qr, kr = rot.rotate(qt, kt, torch.from_numpy(pos))
+            turned = [qr[:, :, :1].numpy(), kr[:, :, 1:].numpy()]
+        return float((turned[0] * turned[1]).sum())
+
+    for engine in ("numpy", "torch"):
+        base = score((2, 1), (1, 2), engine)  # the next place of the number before
+        for shift_n, shift_r in [(0, 3), (5, 0), (1, 6)]:
+            moved = score((2 + shift_n, 1 + shift_r), (1 + shift_n, 2 + shift_r), engine)
+            assert moved == pytest.approx(base, rel=1e-12, abs=1e-12)
+        assert score((2, 1), (1, 1), engine) != pytest.approx(base, rel=1e-3)
+        assert score((2, 1), (0, 2), engine) != pytest.approx(base, rel=1e-3)
+
+
+def test_the_numpy_trainer_draws_offsets_without_dropout():
+    """The places of 3-digit terms read rows 0-3 at inference; a training step of the NumPy
+    engine (dropout 0) moves them by 0..digit_offset, so rows past 3 get gradients too."""
+    from sheepop.config import TrainConfig
+    from sheepop.train.engine_numpy import NumpyEngine
+    cfg = config(pos_encoding="rope_terms", digit_positions=8, digit_offset=4, dropout=0.0,
+                 vocab_size=11)
+    engine = NumpyEngine(cfg, TrainConfig(lr=1e-3, seed=0))
+    x = np.tile([1, 2, 3, SPACE, 4, 5, 6, SPACE], (16, 1))
+    y = np.roll(x, -1, axis=1)
+    engine.train_step([(x, y)], 1e-3)
+    used = np.abs(engine.model.grads["digit_emb.weight"]).sum(axis=1) > 0
+    assert used[:4].all() and used[4:].any()

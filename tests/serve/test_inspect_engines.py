@@ -14,7 +14,7 @@ from sheepop.config import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference import build, inspect
 from sheepop.model import GPT
-from sheepop.positional import rope_frequencies, sinusoidal_table
+from sheepop.positional import place_rope_frequencies, rope_frequencies, sinusoidal_table
 from sheepop.scratch import gpt_forward
 from sheepop.tokenizers import train_tokenizer
 
@@ -161,7 +161,7 @@ def test_a_prompt_must_fit_in_the_context(tokenizer, engine):
 
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
-@pytest.mark.parametrize("pos_encoding", ["rope_terms", "none"])
+@pytest.mark.parametrize("pos_encoding", ["rope_terms", "rope_places", "none"])
 def test_the_digit_position_kinds_are_shown_too(engine, pos_encoding):
     """rope_terms turns by the index of each token's number ("0042 0049" -> 0 0 0 0 1 1 1 1 1);
     `none` has no table at all."""
@@ -176,4 +176,10 @@ def test_the_digit_position_kinds_are_shown_too(engine, pos_encoding):
         assert x.positions.shape == (9, 0) and x.position_columns == 0
     else:
         terms = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1], dtype=np.float64)[:, None]
-        np.testing.assert_allclose(x.positions, terms * rope_frequencies(8)[None], atol=1e-12)
+        if pos_encoding == "rope_places":  # (term index, digit place) pairs, turned by W
+            places = np.array([1, 2, 3, 4, 0, 1, 2, 3, 4], dtype=np.float64)[:, None]
+            w = place_rope_frequencies(8)
+            np.testing.assert_allclose(x.positions, terms * w[0] + places * w[1], atol=1e-12)
+        else:
+            np.testing.assert_allclose(x.positions, terms * rope_frequencies(8)[None],
+                                       atol=1e-12)

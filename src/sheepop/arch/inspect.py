@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sheepop.config import ModelConfig
-from sheepop.positional import rope_frequencies, term_index
+from sheepop.positional import digit_places, place_rope_frequencies, rope_frequencies, term_index
 
 MAX_POSITION_COLUMNS = 128
 """The positional table's columns shown (the first ones: the fastest-turning frequencies)."""
@@ -106,6 +106,11 @@ def inspection(trace: Trace, cfg: ModelConfig, ids: list[int], k: int = 5) -> In
     elif cfg.pos_encoding == "rope_terms":  # turned by the index of each token's number
         turns = term_index(np.asarray([ids]))[0].astype(np.float64)[:, None]
         table = turns * rope_frequencies(cfg.head_dim, cfg.rope_theta)[None, :]
+        width = cfg.head_dim // 2
+    elif cfg.pos_encoding == "rope_places":  # turned by (term index, digit place)
+        row = np.asarray([ids])
+        turns = np.stack([term_index(row)[0], digit_places(row)[0]], axis=-1)
+        table = turns.astype(np.float64) @ place_rope_frequencies(cfg.head_dim, cfg.rope_theta)
         width = cfg.head_dim // 2
     elif trace.positions is None:
         table, width = rope_angles(len(ids), cfg), cfg.head_dim // 2

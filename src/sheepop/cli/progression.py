@@ -63,7 +63,9 @@ def _register_train(tasks: argparse._SubParsersAction) -> None:
     t = tasks.add_parser(
         "train", help="train a model on a data directory",
         description="Train the `progression` preset (single-head attention, ReLU FFN, "
-                    "sinusoidal positions) on term-aligned windows of the training sequences. "
+                    "rotary positions over term indices and digit places; the earlier "
+                    "sinusoidal one is --preset progression-sinusoidal) on term-aligned windows "
+                    "of the training sequences, read both ways. "
                     f"Without --steps it trains for --minutes (default {DEFAULT_MINUTES:g}), "
                     "the learning-rate schedule fitted to that time.",
         formatter_class=HelpFormatter)
@@ -84,6 +86,10 @@ def _register_train(tasks: argparse._SubParsersAction) -> None:
                         "needed (the files and the scores keep the written order)")
     t.add_argument("--loss-on", choices=("predicted", "all"), default="predicted",
                    help="predicted: no loss on each window's first two (unpredictable) terms")
+    t.add_argument("--directions", choices=("up", "both"), default="both",
+                   help="both: train on every sequence read forwards and backwards (a "
+                        "decreasing progression of the same terms, difference -d); up: "
+                        "forwards only")
     t.add_argument("--resume", action="store_true", help="continue the run in RUN_DIR")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_config_options(t, default_preset="progression")
@@ -153,7 +159,8 @@ def run_train(args: argparse.Namespace) -> int:
     if args.steps is not None and minutes:
         cfg.train.max_minutes, minutes = minutes, None  # a fixed step count, capped in time
     opts = TaskOptions(data.digits, args.window_terms, args.digit_order == "reversed",
-                       2 if args.loss_on == "predicted" else 0, str(Path(args.data)))
+                       2 if args.loss_on == "predicted" else 0, str(Path(args.data)),
+                       args.directions == "both")
     summary = train(data, cfg, opts, args.out, minutes, args.resume,
                     progress=not args.no_progress, base=base)
     for line in summary.lines():

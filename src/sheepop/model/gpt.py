@@ -28,7 +28,7 @@ from sheepop.model.attention import CausalSelfAttention
 from sheepop.model.ffn import make_ffn
 from sheepop.model.norm import make_norm
 from sheepop.model.positions import DigitPositions, Pos, Positions, make_positions
-from sheepop.positional import uses_digits
+from sheepop.positional import ROTATED_BY_DIGITS, uses_digits
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
@@ -149,8 +149,8 @@ class GPT(nn.Module):
         x = self.pos_emb.embed(F.embedding(idx, table), pos)
         if self.digit_emb is not None:  # digit places, term indices: + A[place] + N[term]
             x, numbers = self.digit_emb(x, idx, pos, cache)
-            if self.cfg.pos_encoding == "rope_terms":
-                pos = numbers  # queries and keys turn by the number they belong to
+            if self.cfg.pos_encoding in ROTATED_BY_DIGITS:
+                pos = numbers  # queries and keys turn by their number (and digit place)
         x = self.drop(x)
         attentions = []
         for i, block in enumerate(self.blocks):

@@ -20,7 +20,12 @@ import torch
 import torch.nn as nn
 
 from sheepop.config import ModelConfig
-from sheepop.positional import DIGIT_IDS, rope_frequencies, sinusoidal_table
+from sheepop.positional import (
+    DIGIT_IDS,
+    place_rope_frequencies,
+    rope_frequencies,
+    sinusoidal_table,
+)
 
 Pos = slice | torch.Tensor
 
@@ -106,12 +111,32 @@ class RotaryPositions(Positions):
         if isinstance(pos, slice):
             p = torch.arange(pos.start, pos.stop, device=q.device)       # (T,)
         else:
-            p = pos[:, None, :]                                           # (B, 1, T)
-        angle = p.to(torch.float64)[..., None] * self.omega              # (..., T, d_k/2)
+            p = pos[:, None]                                              # (B, 1, T (, 2))
+        angle = self._turns(p.to(torch.float64))                          # (..., T, d_k/2)
         angles = torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
         if not compiling:
             self._last = (key, angles)
         return angles
+
+
+    def _turns(self, p: torch.Tensor) -> torch.Tensor:
+        """p omega_i for every position p and pair i."""
+        return p[..., None] * self.omega
+
+
+class PlaceRotaryPositions(RotaryPositions):
+    """`rope_places`: RoPE whose position is the pair (term index n, digit place r) of each
+    token (GPT.forward passes them, (B, T, 2)): pair i turns by (n, r) W
+    (sheepop.positional.place_rope_frequencies), so q . k depends on (n_q - n_k, r_q - r_k)
+    only: the same digit of the numbers before has offset (-1, 0), the next one (-1, +1),
+    whatever the place, and no token knows its absolute place."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.omega = torch.from_numpy(place_rope_frequencies(cfg.head_dim, cfg.rope_theta))
+
+    def _turns(self, p: torch.Tensor) -> torch.Tensor:
+        return p @ self.omega
 
 
 def _same(a: tuple | torch.Tensor, b: tuple | torch.Tensor) -> bool:
@@ -150,10 +175,12 @@ class DigitPositions(nn.Module):
         self.terms = nn.Parameter(torch.empty(cfg.term_positions, cfg.n_embd)) \
             if cfg.term_positions else None
         self.offset = cfg.digit_offset
+        self.with_places = cfg.pos_encoding == "rope_places"
 
     def forward(self, x: torch.Tensor, idx: torch.Tensor, pos: Pos, cache=None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-        """x plus the rows, and the term index n (B, T) (what `rope_terms` rotates by)."""
+        """x plus the rows, and what `rope_terms` rotates by, the term index n (B, T), or
+        `rope_places`, (n, r) (B, T, 2)."""
         T = idx.shape[1]
         real = None
         if not isinstance(pos, slice):  # left padding: a row's positions end consecutive
@@ -171,6 +198,8 @@ class DigitPositions(nn.Module):
             x = x + self.weight[rows]
         if self.terms is not None:
             x = x + self.terms[torch.clamp(numbers, max=len(self.terms) - 1)]
+        if self.with_places:
+            return x, torch.stack([numbers, places], dim=-1)
         return x, numbers
 
 
@@ -210,9 +239,11 @@ class NoPositions(Positions):
         super().__init__()
 
 
-# rope_terms is RoPE whose positions are term indices: GPT.forward passes them (digit places).
+# rope_terms (rope_places) is RoPE whose positions are term indices (and digit places):
+# GPT.forward passes them (DigitPositions).
 POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions,
-             "rope": RotaryPositions, "rope_terms": RotaryPositions, "none": NoPositions}
+             "rope": RotaryPositions, "rope_terms": RotaryPositions,
+             "rope_places": PlaceRotaryPositions, "none": NoPositions}
 
 
 def make_positions(cfg: ModelConfig) -> Positions:

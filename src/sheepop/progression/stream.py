@@ -68,11 +68,15 @@ class TermWindows:
     """Term-aligned (x, y) windows of `terms` consecutive terms, drawn from `sequences`."""
 
     def __init__(self, sequences: list[np.ndarray], digits: int, terms: int,
-                 reverse: bool = False, mask_given: int = 2):
+                 reverse: bool = False, mask_given: int = 2, both_ways: bool = False):
         if terms < 3:
             raise UserError(f"a window needs at least 3 terms (2 given, 1 predicted), not {terms}")
         if not 0 <= mask_given < terms:
             raise UserError(f"mask_given must be in [0, {terms - 1}], not {mask_given}")
+        # both_ways: each sequence also read last term first, a decreasing progression of the
+        # same terms (difference -d): the same values and |d|, other digit pairs per column.
+        if both_ways:
+            sequences = [*sequences, *(s[::-1] for s in sequences)]
         usable = [s for s in sequences if len(s) > mask_given]
         if not usable:
             raise UserError("no sequence is long enough to have a term to predict")

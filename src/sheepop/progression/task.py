@@ -5,7 +5,10 @@ The model and optimizer settings come from the `progression` preset (then a TOML
 `progression.json`:
 
     {"format": "sheepop-progression-run", "version": 1, "digits": D, "window_terms": m,
-     "reverse_digits": false, "mask_given": 2, "data": "DIR"}
+     "reverse_digits": false, "mask_given": 2, "data": "DIR", "both_ways": false}
+
+(`both_ways`: every training sequence is also read backwards, `--directions both`; a run file
+without it is read as false).
 
 `model.block_size` is always m (D + 1) - 1: one term-aligned window (see `stream.py`).
 
@@ -42,6 +45,7 @@ class TaskOptions:
     reverse_digits: bool = False
     mask_given: int = 2
     data: str = ""
+    both_ways: bool = False
 
     @property
     def block_size(self) -> int:
@@ -57,7 +61,8 @@ class TaskOptions:
                           f"{RUN_FILE}): train it with `sheepop progression train`")
         try:
             return cls(int(d["digits"]), int(d["window_terms"]), bool(d["reverse_digits"]),
-                       int(d["mask_given"]), str(d.get("data", "")))
+                       int(d["mask_given"]), str(d.get("data", "")),
+                       bool(d.get("both_ways", False)))
         except (KeyError, TypeError, ValueError) as e:
             raise UserError(f"{path}: missing or bad field {e}") from None
 
@@ -66,7 +71,7 @@ def task_dataset(data: Progressions, opts: TaskOptions) -> tuple[Dataset, TermWi
                                                                  TermWindows]:
     """The trainer's Dataset (flat streams, for its bookkeeping) and the train/val windows."""
     train = TermWindows(data.train, data.digits, opts.window_terms, opts.reverse_digits,
-                        opts.mask_given)
+                        opts.mask_given, opts.both_ways)
     val = TermWindows(data.heldout, data.digits, opts.window_terms, opts.reverse_digits,
                       opts.mask_given)
     report = [f"data: {opts.data or 'progressions'}: {len(data.train):,} train and "
@@ -74,7 +79,8 @@ def task_dataset(data: Progressions, opts: TaskOptions) -> tuple[Dataset, TermWi
               f"windows: {opts.window_terms} terms ({opts.block_size} tokens), "
               f"{len(train):,} train starts, digits "
               f"{'least' if opts.reverse_digits else 'most'} significant first, loss on "
-              f"{'terms after the first ' + str(opts.mask_given) if opts.mask_given else 'all'}"]
+              f"{'terms after the first ' + str(opts.mask_given) if opts.mask_given else 'all'}"
+              + (", each sequence also read backwards" if opts.both_ways else "")]
     dataset = Dataset(flat_stream(data.train, data.digits, opts.reverse_digits),
                       flat_stream(data.heldout, data.digits, opts.reverse_digits),
                       DigitsTokenizer(), report)

@@ -41,7 +41,7 @@ from sheepop.arch.lora import (
     with_new_rows,
 )
 from sheepop.config import ModelConfig
-from sheepop.positional import uses_digits
+from sheepop.positional import ROTATED_BY_DIGITS, uses_digits
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward
 from sheepop.scratch.init import check_weights, init_params
@@ -140,8 +140,8 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         rows, numbers = digit_rows(idx, cfg, pos, cache, rng)  # + A[place] + N[term index]
         digit_values, digit_cache = digit_positions_forward(params, rows)
         h += digit_values
-        if cfg.pos_encoding == "rope_terms":
-            pos = numbers  # queries and keys turn by the number they belong to
+        if cfg.pos_encoding in ROTATED_BY_DIGITS:
+            pos = numbers  # queries and keys turn by their number (and digit place)
     rotate = None if kind.rotate_forward is None else (
         partial(kind.rotate_forward, pos=pos, cfg=cfg), kind.rotate_backward)
     past = cache.query_offset(T) if cache is not None else 0

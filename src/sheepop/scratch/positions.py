@@ -26,6 +26,7 @@ import numpy as np
 from sheepop.config import ModelConfig
 from sheepop.positional import (
     digit_places,
+    place_rope_frequencies,
     place_rows,
     rope_frequencies,
     sinusoidal_table,
@@ -72,8 +73,10 @@ def learned_positions_backward(dout: np.ndarray, cache: PositionCache) -> np.nda
     if isinstance(cache.pos, slice):
         rows = dtable[cache.pos]
         rows += dout.reshape(-1, len(rows), d).sum(axis=0)
-    else:
-        np.add.at(dtable, cache.pos.reshape(-1), dout.reshape(-1, d))
+    else:  # one-hot (positions, B T) @ dout (B T, d): np.add.at's sums, as one matmul
+        which = cache.pos.reshape(-1)
+        onehot = (which[None, :] == np.arange(cache.n_positions)[:, None]).astype(dout.dtype)
+        dtable = onehot @ dout.reshape(-1, d)
     return dtable
 
 
@@ -85,10 +88,28 @@ class RopeCache(NamedTuple):
 def rope_angles(pos: Pos, head_dim: int, theta: float, dtype: np.dtype) -> RopeCache:
     """cos and sin of the angles p omega_i for every position p asked and pair i, computed in
     float64 (any position exists) and given in the model's dtype; per-row positions (B, T)
-    get a head axis to broadcast over."""
-    p = np.arange(pos.start, pos.stop) if isinstance(pos, slice) else np.asarray(pos)[:, None]
-    angle = p[..., None].astype(np.float64) * rope_frequencies(head_dim, theta)
-    return RopeCache(np.cos(angle).astype(dtype), np.sin(angle).astype(dtype))
+    get a head axis to broadcast over; `rope_places` positions (B, T, 2) turn pair i by (n, r)
+    W (sheepop.positional.place_rope_frequencies). Per-row positions repeat (every training
+    window has the same terms), so the angles are computed once per distinct position and
+    gathered: the same float64 products as computing them all."""
+    if isinstance(pos, slice):
+        angle = np.arange(pos.start, pos.stop)[:, None].astype(np.float64) * \
+            rope_frequencies(head_dim, theta)
+        return RopeCache(np.cos(angle).astype(dtype), np.sin(angle).astype(dtype))
+    p = np.asarray(pos)
+    pairs = p.ndim == 3  # (B, T, 2): rope_places' (term index, digit place)
+    flat = p.reshape(-1, 2) if pairs else p.reshape(-1, 1)
+    distinct, which = np.unique(flat, axis=0, return_inverse=True)
+    u = distinct.astype(np.float64)
+    if pairs:
+        w = place_rope_frequencies(head_dim, theta)
+        angle = u[:, 0:1] * w[0] + u[:, 1:2] * w[1]
+    else:
+        angle = u[:, 0:1] * rope_frequencies(head_dim, theta)
+    shape = (p.shape[0], 1, p.shape[1], head_dim // 2)  # a head axis to broadcast over
+    which = which.reshape(-1)
+    return RopeCache(np.cos(angle).astype(dtype)[which].reshape(shape),
+                     np.sin(angle).astype(dtype)[which].reshape(shape))
 
 
 def rope_forward(x: np.ndarray, cache: RopeCache) -> np.ndarray:
@@ -109,10 +130,24 @@ def rope_backward(dout: np.ndarray, cache: RopeCache) -> np.ndarray:
     return rope_forward(dout, RopeCache(cache.cos, -cache.sin))
 
 
+_last_angles: tuple | None = None  # (positions, (d_k, theta, dtype), RopeCache)
+
+
 def rope_rotate_forward(q: np.ndarray, k: np.ndarray, pos: Pos, cfg: ModelConfig
                         ) -> tuple[np.ndarray, np.ndarray, RopeCache]:
-    """Queries and keys turned by their positions (the same angles for both)."""
-    angles = rope_angles(pos, cfg.head_dim, cfg.rope_theta, q.dtype)
+    """Queries and keys turned by their positions (the same angles for both). Every layer of a
+    forward pass asks for the same positions (the same object): the angles of the last call
+    are reused."""
+    global _last_angles
+    key = (cfg.head_dim, cfg.rope_theta, q.dtype)
+    last = _last_angles
+    if last is not None and last[1] == key and (
+            last[0] is pos or (isinstance(pos, slice) and isinstance(last[0], slice)
+                               and last[0] == pos)):
+        angles = last[2]
+    else:
+        angles = rope_angles(pos, cfg.head_dim, cfg.rope_theta, q.dtype)
+        _last_angles = (pos, key, angles)
     return rope_forward(q, angles), rope_forward(k, angles), angles
 
 
@@ -130,7 +165,8 @@ def digit_rows(idx: np.ndarray, cfg: ModelConfig, pos: Pos, cache: Any = None,
     training (an `rng` given), else 0; `digit_emb.terms` (N, the term indices) min(n_t, S - 1),
     n_t the number the token belongs to (sheepop.positional.term_index). A KV `cache` carries
     each row's (run of digits, numbers ended) to the next call (`cache.digit_run`); left padding
-    (per-row `pos`) is not a digit. Also returns n (B, T), what `rope_terms` rotates by."""
+    (per-row `pos`) is not a digit. Also returns what `rope_terms` rotates by, n (B, T), or
+    `rope_places`, (n, r) (B, T, 2)."""
     T = idx.shape[-1]
     real = None
     if not isinstance(pos, slice):  # a row's real positions end consecutive; padding is 0
@@ -148,6 +184,8 @@ def digit_rows(idx: np.ndarray, cfg: ModelConfig, pos: Pos, cache: Any = None,
         rows["digit_emb.weight"] = place_rows(places, offset, cfg.digit_positions)
     if cfg.term_positions:
         rows["digit_emb.terms"] = np.minimum(numbers, cfg.term_positions - 1)
+    if cfg.pos_encoding == "rope_places":
+        return rows, np.stack([numbers, places], axis=-1)
     return rows, numbers
 
 
@@ -189,4 +227,7 @@ POSITIONS = {
     # RoPE turned by term indices (gpt_forward passes them as the positions)
     "rope_terms": PositionKind(lambda cfg: {}, None, None, rope_rotate_forward,
                                rope_rotate_backward),
+    # RoPE turned by (term index, digit place) pairs (rope_angles tells them by their shape)
+    "rope_places": PositionKind(lambda cfg: {}, None, None, rope_rotate_forward,
+                                rope_rotate_backward),
 }

@@ -48,6 +48,9 @@ POSITION_FORMULAS = {
     "rope": "angle[t, i] = t * theta^(-2i/d_k): pair i of each query and key turns by it",
     "rope_terms": "angle[t, i] = n(t) * theta^(-2i/d_k), n(t) the index of the number token t "
                   "belongs to: pair i of each query and key turns by it",
+    "rope_places": "angle[t, i] = n(t) * theta^(-4i/d_k) for i < d_k/4, r(t) * "
+                   "theta^(-4(i - d_k/4)/d_k) after, n(t) the index of the number token t "
+                   "belongs to and r(t) its place in it: pair i of each query and key turns by it",
     "none": "no positional encoding: attention alone tells positions apart (through the mask)",
 }
 

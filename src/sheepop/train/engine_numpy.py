@@ -73,7 +73,10 @@ class NumpyEngine:
         clipping)."""
         counts = [int((y != IGNORE_INDEX).sum()) for _, y in micro_batches]
         total = max(total_count or sum(counts), 1)
-        rng = self.rng if self.model_cfg.dropout > 0 else None
+        # The rng draws dropout masks and the training offsets of digit places: without it
+        # a forward is an evaluation (no dropout, offset 0).
+        m = self.model_cfg
+        rng = self.rng if m.dropout > 0 or (m.digit_positions and m.digit_offset) else None
         self.model.zero_grad()
         loss_sum = 0.0
         for (x, y), n in zip(micro_batches, counts):
