@@ -32,6 +32,9 @@ from pathlib import Path
 
 from tokenizer_speed import make_stdlib_corpus
 
+# Hugging Face's contender, run as `python -c`: the same set-up as tokenizer_speed.py's
+# hf_trainer_tokenizer, written out rather than imported, so that its process loads `tokenizers`
+# alone (importing the benchmark would load sheepop and numpy into HF's peak memory).
 HF_CHILD = """
 import sys
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers

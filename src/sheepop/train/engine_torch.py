@@ -70,9 +70,7 @@ class TorchEngine:
         """`weights` (None: fresh ones by the config's seed); with `lora`, those weights are
         frozen and the adapters train, starting from `adapters` (None: fresh, B = 0)."""
         self.cfg = train_cfg
-        self.lora = lora
-        if train_cfg.threads:
-            torch.set_num_threads(train_cfg.threads)
+        self.lora = lora  # (threads: sheepop.threads, applied by train.start before the engine)
         self.device = resolve_device(train_cfg.device)
         self.dtype = resolve_dtype(train_cfg.dtype, self.device)
         torch.manual_seed(train_cfg.seed)
