@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sheepop import checkpoint
 from sheepop.config import PRESETS, Config, build_config, config_field
 from sheepop.config_values import field_type
 
@@ -159,6 +158,8 @@ def run_config(run_dir: str | Path, overrides: list[str] | None = None,
                only: tuple[str, ...] | None = None) -> Config:
     """A run's saved config, then a TOML file, then `--set` overrides, then typed flag values
     (`only`: the sections the file and `--set` may change)."""
+    from sheepop import checkpoint  # here: it loads numpy, which most commands never need
+
     saved = checkpoint.load_config(run_dir)
     cfg = Config.from_saved(saved, str(Path(run_dir) / checkpoint.CONFIG_FILE))
     return build_config(None, config_file, overrides, base=cfg, values=values, only=only)

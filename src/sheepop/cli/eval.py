@@ -11,8 +11,6 @@ import argparse
 import json
 import math
 
-import numpy as np
-
 from sheepop.cli.common import HelpFormatter, add_best_option, add_threads_option, model_dir
 from sheepop.config import ENGINES
 from sheepop.words import plural
@@ -48,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import numpy as np  # here, not at the top: the command line loads without it
+
     from sheepop.data.dataset import load_dataset
     from sheepop.data.windows import eval_windows
     from sheepop.inference import load

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _register_generate(tasks: argparse._SubParsersAction) -> None:
-    from sheepop.progression.data import Spec
+    from sheepop.progression.spec import Spec
     d = Spec()
     g = tasks.add_parser(
         "generate", help="write a data directory of progressions",
@@ -119,7 +119,8 @@ def _register_eval(tasks: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from sheepop.progression.data import Spec, write_dataset
+    from sheepop.progression.data import write_dataset
+    from sheepop.progression.spec import Spec
     spec = Spec(count=args.count, seed=args.seed, digits=args.digits, min_terms=args.min_terms,
                 max_terms=args.max_terms, min_difference=args.min_difference,
                 max_difference=args.max_difference, first_min=args.first_min,
