@@ -242,6 +242,28 @@ def _merge_loop(words: list[list[int]], counts: list[int], n_tokens: int,
         delta: dict[Merge, int] = defaultdict(int)
         for wi in where.pop((a, b)):  # order does not matter: the updates commute
             word = words[wi]
+            if word.count(a) == 1:  # most visits: one (a, b) at most, merged without a loop
+                i = word.index(a)
+                if i + 1 == len(word) or word[i + 1] != b:
+                    continue
+                n = counts[wi]
+                delta[a, b] -= n
+                if i:
+                    x = word[i - 1]
+                    delta[x, a] -= n
+                    delta[x, new] += n
+                    noted = where[x, new]
+                    if not noted or noted[-1] != wi:
+                        noted.append(wi)
+                if i + 2 < len(word):
+                    y = word[i + 2]
+                    delta[b, y] -= n
+                    delta[new, y] += n
+                    noted = where[new, y]
+                    if not noted or noted[-1] != wi:
+                        noted.append(wi)
+                word[i:i + 2] = (new,)
+                continue
             if a not in word:  # stale (a quarter of the visits): ruled out in C
                 continue
             merged = _merge_counting(word, a, b, new, counts[wi], delta, where, wi)

@@ -45,8 +45,8 @@ ASCII_PATTERNS: dict[str, str] = {
     "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""",
     "gpt4": (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\nA-Za-z0-9]?[A-Za-z]+|[0-9]{1,3}"""
              r"""| ?[^\sA-Za-z0-9]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""),
-    "gpt2-exact": r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""",
 }
+ASCII_PATTERNS["gpt2-exact"] = ASCII_PATTERNS["gpt2"]  # they differ only on marks (\p{M})
 MIXED_PIECE_CHARS = 1024
 """Text that is not all ASCII is split in safe pieces of about this size, so that its ASCII
 pieces still take the fast path."""
