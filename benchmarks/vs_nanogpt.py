@@ -15,7 +15,9 @@ step of each, the order alternating, so a burst of load on the shared machine la
 the figure is the median of the per-iteration ratios sheepop / nanoGPT (below 1: sheepop is
 faster), with the medians of each side's step time. `--curve N` also trains every contender N
 steps from the same weights (sheepop's, copied into the re-implementation) on the same batches
-and prints the loss curves and their largest gap to nanoGPT's float32 curve.
+and prints the loss curves and their largest gap to nanoGPT's float32 curve. `--floor` also
+races the step's work kernels alone (step_floor.py): how far below nanoGPT any step made of
+torch's kernels could get on this machine.
 
 Shapes: `reference` (n_layer 4, n_head 4, n_embd 128, block 64, batch 12, vocab 65: nanoGPT's
 small character config) and `baby` (6 x 6 x 384, block 256, batch 64, vocab 65).
@@ -38,6 +40,7 @@ from nanogpt_reference import (
     load_checkout,
     load_sheepop_weights,
 )
+from step_floor import floor_step
 
 from sheepop.config import build_config
 from sheepop.train.engine_torch import TorchEngine
@@ -136,6 +139,9 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--floor", action="store_true",
+                   help="also race the step's work kernels alone (step_floor.py): the floor "
+                        "under any step made of torch's kernels")
     p.add_argument("--curve", type=int, default=0, metavar="N",
                    help="also train N steps each and print both loss curves")
     args = p.parse_args()
@@ -150,6 +156,8 @@ def main() -> None:
     steps = {"nanoGPT": reference_step(shape, args.nanogpt)}
     for contender in contenders:
         steps[f"sheepop {contender}"] = sheepop_step(shape, batch, contender, args.extra)
+    if args.floor:
+        steps["kernels alone"] = floor_step(shape, batch)
     data = batches(shape, batch, 8)
     times = race(steps, data, args.iters, args.warmup)
     ref = times["nanoGPT"]
