@@ -1,5 +1,5 @@
-"""The checkpoint save is all or nothing (sheepop.checkpoint: stage, commit, install): the state
-a crash can leave at each point of the protocol, and what recovery and readers make of it.
+"""The checkpoint save is all or nothing (sheepop.checkpoint_commit: stage, commit, install): the
+state a crash can leave at each point of the protocol, and what recovery and readers make of it.
 Crashes injected at every file operation of a real save are in tests/train/
 test_checkpoint_crash.py."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sheepop import checkpoint
-from sheepop.checkpoint import COMMIT_FILE, STAGING_DIR
+from sheepop.checkpoint_commit import COMMIT_FILE, STAGING_DIR
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_bytes
 
