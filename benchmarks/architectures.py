@@ -46,7 +46,8 @@ from pathlib import Path
 
 import torch
 
-from sheepop.config import build_config, resolve_vocab_size
+from sheepop.config import resolve_vocab_size
+from sheepop.config_build import build_config
 from sheepop.data.dataset import load_dataset
 from sheepop.data.shards import TokenWriter, token_dtype_name, write_meta
 from sheepop.data.windows import WindowSampler

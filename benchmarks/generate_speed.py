@@ -28,7 +28,8 @@ import time
 
 import torch
 
-from sheepop.config import ModelConfig, SampleConfig, build_config
+from sheepop.config import ModelConfig, SampleConfig
+from sheepop.config_build import build_config
 from sheepop.generate import generate, generate_batch_ids
 from sheepop.model import GPT, TorchLM
 

@@ -60,7 +60,8 @@ import time
 import numpy as np
 import torch
 
-from sheepop.config import ModelConfig, SampleConfig, build_config
+from sheepop.config import ModelConfig, SampleConfig
+from sheepop.config_build import build_config
 from sheepop.generate import DEFAULT_CHUNK_FRACTION, generate
 from sheepop.model import GPT, TorchLM
 from sheepop.model_size import kv_cache_bytes_per_token

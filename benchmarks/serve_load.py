@@ -39,7 +39,8 @@ from pathlib import Path
 import numpy as np
 
 from sheepop import checkpoint
-from sheepop.config import SampleConfig, build_config
+from sheepop.config import SampleConfig
+from sheepop.config_build import build_config
 from sheepop.generate import generate
 from sheepop.inference import load
 from sheepop.scratch.init import init_params

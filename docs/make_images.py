@@ -34,7 +34,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from sheepop import checkpoint, files  # noqa: E402
-from sheepop.config import Config, build_config  # noqa: E402
+from sheepop.config import Config  # noqa: E402
+from sheepop.config_build import build_config  # noqa: E402
 from sheepop.positional import sinusoidal_table  # noqa: E402
 from sheepop.sample import probabilities  # noqa: E402
 from sheepop.schedule import lr_for  # noqa: E402

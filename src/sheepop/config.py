@@ -1,4 +1,6 @@
-"""Configuration: one dataclass per section, presets, TOML files and `--set section.key=value`.
+"""Configuration: one dataclass per section, and the whole `Config` (config.json, setting
+`section.key`, validation). Building one from a preset, a TOML file, `--set section.key=value`
+and flags, in that order: `sheepop.config_build`.
 
 Every field has a default and a one-line help text (shown by `sheepop train --help-config`).
 `Config.validate()` turns every impossible combination into one clear `UserError`.
@@ -14,9 +16,7 @@ the `[sample]` section is what `sheepop generate` uses, its flags override it.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from sheepop.config_checks import check_config
@@ -24,12 +24,6 @@ from sheepop.config_values import convert_value
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.layer_kinds import FFN_SHAPES, NORM_VECTORS, POSITION_KINDS, default_ffn_width
-from sheepop.presets import PRESETS
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 # The allowed values of every setting that is one of a list.
 ENGINES = ("torch", "numpy")
@@ -276,43 +270,6 @@ def config_field(dotted: str, where: str = "--set") -> dataclasses.Field:
         raise UserError(f"{where}: unknown config key '{dotted}' (known in [{section}]: "
                         f"{', '.join(names)})")
     return names[key]
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"config file not found: {path}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"config file {path} is not valid TOML: {e}") from None
-
-
-def build_config(preset: str | None = None, config_file: str | Path | None = None,
-                 overrides: list[str] | None = None, base: Config | None = None,
-                 values: dict[str, Any] | None = None,
-                 only: tuple[str, ...] | None = None) -> Config:
-    """Defaults (or `base`), then the preset, then the TOML file, then each `--set KEY=VALUE`
-    string, then the typed `values` ({"train.steps": 100}: command-line flags), in order.
-    With `only`, the file's other tables are skipped and `--set` refuses other sections."""
-    cfg = base if base is not None else Config()
-    if preset is not None:
-        if preset not in PRESETS:
-            raise UserError(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
-        cfg.update(PRESETS[preset], f"preset {preset}")
-    if config_file is not None:
-        cfg.update(read_toml(config_file), str(config_file), only)
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"--set expects section.key=value, got '{item}'")
-        if only is not None and key.strip().partition(".")[0] not in only:
-            raise UserError(f"--set {key.strip()}: only {', '.join(only)} settings can be set "
-                            "here")
-        cfg.set(key.strip(), value.strip())
-    for key, value in (values or {}).items():
-        cfg.set(key, value, "command line")
-    return cfg
 
 
 def describe_fields() -> str:

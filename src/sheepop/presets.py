@@ -1,5 +1,6 @@
 """Presets: whole configurations a user starts from (`--preset NAME`); anything can be
-overridden after them (`sheepop.config.build_config` applies preset, TOML file, `--set`, flags).
+overridden after them (`sheepop.config_build.build_config` applies preset, TOML file, `--set`,
+flags).
 
 Each is a nested dict of config sections, `{"model": {...}, "train": {...}, "data": {...}}`.
 """

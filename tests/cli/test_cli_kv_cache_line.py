@@ -5,7 +5,7 @@ import pytest
 
 from sheepop import checkpoint
 from sheepop.cli import main
-from sheepop.config import build_config
+from sheepop.config_build import build_config
 from sheepop.model_size import describe_kv_cache
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: see tests/conftest.py

@@ -11,7 +11,8 @@ from sheepop.cli import build_parser, main
 from sheepop.cli.common import flag_values
 from sheepop.cli.launch import argv_from_args
 from sheepop.cli.train import config_from_args
-from sheepop.config import Config, ModelConfig, SampleConfig, build_config, resolve_vocab_size
+from sheepop.config import Config, ModelConfig, SampleConfig, resolve_vocab_size
+from sheepop.config_build import build_config
 from sheepop.errors import UserError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "sheepop"

@@ -27,7 +27,8 @@ from safetensors.numpy import save as st_save
 from sheepop import checkpoint, inference
 from sheepop.checkpoint_check import check_weights_file, weights_from_bytes
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig, build_config
+from sheepop.config import Config, ModelConfig
+from sheepop.config_build import build_config
 from sheepop.errors import UserError
 from sheepop.model_size import MAX_LAYERS, check_model_size, memory_bytes, param_count
 from sheepop.scratch.init import param_shapes

@@ -10,9 +10,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sheepop"
 # Each package's rank; a module may import only packages of a lower or equal rank.
 RANK = {"core": 0, "tokenizers": 1, "data": 2, "model": 3, "scratch": 3, "inference": 4,
         "interop": 4, "train": 5, "progression": 6, "finetune": 6, "serve": 6, "cli": 7}
-CORE = {"config", "config_checks", "config_values", "presets", "errors", "files", "checkpoint",
-        "checkpoint_check", "checkpoint_commit", "schedule", "sample", "generate", "text_stream",
-        "positional", "arch", "model_size", "layer_kinds", "words", "threads"}
+CORE = {"config", "config_build", "config_checks", "config_values", "presets", "errors", "files",
+        "checkpoint", "checkpoint_check", "checkpoint_commit", "schedule", "sample", "generate",
+        "text_stream", "positional", "arch", "model_size", "layer_kinds", "words", "threads"}
 ENGINES = {"model", "scratch"}
 # One place builds a model for inference (sheepop.inference); the trainer builds its own.
 ENGINE_USERS = {"inference", "train"}

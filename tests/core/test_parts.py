@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from sheepop.config import Config, build_config, describe_fields
+from sheepop.config import Config, describe_fields
+from sheepop.config_build import build_config
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_text
 from sheepop.sample import draw, probabilities

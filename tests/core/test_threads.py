@@ -95,7 +95,8 @@ def test_apply_sets_torch_and_the_blas_whether_torch_is_loaded_or_not(torch_firs
 
 
 def test_the_training_engine_is_built_with_train_threads():
-    code = ("from sheepop.config import build_config\nfrom sheepop.train.start import make_engine\n"
+    code = ("from sheepop.config_build import build_config\n"
+            "from sheepop.train.start import make_engine\n"
             "cfg = build_config('tiny', None, ['train.threads=1', 'model.n_layer=1', "
             "'model.vocab_size=32'])\n"
             "make_engine(cfg)")

@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from sheepop.arch.batch import allowed_keys
-from sheepop.config import ModelConfig, build_config
+from sheepop.config import ModelConfig
+from sheepop.config_build import build_config
 from sheepop.layer_kinds import default_ffn_width
 from sheepop.model import ffn as torch_ffn
 from sheepop.model import gpt as torch_gpt

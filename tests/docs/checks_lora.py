@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from sheepop.arch.lora import LoraConfig, adapter_param_count, merge
-from sheepop.config import build_config
+from sheepop.config_build import build_config
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import add_lora
 from sheepop.model.lora import LoRALinear

@@ -116,7 +116,7 @@ def schedule(v):
 
 
 def schedule_preset(v):
-    from sheepop.config import build_config
+    from sheepop.config_build import build_config
     train = build_config(v["preset"]).train
     return {"lr": [lr_for(int(step), train) for step in v["steps"]],
             "warmup": train.warmup_steps, "total_steps": train.steps}
@@ -155,7 +155,7 @@ def repetition(v):
 
 
 def kv_cache(v):
-    from sheepop.config import build_config
+    from sheepop.config_build import build_config
     cfg = build_config(v["preset"]).model
     shape = cache_shape(cfg, 1)  # as GPT.new_cache allocates it; "meta": sizes only, no memory
     torch_cache = KVCache(torch.zeros(shape, device="meta"), torch.zeros(shape, device="meta"))

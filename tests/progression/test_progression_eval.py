@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from sheepop.cli import main
-from sheepop.config import SampleConfig, build_config
+from sheepop.config import SampleConfig
+from sheepop.config_build import build_config
 from sheepop.generate import generate
 from sheepop.inference import build, read_run
 from sheepop.progression.data import Spec, load_progressions, write_dataset

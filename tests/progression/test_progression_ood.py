@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sheepop.config import build_config
+from sheepop.config_build import build_config
 from sheepop.inference import build, read_run
 from sheepop.progression.analysis import carries, error_tables, longest_run
 from sheepop.progression.data import Spec, load_progressions, write_dataset

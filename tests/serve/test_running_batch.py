@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from sheepop.arch.running_batch import RunningBatch
-from sheepop.config import SampleConfig, build_config
+from sheepop.config import SampleConfig
+from sheepop.config_build import build_config
 from sheepop.generate import generate
 from sheepop.inference import build
 from sheepop.scratch.init import init_params

@@ -14,7 +14,6 @@ import sheepop.tokenizers.bpe_count as bpe_count
 import sheepop.tokenizers.bpe_train as bpe_train
 from sheepop.cli import tokenizer as cli
 from sheepop.tokenizers import load
-from sheepop.tokenizers.base import SpecialMatcher
 from sheepop.tokenizers.pretokenize import (
     _SAFE_CUT,
     PATTERNS,
@@ -23,6 +22,7 @@ from sheepop.tokenizers.pretokenize import (
     rejoin_at_safe_cuts,
     split_text,
 )
+from sheepop.tokenizers.special_matcher import SpecialMatcher
 
 SPECIALS = ["<|bos|>", "<|eos|>", "<|pad|>"]
 

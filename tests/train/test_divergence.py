@@ -12,7 +12,8 @@ import torch
 
 from sheepop import checkpoint
 from sheepop.cli import main
-from sheepop.config import TrainConfig, build_config
+from sheepop.config import TrainConfig
+from sheepop.config_build import build_config
 from sheepop.errors import UserError
 from sheepop.train import divergence
 

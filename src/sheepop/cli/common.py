@@ -9,8 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sheepop.config import PRESETS, Config, build_config, config_field
+from sheepop.config import Config, config_field
+from sheepop.config_build import build_config
 from sheepop.config_values import field_type
+from sheepop.presets import PRESETS
 
 CONFIG_FLAGS = "config_flags"  # parser default: {dest: "section.key"} of the flags that set keys
 

@@ -136,7 +136,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     from sheepop.cli.common import flag_values, run_config
-    from sheepop.config import build_config, describe_fields
+    from sheepop.config import describe_fields
+    from sheepop.config_build import build_config
     from sheepop.progression.data import load_progressions
     from sheepop.progression.task import TaskOptions, train
     if args.help_config:

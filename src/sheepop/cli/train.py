@@ -16,7 +16,8 @@ from sheepop.cli.common import (
     flag_values,
     run_config,
 )
-from sheepop.config import Config, build_config, describe_fields
+from sheepop.config import Config, describe_fields
+from sheepop.config_build import build_config
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -23,7 +23,8 @@ from typing import Any
 
 from sheepop import checkpoint
 from sheepop.arch.lora import LoraConfig
-from sheepop.config import SampleConfig, build_config
+from sheepop.config import SampleConfig
+from sheepop.config_build import build_config
 from sheepop.files import atomic_write_text
 from sheepop.finetune.run import base_model, finetune
 from sheepop.finetune.tasks import cut_answer, read_items, score, write_demo_data

@@ -107,7 +107,7 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
     """Fine-tune `base_run` on the conversations in `data_path` into `run_dir` (or continue
     it with `resume`); the trainer's Summary. With LoRA, the rows of the tokens added to the
     vocabulary train with the adapters unless `train_new_tokens` is False (sheepop.arch.lora)."""
-    from sheepop.config import build_config
+    from sheepop.config_build import build_config
     from sheepop.train.start import setup
     run_dir = Path(run_dir)
     if resume:

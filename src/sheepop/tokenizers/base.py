@@ -8,8 +8,9 @@ subclasses `Tokenizer` and supplies three things:
   (only the word tokenizer looks at `prev`, to decide on a space);
 - `_payload()` / `_from_payload()`: what the kind adds to the JSON file.
 
-Everything else (special tokens matched whole, BOS/EOS, id checks, decode with replacement of
-invalid UTF-8, batches, the file format) lives here, once.
+Everything else (special tokens matched whole, by `sheepop.tokenizers.special_matcher`;
+BOS/EOS, id checks, decode with replacement of invalid UTF-8, batches, the file format) lives
+here, once.
 
 File format, one JSON object:
     {"format": "sheepop-tokenizer", "version": 1, "kind": "...",
@@ -30,10 +31,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import regex
-
 from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, atomic_write_text, document_text, shown
+from sheepop.tokenizers.special_matcher import SpecialMatcher
 
 FORMAT = "sheepop-tokenizer"
 VERSION = 1
@@ -45,31 +45,6 @@ PAD = "<|pad|>"
 UNK = "<|unk|>"
 DEFAULT_SPECIALS = (BOS, EOS, PAD, UNK)
 """The special tokens of the char and word kinds, in id order 0..3."""
-
-
-class SpecialMatcher:
-    """Finds special tokens written in text, whole, so they are never split or merged."""
-
-    def __init__(self, special_tokens: Mapping[str, int]) -> None:
-        self.ids = dict(special_tokens)
-        # Longest first, so that a special token that is a prefix of another never wins.
-        names = sorted(self.ids, key=lambda t: (-len(t), t))
-        self._re = regex.compile("|".join(regex.escape(t) for t in names)) if names else None
-
-    def split(self, text: str) -> Iterator[tuple[str, int | None]]:
-        """(ordinary text, None) and (special token, its id) pieces of `text`, in order."""
-        if self._re is None:
-            if text:
-                yield text, None
-            return
-        start = 0
-        for m in self._re.finditer(text):
-            if m.start() > start:
-                yield text[start:m.start()], None
-            yield m.group(), self.ids[m.group()]
-            start = m.end()
-        if start < len(text):
-            yield text[start:], None
 
 
 class Tokenizer(ABC):

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import regex
 
-from sheepop.tokenizers.base import SpecialMatcher
 from sheepop.tokenizers.parallel import batched, resolve_workers, share_work
 from sheepop.tokenizers.pretokenize import compiled, cuts_safely, iter_safe_chunks, split_text
+from sheepop.tokenizers.special_matcher import SpecialMatcher
 
 COUNT_PARALLEL_MIN_CHARS = 4 << 20
 """Below this much text, words are counted in this process only: a worker's start (~0.2 s of

@@ -12,8 +12,8 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 
 from sheepop.errors import UserError
-from sheepop.tokenizers.base import SpecialMatcher
 from sheepop.tokenizers.pretokenize import str_to_token
+from sheepop.tokenizers.special_matcher import SpecialMatcher
 
 
 def _ordinary_pieces(texts: Iterable[str], special_tokens: Sequence[str]) -> Iterator[str]:
