@@ -4,6 +4,7 @@ and `split_text` gives the words of `regex` on the whole text for any text."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import regex
@@ -14,8 +15,10 @@ from sheepop.tokenizers.pretokenize import (
     ASCII_PATTERNS,
     MIXED_PIECE_CHARS,
     PATTERNS,
+    WHITESPACE,
     ascii_twin,
     compiled,
+    iter_safe_chunks,
     split_text,
 )
 
@@ -62,3 +65,26 @@ def test_split_text_of_long_mixed_text_equals_the_pattern_on_the_whole(name, lin
 
 def test_custom_pattern_keeps_unmatched_text_as_words():
     assert split_text(regex.compile(r"[a-z]+"), "ab, cd!") == ["ab", ", ", "cd", "!"]
+
+
+def test_whitespace_class_is_regex_s_on_every_code_point():
+    everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    assert re.findall(f"[{WHITESPACE}]", everything) == regex.findall(r"\s", everything)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@given(lines=st.lists(LINE, min_size=1, max_size=40), target=st.integers(1, 200))
+def test_safe_chunks_cut_where_the_regex_rule_says(lines, target):
+    # The cut finder runs on `re`; the rule it implements is (?<=\S\n)(?=\S) in `regex`.
+    text = "\n".join(lines)
+    rule, expected, start = regex.compile(r"(?<=\S\n)(?=\S)"), [], 0
+    while len(text) - start > target and (m := rule.search(text, start + target)):
+        expected.append(text[start:m.start()])
+        start = m.start()
+    assert list(iter_safe_chunks(text, target)) == [*expected, text[start:]]
+
+
+def test_dense_non_ascii_text_is_split_whole_and_the_same():
+    text = "\n".join(["Привет, мир! 你好 2024", "    def f(x): return x"] * 400)
+    pattern = compiled(PATTERNS["gpt2"])
+    assert split_text(pattern, text) == pattern.findall(text)
