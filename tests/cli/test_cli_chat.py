@@ -6,6 +6,7 @@ tokens, in both engines."""
 from __future__ import annotations
 
 import io
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from sheepop.scratch.init import param_shapes
 from sheepop.text_stream import stream_text
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 from sheepop.tokenizers.chat import render_chat, with_chat_tokens
+from sheepop.train.keeping import save_best
 from sheepop.train.signals import Stopped
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: see tests/conftest.py
@@ -29,10 +31,10 @@ MAX_NEW = 12
 GREEDY = ["--temperature", "0", "--max-new-tokens", str(MAX_NEW)]
 
 
-def weights(cfg: ModelConfig, end: int) -> dict[str, np.ndarray]:
+def weights(cfg: ModelConfig, end: int, seed: int = 7) -> dict[str, np.ndarray]:
     """Random weights, O(0.5), with the final norm's shift pointing at <|end|>'s head row: with
     this seed, some answers end on <|end|> after a token, others run to MAX_NEW line breaks."""
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     w = {k: (rng.normal(size=s) * (0.5 if len(s) > 1 else 0.2)
              + (1.0 if k.endswith("weight") and len(s) == 1 else 0.0)).astype(np.float32)
          for k, s in param_shapes(cfg).items()}
@@ -206,3 +208,20 @@ def test_at_the_prompt_ctrl_c_twice_or_end_of_input_leaves(chat):
     interactive(chat, Keyboard("/reset\n", "ab\n"), out, io.StringIO())  # then end of input
     assert out.getvalue() == "a\n" and chat.messages == [say("user", "ab"),
                                                           say("assistant", "a")]
+
+
+def test_best_chats_with_the_runs_best_checkpoint(runs, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(runs[0], run)
+    cfg = Config.from_saved(checkpoint.load_config(run), "config")
+    tok = checkpoint.load_tokenizer_json(run)
+    other = weights(cfg.model, load(run, "numpy").tokenizer.special_tokens["<|end|>"], seed=8)
+    save_best(run, other, cfg.to_dict(), tok, step=4, val_loss=0.5, val_bpb=None)
+    conversation = [say("user", "ab")]
+    want = reference(load(run / checkpoint.BEST_DIR, "numpy"), conversation)
+    assert want != reference(load(run, "numpy"), conversation)  # the answer tells which one
+    monkeypatch.setattr(sys, "stdin", io.StringIO("ab\n"))
+    assert main(["chat", str(run), "--best", *GREEDY, "--engine", "numpy"]) == 0
+    out, err = capsys.readouterr()
+    assert out == escape(want) + "\n"
+    assert "the best checkpoint of" in err and "step 4, val loss 0.5000" in err

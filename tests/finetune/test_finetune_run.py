@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sheepop import checkpoint, inference
-from sheepop.arch.lora import LoraConfig
+from sheepop.arch.lora import LoraConfig, merge
 from sheepop.cli import main
 from sheepop.finetune.run import finetune
 from sheepop.tokenizers.chat import CHAT_SPECIALS
@@ -193,3 +193,29 @@ def test_lora_adapters_load_in_peft_onto_the_exported_base(tmp_path, capsys, tin
         theirs = model(torch.from_numpy(ids)).logits.numpy()[:, -1]
     np.testing.assert_allclose(theirs, np.stack([ours.lm.full(row) for row in ids]), atol=1e-4)
     assert np.abs(theirs - base).max() > 1e-3  # the adapters were applied
+
+
+def test_a_lora_runs_best_and_kept_checkpoints_load_through_its_base(base, tmp_path, capsys):
+    # best/ and checkpoints/step-N/ hold adapters only, as the run does: each names the base
+    # run in its own lora.json, so `--best` and a kept checkpoint load like the run itself.
+    out = tmp_path / "lora"
+    finetune(str(base / "base"), str(base / "chats.jsonl"), out, LoraConfig(2, 4.0, ("qkv",)),
+             overrides=SETTINGS + ["train.decay_steps=6", "train.keep_last=2",
+                                   "train.checkpoint_interval=3"],
+             values={"train.steps": 6}, log=lambda line: None, progress=False)
+    kept = sorted((out / checkpoint.KEPT_DIR).glob("step-*"))
+    assert [p.name for p in kept] == ["step-0000003", "step-0000006"]
+    _, base_tokenizer, base_weights = inference.read_run(base / "base")
+    for folder in (out / checkpoint.BEST_DIR, *kept):
+        assert LoraConfig.load(folder) == LoraConfig.load(out)
+        _, tokenizer, merged = inference.read_run(folder)
+        want = merge(inference.grown_for(base_weights, base_tokenizer, tokenizer),
+                     checkpoint.load_weights(folder), LoraConfig.load(out))
+        assert merged.keys() == want.keys()
+        for name in want:
+            np.testing.assert_array_equal(merged[name], want[name])
+    np.testing.assert_array_equal(inference.read_run(kept[-1])[2]["blocks.0.attn.qkv.weight"],
+                                  inference.read_run(out)[2]["blocks.0.attn.qkv.weight"])
+    assert main(["generate", str(out), "--best", "--prompt", "what", "--max-new-tokens", "3",
+                 "--temperature", "0"]) == 0
+    assert "the best checkpoint of" in capsys.readouterr().err

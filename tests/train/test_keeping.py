@@ -36,7 +36,7 @@ def test_best_is_the_model_of_the_lowest_val_loss_and_keep_last_the_newest(
     summary = trainer.run()
     assert (summary.best_step, summary.best_val) == (8, 1.5)
     assert summary.lines()[2] == (f"best val loss 1.5000 at step 8, kept in {run / 'best'} "
-                                  "(generate and eval load it with --best)")
+                                  "(generate, chat, eval and serve load it with --best)")
     assert read_best(run / "best") == {"format": "sheepop-best", "version": 1, "step": 8,
                                        "val_loss": 1.5, "val_bpb": None}
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == \

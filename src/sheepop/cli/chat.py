@@ -24,9 +24,11 @@ from typing import Any, TextIO
 
 from sheepop.cli.common import (
     HelpFormatter,
+    add_best_option,
     add_config_flag,
     add_threads_option,
     flag_values,
+    model_dir,
     run_config,
 )
 from sheepop.config import INFERENCE_ENGINES, SampleConfig
@@ -69,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-prompt", action="store_true",
                    help="before each answer, write on stderr the prompt the model reads "
                         "(escaped, on one line) and its number of tokens")
+    add_best_option(p)
     add_threads_option(p)
     p.set_defaults(func=run)
 
@@ -238,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.tokenizers.chat import has_chat_tokens, require_chat_tokens
     sample = run_config(args.run_dir, [], None, flag_values(args), only=("sample",)
                         ).validate().sample
-    model = load(args.run_dir, args.engine, args.device)
+    model = load(model_dir(args), args.engine, args.device)
     if not has_chat_tokens(model.tokenizer):
         if model.tokenizer.chat_template is not None:
             require_chat_tokens(model.tokenizer, "this run's tokenizer")

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from sheepop.cli.common import HelpFormatter, add_threads_option
+from sheepop.cli.common import HelpFormatter, add_best_option, add_threads_option, model_dir
 from sheepop.config import ENGINES, INFERENCE_DTYPES
 from sheepop.errors import UserError
 from sheepop.model_size import param_count
@@ -58,6 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"out of the process list; unset: no key)")
     p.add_argument("--model-name", default=None, metavar="NAME",
                    help="the model's id in the API (default: the run directory's name)")
+    add_best_option(p)
     add_threads_option(p, spare=1)
     p.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGINT/SIGTERM, how long running requests may go on before they "
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
     sock = bind(args.host, args.port)  # (a busy port fails before the model is loaded)
     try:
-        model = load(args.run_dir, args.engine, args.device, args.dtype)
+        model = load(model_dir(args), args.engine, args.device, args.dtype)
         name = args.model_name or Path(args.run_dir).resolve().name
         app = create_app(model, Settings(name=name, api_key=key, max_batch=args.max_batch,
                                          max_queue=args.max_queue, timeout=args.timeout,

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "trains: a progress bar on a terminal; elsewhere (a log file, a pipe) a "
                     "plain line every train.log_interval steps (step, loss, lr, tokens/s, ETA) "
                     "and one per evaluation. Each evaluation that lowers the val loss replaces "
-                    "RUN_DIR/best/ (generate and eval load it with --best).",
+                    "RUN_DIR/best/ (generate, chat, eval and serve load it with --best).",
         formatter_class=HelpFormatter)
     p.add_argument("data", nargs="?", metavar="DATA", help="training data (default: the "
                    "standard library source)")

@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from sheepop import checkpoint
+from sheepop.arch.lora import LORA_FILE
 from sheepop.errors import UserError
-from sheepop.files import DocumentFormat, document_text, read_document
+from sheepop.files import DocumentFormat, atomic_write_bytes, document_text, read_document
 
 BEST_RECORD = DocumentFormat("sheepop-best", 1, "sheepop best-checkpoint record")
 
@@ -75,8 +76,12 @@ def save_best(run_dir: Path, weights: dict[str, np.ndarray], config: dict[str, A
     """Replace run_dir/best/ with this model, all or nothing (`checkpoint.SaveFailed`)."""
     record = document_text(BEST_RECORD, {"step": step, "val_loss": val_loss, "val_bpb": val_bpb})
     files = checkpoint.checkpoint_files(weights, config, tokenizer_json)
-    checkpoint.commit_files(run_dir / checkpoint.BEST_DIR,
-                            {**files, checkpoint.BEST_JSON: record.encode("utf-8")})
+    best = run_dir / checkpoint.BEST_DIR
+    lora = run_dir / LORA_FILE
+    if lora.is_file():  # adapters only: best/ names their base run as the run does
+        best.mkdir(exist_ok=True)  # (before the commit: best/ never holds adapters without it)
+        atomic_write_bytes(best / LORA_FILE, lora.read_bytes())
+    checkpoint.commit_files(best, {**files, checkpoint.BEST_JSON: record.encode("utf-8")})
 
 
 def best_dir(run_dir: str | Path) -> Path:
@@ -112,7 +117,8 @@ def keep_copy(run_dir: Path, step: int, keep_last: int) -> Path | None:
         kept.mkdir(exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        for name in checkpoint.CHECKPOINT_FILES:
+        lora = (LORA_FILE,) if (run_dir / LORA_FILE).is_file() else ()  # adapters: their base
+        for name in (*checkpoint.CHECKPOINT_FILES, *lora):
             source = checkpoint.current_path(run_dir, name)
             try:
                 os.link(source, tmp / name)

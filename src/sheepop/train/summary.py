@@ -38,8 +38,8 @@ class Summary:
                          "without a new best val loss (train.early_stop_patience)")
         if self.best_step is not None and self.best_val is not None:
             lines.append(f"best val loss {self.best_val:.4f} at step {self.best_step}, kept in "
-                         f"{self.run_dir / checkpoint.BEST_DIR} (generate and eval load it "
-                         "with --best)")
+                         f"{self.run_dir / checkpoint.BEST_DIR} (generate, chat, eval and "
+                         "serve load it with --best)")
         lines.append(f"run saved in {self.run_dir}")
         return lines
 
