@@ -242,7 +242,9 @@ def _merge_loop(words: list[list[int]], counts: list[int], n_tokens: int,
         delta: dict[Merge, int] = defaultdict(int)
         for wi in where.pop((a, b)):  # order does not matter: the updates commute
             word = words[wi]
-            if word.count(a) == 1:  # most visits: one (a, b) at most, merged without a loop
+            # Most visits: `a` once, so one (a, b) at most. The bookkeeping of `_merge_counting`
+            # for that case, inlined: no call and no loop over the tokens (10-14% of merging).
+            if word.count(a) == 1:
                 i = word.index(a)
                 if i + 1 == len(word) or word[i + 1] != b:
                     continue
