@@ -33,6 +33,8 @@ from sheepop.train.start import setup
 
 sys.path.insert(0, str(Path(__file__).with_name("helpers")))
 
+from real_model import smollm2_gguf  # noqa: E402  (a helper module: on the path just above)
+
 TINY_TEXT = "the quick brown fox jumps over the lazy dog. " * 60
 
 
@@ -133,3 +135,25 @@ def _interrupt_after(trainer, n_steps: int) -> None:
 @pytest.fixture
 def interrupt_after():
     return _interrupt_after
+
+
+# ----- the real model (tests marked real_model) -------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf_path() -> Path:
+    """SmolLM2-135M-Instruct's GGUF file (tests/helpers/real_model.py); the test is skipped,
+    with the reason, when the package cannot be had."""
+    path, why = smollm2_gguf()
+    if path is None:
+        pytest.skip(why)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_run(smollm2_gguf_path, tmp_path_factory) -> Path:
+    """SmolLM2 imported once per test session into a run directory (sheepop import)."""
+    from sheepop.interop.gguf import import_gguf
+    run = tmp_path_factory.mktemp("smollm2") / "run"
+    import_gguf(smollm2_gguf_path, run)
+    return run
