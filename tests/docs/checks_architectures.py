@@ -207,7 +207,8 @@ def gqa_cache(v):
     out: dict[str, list] = {}
     for preset in v["presets"]:
         cfg = build_config(preset).model
-        cache = new_cache(cfg, 1, dtype=np.float32)  # as the scratch engine allocates it
+        cache = new_cache(cfg, 1, dtype=np.float32)  # as the scratch engine allocates it,
+        cache.reserve(cfg.block_size)  # grown to the whole context
         full = cache.k.nbytes + cache.v.nbytes
         assert full == cfg.block_size * kv_cache_bytes_per_token(cfg)
         for key, value in (("n_layer", cfg.n_layer), ("n_head", cfg.n_head),

@@ -157,10 +157,14 @@ def repetition(v):
 def kv_cache(v):
     from sheepop.config_build import build_config
     cfg = build_config(v["preset"]).model
-    shape = cache_shape(cfg, 1)  # as GPT.new_cache allocates it; "meta": sizes only, no memory
-    torch_cache = KVCache(torch.zeros(shape, device="meta"), torch.zeros(shape, device="meta"))
-    torch_bytes = (torch_cache.k.numel() + torch_cache.v.numel()) * 4
+    # As GPT.new_cache makes it ("meta": sizes only, no memory), and the NumPy engine's, each
+    # grown to the whole context (a cache grows with the tokens: sheepop.arch.kv_cache).
+    torch_cache = KVCache.growing(cfg, 1, lambda shape: torch.zeros(shape, device="meta"))
     scratch_cache = new_cache(cfg, 1, dtype=np.float32)
+    for cache in (torch_cache, scratch_cache):
+        cache.reserve(cfg.block_size)
+    assert torch_cache.k.shape == cache_shape(cfg, 1)
+    torch_bytes = (torch_cache.k.numel() + torch_cache.v.numel()) * 4
     scratch_bytes = scratch_cache.k.nbytes + scratch_cache.v.nbytes
     assert torch_bytes == scratch_bytes
     return {"bytes_per_token": scratch_bytes // cfg.block_size, "bytes_full": scratch_bytes,

@@ -121,6 +121,8 @@ def test_a_gqa_cache_holds_kv_heads_and_its_bytes_per_token_are_the_formula(engi
                                                                            itemsize):
     cfg = model_cfg()
     lm = make_lm(engine, cfg, dtype=dtype)
+    assert lm.cache.k.shape[3] == 0  # no columns before a token (tests/inference/test_kv_growth)
+    lm.prefill([1, 2])  # 2 tokens take a chunk of columns, here the whole context of 8
     assert lm.cache.k.shape == lm.cache.v.shape == (2, 1, 2, BLOCK, 4)  # (L, B, H_kv, T, d_k)
     lm.prefill_batch([[1], [2, 3]])
     assert tuple(lm.batch_cache.k.shape) == (2, 2, 2, BLOCK, 4)

@@ -1,38 +1,58 @@
 """The key/value cache's bookkeeping; each engine allocates the two buffers in its own arrays.
 
 During generation the keys and values of earlier positions never change (attention is causal),
-so every layer stores them in a preallocated (B, H_kv, T_max, d_k) slice and a decode step
-computes Q, K, V for the new token only. Writing in place (no concatenation) makes a step cost
-one position's work and no reallocation. Memory per token: 2 * n_layer * H_kv * d_k elements
-(H_kv = model.kv_heads: grouped-query attention stores fewer heads than it queries).
+so every layer stores them in a (B, H_kv, capacity, d_k) slice and a decode step computes Q, K,
+V for the new token only, written in place (no concatenation): a step costs one position's
+work. Memory per token: 2 * n_layer * H_kv * d_k elements (H_kv = model.kv_heads: grouped-query
+attention stores fewer heads than it queries).
+
+Growth. The buffers hold `capacity` columns, not the whole context T_max: a cache starts with
+none, and a write past the capacity reallocates once (`reserve`, `grown`): to the tokens needed
+rounded up to GROWTH_CHUNK columns, or twice the capacity if that is more, at most T_max. The
+filled columns are copied over. Each copy is at most the capacity it leaves, and capacities at
+least double, so n tokens cost fewer than 2n columns of copies in all (c + c/2 + c/4 + ... < 2c,
+c < n the last capacity left), about log2(n / GROWTH_CHUNK) reallocations, and a capacity below
+max(2n, n + GROWTH_CHUNK). A 2,000-token generation of a model with
+a context of 8,192 holds 2,048 columns, not 8,192. The engine's `allocate(shape)` hook makes the
+zero buffers (zeros, not uninitialised memory: a padding column is read under a mask, and
+0 * NaN would be NaN); everything else here only indexes and assigns, so it works on NumPy
+arrays and torch tensors alike. A cache made without a hook has a fixed capacity (max_len).
 
 Past the context. With absolute positions (sinusoidal, learned) a position past the table does
 not exist, so a full cache cannot take another token: the generation loop drops the oldest
 tokens of its window a chunk at a time and refills the cache with the rest, at positions from 0
 (sheepop.generate, `window_start`). With rotary positions attention depends only on the offset
 between a query and a key, so the cache becomes a ring (`rolling`): once all T_max columns are
-filled, each new token overwrites the oldest, and every query attends over the T_max most recent
-keys, each rotated by its own absolute position. The reference this computes exactly is
-sliding-window attention over the whole sequence: query i sees key j iff i - T_max < j <= i, in
-every layer (`sheepop.arch.batch.allowed_keys` with `window`; docs/inference.md). The order of
-the columns is then no longer the order of the positions, which attention does not need: softmax
-is a sum over keys, and each key carries its position in its rotation.
-
-The code below indexes and assigns only, so it works on NumPy arrays and torch tensors alike.
+filled (growth has reached T_max by then), each new token overwrites the oldest, and every query
+attends over the T_max most recent keys, each rotated by its own absolute position. The
+reference this computes exactly is sliding-window attention over the whole sequence: query i
+sees key j iff i - T_max < j <= i, in every layer (`sheepop.arch.batch.allowed_keys` with
+`window`; docs/inference.md). The order of the columns is then no longer the order of the
+positions, which attention does not need: softmax is a sum over keys, and each key carries its
+position in its rotation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sheepop.config import ModelConfig
 from sheepop.layer_kinds import POSITION_KINDS
 
+# The smallest step of a cache's capacity, in columns (positions): a prompt of p tokens starts
+# with p rounded up to it. 64 columns of SmolLM2 (30 layers, 3 kv heads of 64) are 2.8 MiB.
+GROWTH_CHUNK = 64
+
+Allocate = Callable[[tuple[int, ...]], Any]
+"""An engine's allocation hook: shape -> a buffer of zeros in its arrays, dtype and device."""
+
 
 def cache_shape(cfg: ModelConfig, batch: int, max_len: int | None = None) -> tuple[int, ...]:
-    """(n_layer, B, H_kv, T_max, d_k): one buffer for all keys (another for all values)."""
-    return (cfg.n_layer, batch, cfg.kv_heads, max_len or cfg.block_size, cfg.head_dim)
+    """(n_layer, B, H_kv, T, d_k): one buffer for all keys (another for all values); T is
+    `max_len` columns, the whole context (block_size) when None."""
+    T = cfg.block_size if max_len is None else max_len
+    return (cfg.n_layer, batch, cfg.kv_heads, T, cfg.head_dim)
 
 
 def slides(cfg: ModelConfig) -> bool:
@@ -40,24 +60,67 @@ def slides(cfg: ModelConfig) -> bool:
     return POSITION_KINDS[cfg.pos_encoding] == "relative"
 
 
-class KVCache:
-    """Keys `k` and values `v`, (n_layer, B, H_kv, T_max, d_k) each; `length` tokens seen (the
-    absolute position of the next one; with `rolling`, it may pass T_max)."""
+def grown(capacity: int, needed: int, limit: int, chunk: int = GROWTH_CHUNK) -> int:
+    """The capacity after asking for `needed`: `capacity` when it holds them, else the larger of
+    `needed` rounded up to a multiple of `chunk` and 2 * capacity, at most `limit`."""
+    if needed <= capacity:
+        return capacity
+    return min(limit, max(chunk * -(-needed // chunk), 2 * capacity))
 
-    def __init__(self, k: Any, v: Any, rolling: bool = False):
+
+def shrunk(capacity: int, needed: int, limit: int, chunk: int = GROWTH_CHUNK) -> int:
+    """The capacity once only `needed` are in use: 0 for none; 2 * needed rounded up to `chunk`
+    when `capacity` is at least 4x max(needed, chunk); else `capacity`. (Shrinking at 4x to 2x
+    while `grown` doubles: a need hovering near a boundary does not copy at every step.)"""
+    if needed == 0:
+        return 0
+    if capacity < 4 * max(needed, chunk):
+        return capacity
+    return min(limit, chunk * -(-2 * needed // chunk))
+
+
+class KVCache:
+    """Keys `k` and values `v`, (n_layer, B, H_kv, capacity, d_k) each; `length` tokens seen
+    (the absolute position of the next one; with `rolling`, it may pass max_len). With an
+    `allocate` hook the capacity grows on demand up to `max_len` (default: k's columns)."""
+
+    def __init__(self, k: Any, v: Any, rolling: bool = False, max_len: int | None = None,
+                 allocate: Allocate | None = None):
         self.k, self.v = k, v
-        self.max_len = k.shape[3]
+        self.max_len = k.shape[3] if max_len is None else max_len
+        self.allocate = allocate
         self.rolling = rolling
         self.length = 0  # the same for every layer
         # Digit places / term indices (sheepop.model.positions.DigitPositions): each row's
         # (run of digits, numbers ended) so far, (B, 2), for the next call to continue.
         self.digit_run: Any = None
+        self.peak_bytes = self.nbytes  # the most ever held at once (growth included)
+
+    @classmethod
+    def growing(cls, cfg: ModelConfig, batch: int, allocate: Allocate,
+                max_len: int | None = None) -> KVCache:
+        """An empty cache for `batch` sequences of up to `max_len` (default block_size)
+        positions, whose buffers `allocate` makes as the tokens come."""
+        empty = cache_shape(cfg, batch, 0)
+        return cls(allocate(empty), allocate(empty), slides(cfg),
+                   cfg.block_size if max_len is None else max_len, allocate)
 
     @property
     def batch(self) -> int:
         return self.k.shape[1]
 
+    @property
+    def capacity(self) -> int:
+        """The columns allocated now (max_len at most)."""
+        return self.k.shape[3]
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the two buffers hold now (`nbytes` of NumPy arrays and torch tensors)."""
+        return int(self.k.nbytes + self.v.nbytes)
+
     def reset(self) -> None:
+        """Start again at position 0 (the buffers are kept for the next tokens)."""
         self.length = 0
 
     @property
@@ -77,14 +140,17 @@ class KVCache:
     def update(self, layer: int, k_new: Any, v_new: Any) -> tuple[Any, Any]:
         """Store (B, H_kv, t, d_k) keys/values after the cached ones; return all of them (views).
 
-        A full rolling cache takes one token at a time, over its oldest column. The length
-        advances in `advance`, once every layer has stored its part."""
+        A full rolling cache takes one token at a time, over its oldest column. The first layer
+        to need more columns grows the buffers of every layer (`reserve`). The length advances in
+        `advance`, once every layer has stored its part."""
         t = k_new.shape[2]
         start, end = self.length, self.length + t
         if end > self.max_len:
             if not (self.rolling and self.full and t == 1):
                 raise ValueError(f"KV cache full: {end} positions > max_len {self.max_len}")
             start, end = self.column(), self.column() + 1
+        elif end > self.capacity:
+            self.reserve(end)
         self.k[layer, :, :, start:end] = k_new
         self.v[layer, :, :, start:end] = v_new
         end = min(self.length + t, self.max_len)
@@ -92,6 +158,34 @@ class KVCache:
 
     def advance(self, t: int) -> None:
         self.length += t
+
+    def reserve(self, columns: int) -> None:
+        """Room for `columns` columns: grown (`grown`) when the capacity is less."""
+        if columns > self.capacity:
+            if self.allocate is None or columns > self.max_len:
+                raise ValueError(f"KV cache full: {columns} positions > capacity "
+                                 f"{self.capacity if self.allocate is None else self.max_len}")
+            self.resize(self.batch, grown(self.capacity, columns, self.max_len))
+
+    def resize(self, rows: int, columns: int, keep_rows: int | None = None,
+               keep_columns: int | None = None) -> None:
+        """New buffers of `rows` rows and `columns` columns, holding the first `keep_rows` rows'
+        first `keep_columns` columns of the old ones (default: every row, the filled columns),
+        as far as they fit. The old buffers live until the copy is done: the peak counts both."""
+        if self.allocate is None:
+            raise ValueError("this KV cache has a fixed size (it was made without `allocate`)")
+        n_layer, _, heads, _, width = self.k.shape
+        r = min(rows, self.batch if keep_rows is None else keep_rows)
+        filled = min(self.length, self.capacity) if keep_columns is None else keep_columns
+        c = min(columns, filled)
+        before = self.nbytes
+        shape = (n_layer, rows, heads, columns, width)
+        k, v = self.allocate(shape), self.allocate(shape)
+        if r and c:
+            k[:, :r, :, :c] = self.k[:, :r, :, :c]
+            v[:, :r, :, :c] = self.v[:, :r, :, :c]
+        self.k, self.v = k, v
+        self.peak_bytes = max(self.peak_bytes, before + self.nbytes)
 
     def keep_rows(self, rows: Sequence[int]) -> None:
         """Keep only these batch rows, in this order (finished sequences leave the batch)."""

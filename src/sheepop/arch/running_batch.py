@@ -5,11 +5,11 @@ token to each of them, and a new request should not wait for the batch to drain,
 one hold its row. `RunningBatch` is that batch, on top of an engine's `CachedLM`, in either
 engine (it only indexes and assigns the cache's buffers, which are NumPy arrays or torch tensors).
 
-Layout. One KV cache of `capacity` rows and T_max = block_size columns, allocated once. The rows
+Layout. One KV cache (`store`) of up to `capacity` rows and T_max = block_size columns. The rows
 in use are the first `rows`; a sequence leaving moves the last row into its place (one row's
-copy), so the running rows are always one contiguous view and nothing is reallocated. The
-columns are shared: every step writes column `length` in every row, as a left-padded batch does
-(sheepop.arch.batch). Row b holds its tokens in the contiguous columns start_b .. length-1, so
+copy), so the running rows are always one contiguous view. The columns are shared: every step
+writes column `length` in every row, as a left-padded batch does (sheepop.arch.batch). Row b
+holds its tokens in the contiguous columns start_b .. length-1, so
 
     key_mask[b, c] = c >= start_b          (the columns before start_b are padding)
     pos[b]         = length - start_b      (positions count from the row's own first token)
@@ -28,6 +28,11 @@ columns no row uses (those before min_b start_b) become a quarter of it, every r
 min_b start_b (compaction), so `length` is the longest running row's span and attention never
 reads more columns than that.
 
+Memory. The store holds only what the running rows need (`_fit`): rows and columns grow when a
+join or a step needs more (doubling, sheepop.arch.kv_cache.grown) and shrink once four times
+more than needed is held (`shrunk`); an empty batch holds nothing. So its bytes follow the
+tokens in flight, rows x the longest running span, within a factor of four.
+
 Besides keys and values, a cache may carry per-row state that the next call reads (`ROW_STATE`:
 the digit places' run of digits, `KVCache.digit_run`); it follows its row in and out.
 """
@@ -40,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from sheepop.arch.batch import left_pad
-from sheepop.arch.kv_cache import KVCache
+from sheepop.arch.kv_cache import KVCache, grown, shrunk
 from sheepop.arch.lm import CachedLM
 
 ROW_STATE = ("digit_run",)  # (B, ...) values a KVCache carries for each row, besides K, V
@@ -60,7 +65,7 @@ class RunningBatch:
             raise ValueError(f"a running batch needs at least one row, not {capacity}")
         self.lm = lm
         self.capacity = capacity
-        self.store = lm._new_cache(capacity, lm.block_size)
+        self.store = lm._new_cache(0, lm.block_size)  # no rows, no columns: `_fit` sizes it
         self.max_len = self.store.max_len
         self.rows = 0
         self.length = 0  # the next column every row writes
@@ -95,6 +100,7 @@ class RunningBatch:
         logits = self.lm._logits(idx, fresh, **padding)
         if self.rows == 0:
             self.length = 0
+        self._fit(self.rows + sum(copies), max(L, self.length))
         if L > self.length:  # room on the left for the longest new prompt
             self._shift_right(L - self.length)
         lo, r = self.length - L, self.rows
@@ -115,6 +121,7 @@ class RunningBatch:
         if len(tokens) != B or B == 0:
             raise ValueError(f"{len(tokens)} tokens for {B} running rows")
         self._make_room()
+        self._fit(B, self.length + 1)
         cache = KVCache(self.store.k[:, :B], self.store.v[:, :B])
         cache.length = self.length
         for name, values in self.state.items():
@@ -169,7 +176,28 @@ class RunningBatch:
         self.rows = keep
         if keep == 0:
             self.length = 0
+        self._fit(keep, self.length + 1 if keep else 0)
         return order[:keep]
+
+    # ----- memory ----------------------------------------------------------------------------
+    def _fit(self, rows: int, columns: int) -> None:
+        """Size the store for `rows` rows of `columns` columns: grow what is short, shrink what
+        is four times too large; the running rows' filled columns are copied over."""
+        store = self.store
+        r = shrunk(grown(store.batch, rows, self.capacity, 1), rows, self.capacity, 1)
+        c = shrunk(grown(store.capacity, columns, self.max_len), columns, self.max_len)
+        if (r, c) != (store.batch, store.capacity):
+            store.resize(r, c, self.rows, self.length)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of keys and values held now."""
+        return self.store.nbytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """The most bytes of keys and values held at once so far (growth included)."""
+        return self.store.peak_bytes
 
     # ----- moving columns --------------------------------------------------------------------
     def _shift_right(self, by: int) -> None:

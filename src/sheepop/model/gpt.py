@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
-from sheepop.arch.kv_cache import KVCache, cache_shape, slides
+from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.params import check_shapes, init_rule
 from sheepop.config import ModelConfig
 from sheepop.model.attention import CausalSelfAttention
@@ -168,11 +168,17 @@ class GPT(nn.Module):
         return logits, loss
 
     def new_cache(self, batch: int = 1, max_len: int | None = None) -> KVCache:
-        """A KV cache in the model's device and dtype (sheepop.arch.kv_cache)."""
+        """A KV cache of up to `max_len` (default block_size) positions in the model's device
+        and dtype, growing with the tokens (sheepop.arch.kv_cache)."""
+        return KVCache.growing(self.cfg, batch, self.cache_buffer, max_len)
+
+    def cache_buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The cache's allocation hook: zeros in the model's device and dtype. Made outside
+        inference mode even when a forward pass grows the cache, so that code outside it may
+        still write into the buffers (sheepop.arch.running_batch does)."""
         p = self.tok_emb.weight
-        shape = cache_shape(self.cfg, batch, max_len)
-        return KVCache(torch.zeros(shape, device=p.device, dtype=p.dtype),
-                       torch.zeros(shape, device=p.device, dtype=p.dtype), slides(self.cfg))
+        with torch.inference_mode(False):
+            return torch.zeros(shape, device=p.device, dtype=p.dtype)
 
     def set_attention_path(self, sdpa: bool) -> None:
         for block in self.blocks:

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.arch.batch import allowed_keys
-from sheepop.arch.kv_cache import KVCache, cache_shape, slides
+from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.lora import (
     LoraConfig,
     check_adapters,
@@ -174,9 +174,9 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
 
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
               dtype: type = np.float32) -> KVCache:
-    """A KV cache of NumPy buffers (sheepop.arch.kv_cache)."""
-    shape = cache_shape(cfg, batch, max_len)
-    return KVCache(np.zeros(shape, dtype=dtype), np.zeros(shape, dtype=dtype), slides(cfg))
+    """A KV cache of up to `max_len` (default block_size) positions in NumPy buffers, growing
+    with the tokens (sheepop.arch.kv_cache); the allocation hook is np.zeros."""
+    return KVCache.growing(cfg, batch, partial(np.zeros, dtype=dtype), max_len)
 
 
 def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.0,
