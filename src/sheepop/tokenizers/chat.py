@@ -15,19 +15,30 @@ Training targets (`encode_chat`): x = ids[:-1], y[t] = ids[t + 1] (as a pretrain
 except that y[t] = IGNORE_INDEX wherever ids[t + 1] is not the assistant's to write: what counts
 is the tokens of each assistant turn's content and the <|end|> that closes it, so the model
 learns to answer and to stop, not to predict the user.
+
+A model that ships its own chat template (a real model's tokenizer: `chat_template` is another
+Jinja text) is rendered by that template instead, in a sandbox (sheepop.tokenizers.chat_template),
+with its own loss mask and end of turn (sheepop.tokenizers.chat_shipped); every function here
+takes either kind of tokenizer. sheepop's template is for the models sheepop trains: its tokens
+are never added to a tokenizer that has a template of its own.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.errors import UserError
 from sheepop.tokenizers.base import Tokenizer
+from sheepop.tokenizers.chat_shipped import (
+    shipped_chat_ids,
+    shipped_fit_context,
+    shipped_turn_end,
+)
 
 ROLES = ("system", "user", "assistant")
 END = "<|end|>"
@@ -83,11 +94,19 @@ def has_chat_tokens(tokenizer: Tokenizer) -> bool:
             and tokenizer.chat_template == CHAT_TEMPLATE)
 
 
+def has_model_template(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` ships a chat template of its own (any template but sheepop's)."""
+    return tokenizer.chat_template is not None and tokenizer.chat_template != CHAT_TEMPLATE
+
+
+def can_chat(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` renders conversations: sheepop's template with its tokens, or the
+    model's own template."""
+    return has_chat_tokens(tokenizer) or has_model_template(tokenizer)
+
+
 def require_chat_tokens(tokenizer: Tokenizer, what: str = "this tokenizer") -> None:
-    if not has_chat_tokens(tokenizer):
-        if tokenizer.chat_template not in (None, CHAT_TEMPLATE):
-            raise UserError(f"{what} has a chat template this sheepop does not render (only "
-                            "its own, see docs/finetune.md)")
+    if not can_chat(tokenizer):
         raise UserError(f"{what} has no chat template (with_chat_tokens adds it, as sheepop "
                         "finetune does)")
 
@@ -96,11 +115,10 @@ def with_chat_tokens(tokenizer: Tokenizer) -> tuple[Tokenizer, int]:
     """(a tokenizer with the chat tokens and template, how many ids were added).
 
     Missing tokens of CHAT_SPECIALS get new ids vocab_size, vocab_size + 1, ... in that order;
-    every existing id keeps its meaning, so a model needs only new rows for the added ids.
+    every existing id keeps its meaning, so a model needs only new rows for the added ids. A
+    tokenizer with a template of its own is returned as it is: its model was taught that one.
     """
-    if tokenizer.chat_template not in (None, CHAT_TEMPLATE):
-        require_chat_tokens(tokenizer)  # (another template: refused, never replaced)
-    if has_chat_tokens(tokenizer):
+    if has_chat_tokens(tokenizer) or has_model_template(tokenizer):
         return tokenizer, 0
     grown = tokenizer.with_special_tokens(CHAT_SPECIALS)
     if grown is tokenizer:  # the tokens were there already, the template was not
@@ -150,11 +168,14 @@ def chat_ids(tokenizer: Tokenizer, messages: Sequence[Message],
 
     The ids equal tokenizer.encode(render_chat(...)): the special tokens cut the text into the
     same ordinary pieces either way, so the conversation's ids are its messages' ids in a row.
+    (A model's own template: sheepop.tokenizers.chat_shipped.)
     """
     problem = message_problem(list(messages))
     if problem is not None:
         raise UserError(f"not a conversation: {problem}")
     require_chat_tokens(tokenizer)
+    if has_model_template(tokenizer):
+        return shipped_chat_ids(tokenizer, messages, add_generation_prompt)
     ids: list[int] = []
     own: list[bool] = []
     for k, m in enumerate(messages, 1):
@@ -178,6 +199,8 @@ def fit_context(tokenizer: Tokenizer, messages: Sequence[Message], limit: int
     take more than `limit` tokens.
     """
     chat_ids(tokenizer, messages)  # checks the conversation and the tokenizer
+    if has_model_template(tokenizer):
+        return shipped_fit_context(tokenizer, messages, limit)
     pieces = [message_ids(tokenizer, m)[0] for m in messages]
     head = 1 if messages[0]["role"] == "system" else 0
     cuts = [head] + [k for k in range(head + 1, len(messages)) if messages[k]["role"] == "user"]
@@ -208,3 +231,23 @@ def encode_chat(tokenizer: Tokenizer, messages: Sequence[Message],
     if train_on == "assistant":
         y[~np.asarray(own[1:], dtype=bool)] = IGNORE_INDEX
     return x, y
+
+
+class TurnEnd(NamedTuple):
+    """How an answer ends: `ids`, the tokens that end it (never shown); `eos_id`, the first of
+    them (for loops that stop at one id); `stops`, every other special token's name (a model
+    that writes one is not answering any more: the text is cut there)."""
+    ids: frozenset[int]
+    eos_id: int
+    stops: list[str]
+
+
+def turn_end(tokenizer: Tokenizer) -> TurnEnd:
+    """The end of an answer: sheepop's <|end|>, or with a model's own template the token that
+    template closes an answer with and the tokenizer's end-of-sequence token (SmolLM2:
+    <|im_end|>, both)."""
+    require_chat_tokens(tokenizer)
+    ends = (shipped_turn_end(tokenizer) if has_model_template(tokenizer)
+            else [tokenizer.special_tokens[END]])
+    stops = [t for t, i in tokenizer.special_tokens.items() if i != ends[0]]
+    return TurnEnd(frozenset(ends), ends[0], stops)
