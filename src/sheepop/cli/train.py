@@ -57,6 +57,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "(needs the tensorboard package)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in RUN_DIR from its last checkpoint")
+    p.add_argument("--init-from", metavar="SOURCE_RUN",
+                   help="start a new run from the model of SOURCE_RUN (a trained, imported or "
+                        "fine-tuned run; a LoRA run merged): its architecture, tokenizer and "
+                        "weights, with a new optimizer from step 0 and this run's [train] "
+                        "settings; of the model, only model.dropout and model.block_size may be "
+                        "set (the context lowered, or raised where positions are not learned)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar, even on a terminal: plain lines instead")
     p.add_argument("--nproc", type=int, metavar="N", help="train on N processes of this machine "
@@ -66,7 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    """Preset (or the run's saved config with --resume), file, --set, then the typed flags."""
+    """Preset (or the run's saved config with --resume), file, --set, then the typed flags;
+    with --init-from, the model's settings are the source run's (sheepop.train.init_from)."""
+    if args.init_from is not None:
+        from sheepop.errors import UserError
+        from sheepop.train.init_from import init_config, open_source
+        if args.resume:
+            raise UserError("--init-from starts a new run and --resume continues one: give one "
+                            "of them")
+        source = open_source(args.init_from, args.out)
+        return init_config(source, args.preset, args.config, args.overrides, flag_values(args))
     if args.resume:
         from sheepop.train.run_lock import check_free
         check_free(args.out)  # a running writer may be replacing the checkpoint right now
@@ -88,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     with distributed.session(cfg.train) as job:  # one process, or this rank of a torchrun job
         trainer = setup(args.data, cfg, args.out, resume=args.resume, log=job.log,
                         is_main=job.is_main, progress="lines" if args.no_progress else True,
-                        wrap_engine=job.wrap_engine)
+                        wrap_engine=job.wrap_engine, init_from=args.init_from)
         job.shard(trainer)
         summary = trainer.run()
     # Interrupted (Ctrl-C, SIGTERM, SIGHUP): 128 + the signal's number, as a shell reports it.

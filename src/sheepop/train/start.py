@@ -26,6 +26,17 @@ from sheepop.errors import UserError
 from sheepop.model_size import describe_kv_cache
 from sheepop.tokenizers import loads as load_tokenizer
 from sheepop.train import run_lock, signals
+from sheepop.train.init_from import (
+    Source,
+    check_model,
+    check_prepared,
+    evaluate_start,
+    open_source,
+    saved_record,
+    source_model,
+    unknown_warning,
+    with_record,
+)
 from sheepop.train.loop import Engine, Trainer
 from sheepop.train.same_model import check_same_model
 from sheepop.words import plural
@@ -85,8 +96,17 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
     (sheepop.train.distributed) before any optimizer state is loaded. Fine-tuning passes
     `initial_weights` (a new run starts from them) and `lora` (they stay frozen, the
     checkpoint holds the adapters: a resumed LoRA run needs the same `initial_weights`).
+    `init_from`: a run directory whose model, tokenizer and weights the new run starts from,
+    with a new optimizer at step 0 (sheepop.train.init_from; `cfg` from `init_config`).
     """
     run_dir = Path(run_dir)
+    source = None
+    if options.get("init_from") is not None:  # checked before the lock writes into run_dir
+        if resume:
+            raise UserError("--init-from starts a new run and --resume continues one: give one "
+                            "of them")
+        source = open_source(options["init_from"], run_dir)
+    options["init_from"] = source
     lock = run_lock.acquire(run_dir) if is_main else None
     try:
         if lock is not None:
@@ -105,7 +125,9 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
            wrap_engine: Callable[[Engine], Engine] | None = None, sampler=None,
            eval_data: tuple[np.ndarray, np.ndarray] | None = None,
            initial_weights: dict[str, np.ndarray] | None = None,
-           lora: LoraConfig | None = None) -> Trainer:
+           lora: LoraConfig | None = None, init_from: Source | None = None
+           ) -> Trainer:
+    source = init_from
     weights, tokenizer, arrays, state = initial_weights, None, None, None
     if resume:
         if not checkpoint.holds_checkpoint(run_dir):
@@ -120,6 +142,18 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
     elif checkpoint.holds_checkpoint(run_dir):
         raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
                         "another --out")
+    if source is not None:
+        note = check_model(source, cfg.model)  # before the weights are read
+        cfg = with_record(cfg, source.record())
+        tokenizer, weights = source_model(source, cfg.model)
+        check_prepared(data_path, tokenizer, source)
+        log(f"init from {source.path}"
+            + (f" (step {source.step})" if source.step is not None else "")
+            + ": its model, tokenizer and weights; a new optimizer, from step 0")
+        if note is not None:
+            log(note)
+    elif resume and (record := saved_record(run_dir)) is not None:
+        cfg = with_record(cfg, record)  # kept in the checkpoints to come
     cfg.validate()
     if resume:  # before the data is read: a changed model is refused in words
         check_same_model(run_dir, cfg.model)
@@ -128,6 +162,8 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
     cfg.validate()
     for line in data.report:
         log(line)
+    if source is not None and (warning := unknown_warning(data, data_path)):
+        log(warning)
     engine = make_engine(cfg, weights, lora, saved if resume and lora is not None else None)
     if wrap_engine is not None:
         engine = wrap_engine(engine)
@@ -147,5 +183,8 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
         trainable, total = engine.trainable_params(), engine.num_params()
         log(f"LoRA rank {lora.rank}, alpha {lora.alpha:g} on {', '.join(lora.targets)}: "
             f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%)")
-    return Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress, sampler,
-                   eval_data)
+    trainer = Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress,
+                      sampler, eval_data)
+    if source is not None:
+        evaluate_start(trainer, source, log)
+    return trainer
