@@ -1,8 +1,10 @@
 """`sheepop chat RUN_DIR`: talk to a fine-tuned model, one turn after the other.
 
-The conversation so far is the prompt of each answer (sheepop.tokenizers.chat): the system
-message, the earlier turns, the new user message, then <|assistant|>; the answer streams until
-the model writes <|end|>. When the prompt would leave the answer less than `reserve` tokens of
+The conversation so far is the prompt of each answer, rendered by the run's chat template
+(sheepop.tokenizers.chat: sheepop's own for a run made by `sheepop finetune`, the model's own for
+an imported model such as SmolLM2): the system message, the earlier turns, the new user message,
+then the generation prompt; the answer streams until the model writes the end of its turn
+(sheepop's <|end|>, SmolLM2's <|im_end|>: `turn_end`), which is not shown. When the prompt would leave the answer less than `reserve` tokens of
 context, the oldest turns are dropped (never the system message), and stay dropped.
 
 Two ways to drive it:
@@ -42,8 +44,9 @@ NO_TEMPLATE = ("this run's tokenizer has no chat template: fine-tune it with she
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "chat", help="talk to a fine-tuned model",
-        description="Talk to a model fine-tuned on conversations (sheepop finetune). Each "
+        "chat", help="talk to a fine-tuned or imported chat model",
+        description="Talk to a model fine-tuned on conversations (sheepop finetune), or an "
+                    "imported chat model through its own chat template. Each "
                     "answer is streamed as it is written and ends at the end-of-turn token; "
                     "the conversation stays in the context, the oldest turns dropped when the "
                     "prompt would leave the answer fewer than min(--max-new-tokens, context/4) "
@@ -53,7 +56,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "to stderr. Sampling settings: the run's [sample] section, then the flags.",
         formatter_class=HelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop "
-                   "finetune` (or any run whose tokenizer has the chat tokens)")
+                   "finetune`, or any run whose tokenizer has a chat template (an imported "
+                   "chat model's own)")
     p.add_argument("--system", default="", metavar="TEXT",
                    help="the system message that opens the conversation (empty: none)")
     run_value = "the run's {key}; default {default}"
@@ -100,15 +104,15 @@ class Chat:
 
     def __init__(self, model: Any, sample: SampleConfig, system: str, show_prompt: bool,
                  note: TextIO):
-        from sheepop.tokenizers.chat import END
+        from sheepop.tokenizers.chat import turn_end
         self.model, self.sample, self.show_prompt, self.note = model, sample, show_prompt, note
         self.tokenizer = model.tokenizer
         self.system = system
         self.messages: list[dict[str, str]] = []
         self.answers = 0
-        self.end_id = self.tokenizer.special_tokens[END]
         # Any other special token also ends the answer (an undertrained model may write one).
-        self.stops = [t for t in self.tokenizer.special_tokens if t != END]
+        end = turn_end(self.tokenizer)
+        self.end_id, self.stops = end.eos_id, end.stops
         block = model.config.model.block_size
         self.limit = block - min(sample.max_new_tokens, block // 4)
 
@@ -238,11 +242,11 @@ def interactive(chat: Chat, stdin: TextIO, out: TextIO, note: TextIO) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sheepop.inference import load
-    from sheepop.tokenizers.chat import has_chat_tokens, require_chat_tokens
+    from sheepop.tokenizers.chat import can_chat, require_chat_tokens
     sample = run_config(args.run_dir, [], None, flag_values(args), only=("sample",)
                         ).validate().sample
     model = load(model_dir(args), args.engine, args.device)
-    if not has_chat_tokens(model.tokenizer):
+    if not can_chat(model.tokenizer):
         if model.tokenizer.chat_template is not None:
             require_chat_tokens(model.tokenizer, "this run's tokenizer")
         raise UserError(NO_TEMPLATE)

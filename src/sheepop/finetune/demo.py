@@ -30,7 +30,7 @@ from sheepop.finetune.run import base_model, finetune
 from sheepop.finetune.tasks import cut_answer, read_items, score, write_demo_data
 from sheepop.generate import generate_batch_ids
 from sheepop.inference import build, load
-from sheepop.tokenizers.chat import END, chat_ids
+from sheepop.tokenizers.chat import chat_ids, turn_end
 
 N_TRAIN, N_HELDOUT = 20_000, 300
 BASE_MINUTES, MINUTES = 5.0, 10.0
@@ -46,9 +46,10 @@ THREADS = ("train.threads=1",)
 
 
 def answers(model, items, max_new_tokens: int = 12, batch: int = 64) -> list[str]:
-    """Greedy answers of `model` (an InferenceModel with chat tokens) to each item's prompt."""
+    """Greedy answers of `model` (an InferenceModel with a chat template) to each item's
+    prompt."""
     tok = model.tokenizer
-    end = tok.special_tokens[END]
+    end = turn_end(tok).eos_id
     greedy = SampleConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     out = []
     for i in range(0, len(items), batch):

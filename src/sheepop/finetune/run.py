@@ -1,8 +1,9 @@
 """`sheepop finetune`: supervised fine-tuning of a trained run on conversations, in full or with
 LoRA adapters, through the shared trainer.
 
-    base run --(chat tokens added: tokenizer and weights grow)--> model
-    chats.jsonl --(chat template, loss on the assistant's tokens)--> (x, y) examples
+    base run --(sheepop's chat tokens added: tokenizer and weights grow)--> model
+             (a base with its own chat template, e.g. an imported SmolLM2: kept as it is)
+    chats.jsonl --(the chat template, loss on the assistant's tokens)--> (x, y) examples
     the shared trainer: ChatSampler batches, AdamW over every weight (full) or the adapters
 
 What belongs to the fine-tuning lives in the run's `finetune.json`:
@@ -35,7 +36,7 @@ from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, read_document, write_document
 from sheepop.finetune.sampler import ChatSampler, fixed_batches
 from sheepop.inference import grown_for, read_run
-from sheepop.tokenizers.chat import with_chat_tokens
+from sheepop.tokenizers.chat import has_model_template, with_chat_tokens
 
 RUN_FILE = "finetune.json"
 RUN_DOCUMENT = DocumentFormat("sheepop-finetune-run", 1, "sheepop fine-tuning run file")
@@ -79,8 +80,8 @@ class FinetuneOptions:
 
 
 def base_model(base_run: str | Path) -> tuple[Config, Any, dict[str, np.ndarray], int]:
-    """The base run's config, its tokenizer with the chat tokens, its weights grown to match,
-    and how many tokens were added."""
+    """The base run's config, its tokenizer ready to chat (sheepop's chat tokens added, unless it
+    has a template of its own), its weights grown to match, and how many tokens were added."""
     cfg, base_tokenizer, weights = read_run(base_run)
     tokenizer, added = with_chat_tokens(base_tokenizer)
     weights = grown_for(weights, base_tokenizer, tokenizer)
@@ -139,8 +140,12 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
         defaults = {**TRAIN_DEFAULTS, "lr": LR["lora" if lora else "full"]}
         cfg = build_config(None, None, overrides, base=_with_train(cfg, defaults),
                            values=values, only=("train", "sample"))
-        log(f"base: {base_run}; the tokenizer gained {added} chat token"
-            f"{'s' if added != 1 else ''} ({tokenizer.vocab_size} ids)")
+        if has_model_template(tokenizer):
+            log(f"base: {base_run}; conversations through the model's own chat template "
+                f"({tokenizer.vocab_size} ids)")
+        else:
+            log(f"base: {base_run}; the tokenizer gained {added} chat token"
+                f"{'s' if added != 1 else ''} ({tokenizer.vocab_size} ids)")
     cfg.validate()
     chats = read_conversations(data_path, tokenizer, cfg.model.block_size, train_on)
     for line in chats.report():

@@ -2,7 +2,8 @@
 
     GET  /v1/inspect   the model's shape: layers, heads, context, position kind, chat or not
     POST /v1/inspect   {"prompt": "text" | [ids]} or {"messages": [...]} (a chat model's
-                       conversation, with the assistant's turn opened), "top" (1..20, default 5),
+                       conversation through its chat template, sheepop's or the model's
+                       own, with the assistant's turn opened), "top" (1..20, default 5),
                        "layers" (the attention of these layers only; default all), "lens"
                        (false: leave the logit lens out)
 
@@ -35,7 +36,7 @@ from sheepop.inference import InferenceModel, inspect
 from sheepop.serve.app import read_json
 from sheepop.serve.protocol import ApiError, bad
 from sheepop.tokenizers import Tokenizer
-from sheepop.tokenizers.chat import chat_ids, has_chat_tokens, message_problem
+from sheepop.tokenizers.chat import can_chat, chat_ids, message_problem
 
 MAX_TOP = 20
 MAX_ATTENTION_CELLS = 1 << 21
@@ -57,7 +58,7 @@ POSITION_FORMULAS = {
 
 def describe(model: InferenceModel, name: str) -> dict[str, Any]:
     m = model.config.model
-    chat = model.tokenizer is not None and has_chat_tokens(model.tokenizer)
+    chat = model.tokenizer is not None and can_chat(model.tokenizer)
     return {"object": "model.shape", "model": name, "engine": model.engine,
             "n_layer": m.n_layer, "n_head": m.n_head, "n_kv_head": m.kv_heads,
             "n_embd": m.n_embd, "context": m.block_size, "vocab_size": m.vocab_size,
@@ -68,7 +69,7 @@ def describe(model: InferenceModel, name: str) -> dict[str, Any]:
 def _prompt_ids(body: dict, tokenizer: Tokenizer) -> list[int]:
     """The prompt's token ids: a string, a list of ids, or a conversation's messages."""
     if "messages" in body:
-        if not has_chat_tokens(tokenizer):
+        if not can_chat(tokenizer):
             raise bad("messages", "this model has no chat template: give a 'prompt'",
                       code="no_chat_template")
         messages = body["messages"]

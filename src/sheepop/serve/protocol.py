@@ -25,7 +25,7 @@ from sheepop.config import SampleConfig
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.tokenizers import Tokenizer
-from sheepop.tokenizers.chat import END, chat_ids, has_chat_tokens, message_problem
+from sheepop.tokenizers.chat import can_chat, chat_ids, message_problem, turn_end
 
 MAX_N = 8            # choices per prompt (OpenAI allows 128; a small CPU server needs fewer)
 MAX_STOPS = 4        # stop strings, as OpenAI
@@ -214,15 +214,16 @@ def parse(body: Any, served: Served, chat: bool) -> Request:
     _refuse_unsupported(body)
     tok, d = served.tokenizer, served.defaults
     if chat:
-        if not has_chat_tokens(tok):
+        if not can_chat(tok):
             raise bad("messages", NO_TEMPLATE, code="no_chat_template")
-        try:
+        try:  # the model's own template, or sheepop's (sheepop.tokenizers.chat)
             prompts = [chat_ids(tok, _messages(body), add_generation_prompt=True)[0]]
-        except UserError as e:  # e.g. a message holding a special token
+            turn = turn_end(tok)
+        except UserError as e:  # e.g. a message holding a special token, a template's refusal
             raise bad("messages", str(e)) from None
         texts = [tok.decode(prompts[0])]
-        end = frozenset({tok.special_tokens[END]})
-        stops = [t for t in tok.special_tokens if t != END]  # (any other turn ends too)
+        end = turn.ids
+        stops = [t for t in turn.stops if tok.special_tokens[t] not in end]  # (another turn)
         top = None
         if _bool(body, "logprobs"):
             top = _int(body, "top_logprobs", 0, MAX_LOGPROBS, 0)
