@@ -18,6 +18,7 @@ from sheepop import checkpoint
 from sheepop.cli import main
 from sheepop.cli.chat import Chat, escape, interactive, piped, unescape
 from sheepop.config import Config, ModelConfig, SampleConfig
+from sheepop.generate import generate
 from sheepop.inference import load
 from sheepop.scratch.init import param_shapes
 from sheepop.text_stream import stream_text
@@ -225,3 +226,41 @@ def test_best_chats_with_the_runs_best_checkpoint(runs, tmp_path, monkeypatch, c
     out, err = capsys.readouterr()
     assert out == escape(want) + "\n"
     assert "the best checkpoint of" in err and "step 4, val loss 0.5000" in err
+
+
+def test_a_model_with_its_own_template_answers_through_it(tmp_path, monkeypatch, capsys):
+    """A run whose tokenizer ships SmolLM2's ChatML template: the prompt is that template's
+    text, each answer ends at <|im_end|> (never shown), as sheepop's own greedy generation."""
+    from chatml import chatml_tokenizer
+    tok = chatml_tokenizer()
+    end = tok.special_tokens["<|im_end|>"]
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=192, n_layer=1, n_head=2,
+                            n_embd=32, tie_weights=False)
+    checkpoint.save_checkpoint(tmp_path / "smol", weights(cfg.model, end, seed=5),
+                               cfg.to_dict(), tok.to_json())
+    model = load(tmp_path / "smol", "numpy")
+    system = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+              "Hugging Face<|im_end|>\n")
+    prompts, expected, text = [], [], system
+    stops = ["<|endoftext|>", "<|im_start|>"]
+    for user in ("The capital?", "of France"):
+        text += f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+        prompts.append(text)
+        cfg_sample = SampleConfig(temperature=0, max_new_tokens=MAX_NEW)
+        answer = "".join(stream_text(model.lm, tok.encode(text), cfg_sample,
+                                     IncrementalDecoder(tok), stop=stops, eos_id=end))
+        expected.append(answer)
+        text += f"{answer}<|im_end|>\n"
+    first = [s.token for s in generate(model.lm, tok.encode(prompts[0]), cfg_sample,
+                                       eos_id=end)]
+    assert len(first) < MAX_NEW and first[-1] == end  # (this seed's first answer ends so)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("The capital?\nof France\n"))
+    assert main(["chat", str(tmp_path / "smol"), *GREEDY, "--engine", "numpy",
+                 "--show-prompt"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "".join(escape(a) + "\n" for a in expected)
+    assert "<|im_end|>" not in out
+    shown = [line.split(": ", 2)[2] for line in err.splitlines()
+             if line.startswith("sheepop: prompt (")]
+    assert shown == [escape(p) for p in prompts]

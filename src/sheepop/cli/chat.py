@@ -1,11 +1,12 @@
-"""`sheepop chat RUN_DIR`: talk to a fine-tuned model, one turn after the other.
+"""`sheepop chat RUN_DIR`: talk to a chat model, one turn after the other.
 
 The conversation so far is the prompt of each answer, rendered by the run's chat template
 (sheepop.tokenizers.chat: sheepop's own for a run made by `sheepop finetune`, the model's own for
 an imported model such as SmolLM2): the system message, the earlier turns, the new user message,
 then the generation prompt; the answer streams until the model writes the end of its turn
-(sheepop's <|end|>, SmolLM2's <|im_end|>: `turn_end`), which is not shown. When the prompt would leave the answer less than `reserve` tokens of
-context, the oldest turns are dropped (never the system message), and stay dropped.
+(sheepop's <|end|>, SmolLM2's <|im_end|>: `turn_end`), which is not shown. When the prompt would
+leave the answer less than `reserve` tokens of context, the oldest turns are dropped (never the
+system message), and stay dropped.
 
 Two ways to drive it:
 - a terminal: prompts, notes and the banner on stderr, the answer streamed on stdout. Ctrl-C

@@ -7,10 +7,11 @@ One conversation a line, in either of the two forms the ecosystem uses:
 
 Each conversation becomes one example (x, y) through the tokenizer's chat template, sheepop's
 or the model's own (sheepop.tokenizers.chat.encode_chat): x the ids, y the next token where it
-counts in the loss (the assistant's tokens) and IGNORE_INDEX elsewhere. A line that gives no example is skipped and recorded with its line
-number (1-based) and the reason: not valid JSON, not a JSON object, neither form, an unknown
-role, missing or non-string content, an empty conversation, a system message after the first,
-a special token's name inside a message, a model's template refusing it (raise_exception), no assistant turn to learn from (with
+counts in the loss (the assistant's tokens) and IGNORE_INDEX elsewhere. A line that gives no
+example is skipped and recorded with its line number (1-based) and the reason: not valid JSON,
+not a JSON object, neither form, an unknown role, missing or non-string content, an empty
+conversation, a system message after the first, a special token's name inside a message, a
+model's template refusing it (raise_exception), no assistant turn to learn from (with
 train_on="assistant" nothing in it would count in the loss), or more tokens than the context
 ("does not fit the context of N tokens": cutting it would train on a turn without its end).
 Blank lines are not conversations and are not counted. No usable line at all is an error.
