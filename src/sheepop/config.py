@@ -34,7 +34,7 @@ POS_ENCODINGS = tuple(POSITION_KINDS)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.layer_kinds
 FFNS = tuple(FFN_SHAPES)
-TOKENIZER_KINDS = ("char", "word", "bpe", "digits")
+TOKENIZER_KINDS = ("char", "word", "bpe", "digits", "pretrained")  # pretrained: imported only
 SAMPLING_MODES = ("random", "chunks")
 
 # What config.json's sections mean ("config_version"; a file without it is version 1).

@@ -1,4 +1,5 @@
-"""Tokenizers: char, word, byte-level BPE and digits behind one interface (see base.py).
+"""Tokenizers: char, word, byte-level BPE and digits behind one interface (see base.py), and a
+pretrained model's own tokenizer read from its tokenizer.json or GGUF file (pretrained/).
 
     tok = train_tokenizer("bpe", texts, vocab_size=4096)
     tok.save("tok.json"); tok = load("tok.json")      # whichever kind the file holds
@@ -38,6 +39,7 @@ _CLASSES = {
     "word": ("sheepop.tokenizers.word", "WordTokenizer"),
     "bpe": ("sheepop.tokenizers.bpe", "BPETokenizer"),
     "digits": ("sheepop.tokenizers.digits", "DigitsTokenizer"),
+    "pretrained": ("sheepop.tokenizers.pretrained.tokenizer", "PretrainedTokenizer"),
 }
 
 __all__ = ["BOS", "EOS", "PAD", "UNK", "KINDS", "DEFAULT_BPE_VOCAB", "Tokenizer",

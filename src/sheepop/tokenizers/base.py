@@ -160,6 +160,19 @@ class Tokenizer(ABC):
             ids.append(self._required_special(EOS))
         return ids
 
+    @property
+    def special_affixes(self) -> tuple[list[int], list[int]]:
+        """The special ids the model's own tokenizer puts before and after a model input (a
+        pretrained Llama's BOS); sheepop's own kinds put none."""
+        return [], []
+
+    def encode_for_model(self, text: str) -> list[int]:
+        """Ids of `text` as a model input, as the model's own tokenizer gives them: the ids of
+        `transformers`' `tokenizer(text)["input_ids"]` (special ids added). `encode(text)`
+        gives the raw ids."""
+        before, after = self.special_affixes
+        return [*before, *self.encode(text), *after]
+
     def encode_batch(self, texts: Iterable[str], **kw: Any) -> list[list[int]]:
         return [self.encode(t, **kw) for t in texts]
 
