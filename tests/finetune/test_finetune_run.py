@@ -219,3 +219,56 @@ def test_a_lora_runs_best_and_kept_checkpoints_load_through_its_base(base, tmp_p
     assert main(["generate", str(out), "--best", "--prompt", "what", "--max-new-tokens", "3",
                  "--temperature", "0"]) == 0
     assert "the best checkpoint of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lora", [None, LoraConfig(4, 8.0, ("qkv", "fc"))], ids=["full", "lora"])
+def test_a_base_with_its_own_chat_template_trains_on_the_assistants_tokens(tmp_path, lora):
+    """A base whose tokenizer ships SmolLM2's ChatML template: no sheepop chat token is added
+    (the vocabulary, the weights' rows and the template stay), every example is rendered by
+    that template, and the only targets that count are each answer, <|im_end|> and its line
+    break; the fine-tune trains and the result chats through the same template."""
+    from chatml import chatml_tokenizer
+
+    from sheepop.arch import IGNORE_INDEX
+    from sheepop.config import Config, ModelConfig
+    from sheepop.data.chat import read_conversations
+    from sheepop.tokenizers.chat import chat_ids, turn_end
+    tok = chatml_tokenizer()
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=1, n_head=2,
+                            n_embd=32, dropout=0.0)
+    rng = np.random.default_rng(0)
+    from sheepop.scratch.init import param_shapes
+    w = {k: (rng.normal(size=s) * 0.1).astype(np.float32) for k, s in
+         param_shapes(cfg.model).items()}
+    checkpoint.save_checkpoint(tmp_path / "base", w, cfg.to_dict(), tok.to_json())
+    chats = [{"messages": [{"role": "user", "content": f"what comes after {n}?"},
+                           {"role": "assistant", "content": f"{n + 1}"}]} for n in range(12)]
+    (tmp_path / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in chats))
+
+    data = read_conversations(tmp_path / "chats.jsonl", tok, 128)
+    E = tok.special_tokens["<|im_end|>"]
+    for chat, (x, y) in zip(chats, data.examples):
+        answer = chat["messages"][1]["content"]
+        assert [int(v) for v in y if v != IGNORE_INDEX] == tok.encode(answer) + [E] + \
+            tok.encode("\n")
+        assert x.tolist() == chat_ids(tok, chat["messages"])[0][:-1]
+
+    lines = []
+    summary = finetune(str(tmp_path / "base"), str(tmp_path / "chats.jsonl"), tmp_path / "ft",
+                       lora, overrides=SETTINGS + ["train.decay_steps=4"],
+                       values={"train.steps": 4, "train.engine": "torch"},
+                       log=lines.append, progress=False)
+    assert summary.steps == 4
+    assert any(line.endswith("conversations through the model's own chat template (360 ids)")
+               for line in lines), lines
+    model = inference.load(tmp_path / "ft", "numpy")
+    assert model.tokenizer.to_json() == tok.to_json()
+    assert model.config.model.vocab_size == tok.vocab_size
+    assert turn_end(model.tokenizer).eos_id == E
+    if lora is not None:
+        assert LoraConfig.load(tmp_path / "ft").new_tokens == 0
+        assert "tok_emb.new_rows" not in checkpoint.load_weights(tmp_path / "ft")
+    rows = [json.loads(line) for line in (tmp_path / "ft" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert all(np.isfinite(r["loss"]) for r in rows if "loss" in r)
