@@ -140,3 +140,26 @@ def test_rotary_positions_may_run_past_the_source_context(capsys, imported_llama
     assert ("context 80, past the source's 64: rope positions are computed, but the source never "
             "trained on those; this run does") in out
     assert checkpoint.load_config(tmp_path / "long")["model"]["block_size"] == 80
+
+
+def test_an_imported_llama_starts_at_its_own_loss_in_both_engines(capsys, imported_llama, text,
+                                                                  tmp_path):
+    """Grouped-query attention, rotary positions, RMSNorm and SwiGLU in each training engine:
+    the step-0 evaluation equals the imported model's loss through sheepop.inference."""
+    from sheepop import inference
+    from sheepop.data.windows import eval_windows
+    starts = {}
+    for engine in ("torch", "numpy"):
+        out = tmp_path / engine
+        assert main(["train", str(text), "--init-from", str(imported_llama), "--out", str(out),
+                     "--steps", "2", "--engine", engine, *SMALL,
+                     "--set", "model.block_size=32"]) == 0, capsys.readouterr().err
+        starts[engine] = rows(out)[0]["val_loss"]
+        assert rows(out)[-1]["val_loss"] < starts[engine]
+    model = inference.load(imported_llama, engine="numpy", device="cpu")
+    ids = np.asarray(model.tokenizer.encode(TEXT, add_eos=model.tokenizer.eos_id is not None))
+    val = ids[len(ids) - int(len(ids) * 0.1):]
+    x, y = eval_windows(val, 32, 8, model.tokenizer.pad_id or 0)
+    total, count = model.loss_sum(x, y)
+    assert starts["torch"] == pytest.approx(total / count, rel=1e-5)
+    assert starts["numpy"] == pytest.approx(total / count, rel=1e-5)
