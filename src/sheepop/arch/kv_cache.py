@@ -193,3 +193,21 @@ class KVCache:
         self.k, self.v = self.k[:, rows], self.v[:, rows]
         if self.digit_run is not None:
             self.digit_run = self.digit_run[rows]
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB"):
+        if n < 1024:
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.2f} GiB"
+
+
+def describe_memory(cache: KVCache) -> str:
+    """'KV cache: 2,048 of 8,192 positions allocated, 94.5 MiB (peak 141.8 MiB; the whole
+    context: 377.5 MiB)': what a cache holds now, the most it held at once (a growth holds the
+    old and the new buffers for a moment), and what a cache preallocated to max_len would hold."""
+    per_column = cache.nbytes // cache.capacity if cache.capacity else 0
+    return (f"KV cache: {cache.capacity:,} of {cache.max_len:,} positions allocated, "
+            f"{_size(cache.nbytes)} (peak {_size(cache.peak_bytes)}; the whole context: "
+            f"{_size(per_column * cache.max_len)})")

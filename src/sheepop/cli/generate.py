@@ -158,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(piece)
             out.flush()
         out.write("\n")
+        kv_line(lm, args.no_cache)
         return 0
     steps = generate(lm, ids, sample_cfg, use_cache=not args.no_cache,
                      eos_id=tokenizer.eos_id, show_probs=args.show_probs)
@@ -166,4 +167,13 @@ def run(args: argparse.Namespace) -> int:
         out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   drawn from: {shown}")
         out.flush()
     out.write("\n")
+    kv_line(lm, args.no_cache)
     return 0
+
+
+def kv_line(lm, no_cache: bool) -> None:
+    """After the text, on stderr: the KV cache's bytes actually allocated (it grows with the
+    tokens, sheepop.arch.kv_cache), its peak, and the whole context's figure."""
+    if not no_cache:
+        from sheepop.arch.kv_cache import describe_memory
+        print(f"sheepop: {describe_memory(lm.cache)}", file=sys.stderr)

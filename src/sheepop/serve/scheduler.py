@@ -84,7 +84,8 @@ class Scheduler:
         self.deliver: Delivery = lambda batch: None
         self.out: dict[Job, list[Event]] = {}
         self.stats = {"steps": 0, "tokens": 0, "prefills": 0, "decode_s": 0.0,
-                      "prefill_s": 0.0, "cancelled": 0, "peak_running": 0}
+                      "prefill_s": 0.0, "cancelled": 0, "peak_running": 0,
+                      "kv_cache_peak_bytes": 0}
 
     # ----- the event loop's side ---------------------------------------------------------------
     def start(self, deliver: Delivery) -> None:
@@ -118,8 +119,11 @@ class Scheduler:
         return future
 
     def status(self) -> dict[str, Any]:
+        """The counters (GET /health): `kv_cache_bytes` is what the running batch's KV cache
+        holds now (it follows the tokens in flight), `kv_cache_peak_bytes` the most so far."""
         return {"running": len(self.running), "waiting": len(self.waiting),
-                "max_batch": self.max_batch, "max_queue": self.max_queue, **self.stats}
+                "max_batch": self.max_batch, "max_queue": self.max_queue,
+                "kv_cache_bytes": self.batch.nbytes, **self.stats}
 
     def stop(self) -> None:
         """Cancel what is left (the app has let the running requests finish until its
@@ -234,6 +238,8 @@ class Scheduler:
         self.stats["steps"] += 1
         self.stats["tokens"] += len(self.running)
         self.stats["peak_running"] = max(self.stats["peak_running"], len(self.running))
+        self.stats["kv_cache_peak_bytes"] = max(self.stats["kv_cache_peak_bytes"],
+                                                self.batch.peak_bytes)
         self.stats["decode_s"] += time.perf_counter() - t0
         self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
 
