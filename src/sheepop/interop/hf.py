@@ -125,7 +125,7 @@ def import_hf(hf_dir: str | Path, run_dir: str | Path, overwrite: bool = False,
     if tokenizer.vocab_size != cfg.model.vocab_size:
         raise UserError(f"{hf_dir}: the tokenizer has {tokenizer.vocab_size} ids but the model "
                         f"{cfg.model.vocab_size} (sheepop needs them equal)")
-    cfg.data.tokenizer, cfg.data.vocab_size = "bpe", tokenizer.vocab_size
+    cfg.data.tokenizer, cfg.data.vocab_size = tokenizer.kind, tokenizer.vocab_size
     config = {**cfg.to_dict(), "source": {"format": arch.format, "path": str(hf_dir.resolve())}}
     checkpoint.save_checkpoint(run_dir, weights, config, tokenizer.to_json())
     return cfg, arch
