@@ -193,7 +193,7 @@ def _pretrained_vocab(tok: Any) -> dict[str, Any]:
     if pre is None or hf.get("normalizer") is not None or model.byte_fallback \
             or model.prefix or model.suffix or model.unk_token is not None \
             or model.ignore_merges != (pre in IGNORE_MERGES) \
-            or not _same(hf.get("decoder"), _byte_level(True)):
+            or (hf.get("decoder") or {}).get("type") != "ByteLevel":
         raise UserError("this pretrained tokenizer is not a byte-level BPE whose pre-tokenizer "
                         "llama.cpp names (gpt2, smollm, llama-bpe, qwen2, falcon, default), so "
                         "it has no GGUF form")
