@@ -265,7 +265,7 @@ def test_export_of_a_tied_head_and_the_command_line(tmp_path, bpe, capsys):
     assert capsys.readouterr().out == (
         f"imported Llama (2 layers, 4 heads (1 key/value), width 32, context {T}, vocabulary "
         f"{bpe.vocab_size}) into {tmp_path / 'back'}\n")
-    assert export_cli.FORMATS == tuple(ARCHITECTURES)
+    assert export_cli.FORMATS == (*ARCHITECTURES, "gguf")  # Hugging Face's, then GGUF
 
 
 @pytest.mark.parametrize("setting, match", [
