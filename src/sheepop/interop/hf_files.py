@@ -115,15 +115,13 @@ def _special_names(tok: Tokenizer) -> dict[str, Any]:
 
 
 def _export_pretrained(tok: Any, out_dir: Path, max_length: int) -> list[str]:
-    """A pretrained tokenizer's own tokenizer.json, and a tokenizer_config.json naming its
-    special tokens and its rule for adding BOS / EOS, so transformers encodes as it does."""
+    """A pretrained tokenizer's own tokenizer.json (its rule for adding BOS / EOS in the
+    post-processor) and a tokenizer_config.json naming its special tokens, so transformers
+    encodes as it does."""
     write_json(out_dir / "tokenizer.json", tok.to_hf_dict())
     config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast",
                               "model_max_length": max_length,
                               "clean_up_tokenization_spaces": False, **_special_names(tok)}
-    for key in ("add_bos_token", "add_eos_token"):
-        if getattr(tok, key) is not None:
-            config[key] = getattr(tok, key)
     write_json(out_dir / "tokenizer_config.json", config)
     return []
 

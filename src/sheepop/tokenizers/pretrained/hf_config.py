@@ -1,6 +1,9 @@
 """tokenizer_config.json, the file `transformers` reads beside tokenizer.json: which tokens are
-the model's BOS / EOS / PAD / UNK, whether BOS / EOS are added to a model input, and the chat
-template.
+the model's BOS / EOS / PAD / UNK, and the chat template.
+
+Its add_bos_token / add_eos_token are not read: transformers 5 drops them whenever a
+tokenizer.json is present (tokenization_utils_base.from_pretrained), so tokenizer.json's
+post-processor alone decides which special ids surround a model input, here as there.
 
 Fields that would change ids and that sheepop does not apply are refused by name:
 `split_special_tokens: true` (special tokens encoded as text), `add_prefix_space: true`
@@ -30,12 +33,6 @@ def from_hf_files(tokenizer_json: Any, tokenizer_config: Any, where: str,
         raise UserError(f"{config_where}: must hold a JSON object")
     roles = {role: _token_name(config.get(key), f"{config_where}: {key}")
              for role, key in ROLE_KEYS.items()}
-    flags = []
-    for key in ("add_bos_token", "add_eos_token"):
-        value = config.get(key)
-        if value is not None and not isinstance(value, bool):
-            raise UserError(f"{config_where}: '{key}' must be true or false, not {shown(value)}")
-        flags.append(value)
     if config.get("split_special_tokens"):
         raise UserError(f"{config_where}: 'split_special_tokens' is true (special tokens "
                         "encoded as plain text), which sheepop does not do")
@@ -43,7 +40,7 @@ def from_hf_files(tokenizer_json: Any, tokenizer_config: Any, where: str,
         raise UserError(f"{config_where}: 'add_prefix_space' is true; sheepop applies the "
                         "pre-tokenizer of tokenizer.json as written (set its add_prefix_space "
                         "there)")
-    tok = PretrainedTokenizer(tokenizer_json, roles, flags[0], flags[1], where)
+    tok = PretrainedTokenizer(tokenizer_json, roles, where=where)
     _check_listed_tokens(tok, config, config_where)
     template = config.get("chat_template")
     if isinstance(template, list):  # several named templates: the default one

@@ -13,8 +13,9 @@ Decoding maps ids to token strings and runs the decoder (decoders.py).
 The model's own BOS / EOS / PAD / UNK tokens come from its tokenizer_config.json (bos_token, ...;
 `from_hf_files`) or from a GGUF file's ids (sheepop.tokenizers.gguf_vocab): `bos_id` etc. report
 them, whatever their names. Which special ids surround a model input follows `transformers`
-(TokenizersBackend): the tokenizer.json post-processor, unless tokenizer_config.json sets
-add_bos_token / add_eos_token, which then decide alone ([BOS] text [EOS]).
+5: beside a tokenizer.json, its post-processor alone (transformers drops tokenizer_config.json's
+add_bos_token / add_eos_token then); for a GGUF file, its add_bos_token / add_eos_token, which
+decide alone ([BOS] text [EOS]), as transformers' GGUF loader does.
 
 The sheepop file of this kind ("kind": "pretrained") holds the tokenizer.json content itself
 under "tokenizer_json", the token of each role under "roles", and "add_bos_token" /
@@ -244,8 +245,21 @@ class PretrainedTokenizer(Tokenizer):
     # ----- files ------------------------------------------------------------------------------
 
     def to_hf_dict(self) -> dict[str, Any]:
-        """The Hugging Face tokenizer.json content (what `tokenizers.Tokenizer.from_str` reads)."""
-        return copy.deepcopy(self._hf)
+        """The Hugging Face tokenizer.json content (what `tokenizers.Tokenizer.from_str` reads);
+        explicit add_bos_token / add_eos_token (a GGUF's) become its post-processor, the only
+        rule transformers reads beside a tokenizer.json."""
+        hf = copy.deepcopy(self._hf)
+        if self.add_bos_token is not None or self.add_eos_token is not None:
+            before, after = self.special_affixes
+            names = {i: self._names[i] for i in before + after}
+            items = [*({"SpecialToken": {"id": names[i], "type_id": 0}} for i in before),
+                     {"Sequence": {"id": "A", "type_id": 0}},
+                     *({"SpecialToken": {"id": names[i], "type_id": 0}} for i in after)]
+            hf["post_processor"] = {
+                "type": "TemplateProcessing", "single": items, "pair": items,
+                "special_tokens": {n: {"id": n, "ids": [i], "tokens": [n]}
+                                   for i, n in names.items()}}
+        return hf
 
     def _payload(self) -> dict[str, Any]:
         return {"tokenizer_json": self._hf, "roles": dict(self.roles),
