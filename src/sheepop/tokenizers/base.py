@@ -162,14 +162,11 @@ class Tokenizer(ABC):
 
     @property
     def special_affixes(self) -> tuple[list[int], list[int]]:
-        """The special ids the model's own tokenizer puts before and after a model input (a
-        pretrained Llama's BOS); sheepop's own kinds put none."""
+        """Ids the model's own tokenizer puts before / after a model input (none here)."""
         return [], []
 
     def encode_for_model(self, text: str) -> list[int]:
-        """Ids of `text` as a model input, as the model's own tokenizer gives them: the ids of
-        `transformers`' `tokenizer(text)["input_ids"]` (special ids added). `encode(text)`
-        gives the raw ids."""
+        """Ids as transformers' `tokenizer(text)["input_ids"]`: special_affixes around encode."""
         before, after = self.special_affixes
         return [*before, *self.encode(text), *after]
 
