@@ -66,9 +66,10 @@ def shipped_chat_ids(tokenizer: Tokenizer, messages: Sequence[Message],
         spans = whole.spans
     else:
         spans = _prefix_spans(tokenizer, messages, whole.text)
-    ids, offsets = _ids_and_byte_offsets(tokenizer, whole.text, bool(spans))
     if not spans:
+        ids = tokenizer.encode(whole.text)
         return ids, [False] * len(ids)
+    ids, offsets = _ids_and_byte_offsets(tokenizer, whole.text)
     text = whole.text
     byte_spans = [(len(text[:a].encode("utf-8")), len(text[:b].encode("utf-8")))
                   for a, b in spans if b > a]
@@ -95,37 +96,25 @@ def _prefix_spans(tokenizer: Tokenizer, messages: Sequence[Message], text: str
     return spans
 
 
-def _ids_and_byte_offsets(tokenizer: Tokenizer, text: str, need_offsets: bool
+def _ids_and_byte_offsets(tokenizer: Tokenizer, text: str
                           ) -> tuple[list[int], list[tuple[int, int]]]:
     """(tokenizer.encode(text), each id's (start, end) byte range in text's UTF-8).
 
-    A special token spans its own name; an ordinary token, the bytes it decodes to (a piece of
-    a character included: decoded with surrogateescape, nothing is replaced). A tokenizer whose
-    tokens do not spell the text back (a word tokenizer, or bytes it cannot encode) cannot say
+    The text is encoded whole (a piece may encode differently alone, e.g. a SentencePiece
+    prefix space); each id spans the bytes it decodes to after the ids before it (a special
+    token its name, a piece of a character included), as streaming decodes them. A tokenizer
+    whose ids do not spell the text back (a word tokenizer, bytes it cannot encode) cannot say
     which ids are whose: UserError."""
-    ids: list[int] = []
+    ids = tokenizer.encode(text)
     offsets: list[tuple[int, int]] = []
-    at = 0
-    for piece, special in tokenizer.split_specials(text):
-        size = len(piece.encode("utf-8"))
-        if special is not None:
-            ids.append(special)
-            offsets.append((at, at + size))
-        else:
-            more = tokenizer.encode(piece)
-            ids += more
-            if need_offsets:
-                lengths = [len(tokenizer.decode([i], errors="surrogateescape")
-                               .encode("utf-8", "surrogateescape")) for i in more]
-                if sum(lengths) != size:
-                    raise UserError(f"this {tokenizer.kind} tokenizer's tokens do not spell "
-                                    f"the text {piece[:30]!r} back, so which tokens are the "
-                                    "assistant's cannot be found")
-                for n in lengths:
-                    offsets.append((at, at + n))
-                    at += n
-                continue
-        at += size
+    at, prev = 0, None
+    for i in ids:
+        size = len(tokenizer._piece(i, prev, False))  # (streaming.py's per-token bytes)
+        offsets.append((at, at + size))
+        at, prev = at + size, i
+    if at != len(text.encode("utf-8")):
+        raise UserError(f"this {tokenizer.kind} tokenizer's ids do not spell the rendered "
+                        "conversation back, so which tokens are the assistant's cannot be found")
     return ids, offsets
 
 
@@ -139,8 +128,7 @@ def shipped_fit_context(tokenizer: Tokenizer, messages: Sequence[Message], limit
     for cut in cuts:
         kept = [*messages[:head], *messages[cut:]]
         check_contents(tokenizer, kept)
-        ids, _ = _ids_and_byte_offsets(
-            tokenizer, render_messages(tokenizer, kept, True).text, False)
+        ids = tokenizer.encode(render_messages(tokenizer, kept, True).text)
         if len(ids) <= limit:
             return ids, cut - head
     raise UserError(f"the {'system message and the ' if head else ''}last turn take {len(ids)} "
