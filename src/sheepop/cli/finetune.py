@@ -21,8 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "finetune", help="fine-tune a run on conversations (full or LoRA)",
         description="Supervised fine-tuning of a trained run on conversations (JSON Lines: "
                     '{"messages": [{"role": "system"|"user"|"assistant", "content": ...}]} or '
-                    '{"prompt": ..., "completion": ...}). The chat tokens are added to the '
-                    "tokenizer, the loss counts the assistant's tokens, and either every weight "
+                    '{"prompt": ..., "completion": ...}). '
+                    "sheepop's chat tokens are added to the tokenizer unless it has its own "
+                    "chat template (an imported chat model's), the loss counts the "
+                    "assistant's tokens, and either every weight "
                     "trains or, with --lora-rank, only low-rank adapters W + (alpha/r) B A on "
                     "the chosen layers. --demo generates the built-in instruction set, "
                     "pretrains a small base model and compares the base, LoRA and full "
