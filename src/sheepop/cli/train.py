@@ -76,10 +76,9 @@ def config_from_args(args: argparse.Namespace) -> Config:
     with --init-from, the model's settings are the source run's (sheepop.train.init_from)."""
     if args.init_from is not None:
         from sheepop.errors import UserError
-        from sheepop.train.init_from import init_config, open_source
+        from sheepop.train.init_from import WITH_RESUME, init_config, open_source
         if args.resume:
-            raise UserError("--init-from starts a new run and --resume continues one: give one "
-                            "of them")
+            raise UserError(WITH_RESUME)
         source = open_source(args.init_from, args.out)
         return init_config(source, args.preset, args.config, args.overrides, flag_values(args))
     if args.resume:

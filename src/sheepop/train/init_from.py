@@ -50,6 +50,7 @@ from sheepop.train.same_model import changes
 
 RECORD_KEY = "init_from"
 FREE_SETTINGS = "only model.dropout and model.block_size may be set"
+WITH_RESUME = "--init-from starts a new run and --resume continues one: give one of them"
 
 
 @dataclass
@@ -156,6 +157,21 @@ def check_model(source: Source, asked: ModelConfig) -> str | None:
                         f"(pos_emb.weight): it can be lowered, not raised")
     return (f"context {asked.block_size}, past the source's {have.block_size}: {have.pos_encoding}"
             " positions are computed, but the source never trained on those; this run does")
+
+
+def start_from(source: Source, cfg: Config, data_path: str | Path | None, log
+               ) -> tuple[StartedConfig, Tokenizer, dict[str, np.ndarray]]:
+    """The new run's config (with its record), the source's tokenizer and its weights, each
+    checked before anything big is read; says so in one line (and the context's note)."""
+    note = check_model(source, cfg.model)
+    tokenizer, weights = source_model(source, cfg.model)
+    check_prepared(data_path, tokenizer, source)
+    log(f"init from {source.path}"
+        + (f" (step {source.step})" if source.step is not None else "")
+        + ": its model, tokenizer and weights; a new optimizer, from step 0")
+    if note is not None:
+        log(note)
+    return with_record(cfg, source.record()), tokenizer, weights
 
 
 def source_model(source: Source, model: ModelConfig) -> tuple[Tokenizer, dict[str, np.ndarray]]:

@@ -27,13 +27,12 @@ from sheepop.model_size import describe_kv_cache
 from sheepop.tokenizers import loads as load_tokenizer
 from sheepop.train import run_lock, signals
 from sheepop.train.init_from import (
+    WITH_RESUME,
     Source,
-    check_model,
-    check_prepared,
     evaluate_start,
     open_source,
     saved_record,
-    source_model,
+    start_from,
     unknown_warning,
     with_record,
 )
@@ -103,8 +102,7 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
     source = None
     if options.get("init_from") is not None:  # checked before the lock writes into run_dir
         if resume:
-            raise UserError("--init-from starts a new run and --resume continues one: give one "
-                            "of them")
+            raise UserError(WITH_RESUME)
         source = open_source(options["init_from"], run_dir)
     options["init_from"] = source
     lock = run_lock.acquire(run_dir) if is_main else None
@@ -143,15 +141,7 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
         raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
                         "another --out")
     if source is not None:
-        note = check_model(source, cfg.model)  # before the weights are read
-        cfg = with_record(cfg, source.record())
-        tokenizer, weights = source_model(source, cfg.model)
-        check_prepared(data_path, tokenizer, source)
-        log(f"init from {source.path}"
-            + (f" (step {source.step})" if source.step is not None else "")
-            + ": its model, tokenizer and weights; a new optimizer, from step 0")
-        if note is not None:
-            log(note)
+        cfg, tokenizer, weights = start_from(source, cfg, data_path, log)
     elif resume and (record := saved_record(run_dir)) is not None:
         cfg = with_record(cfg, record)  # kept in the checkpoints to come
     cfg.validate()
