@@ -3,9 +3,10 @@
 GGUF (llama.cpp's format) is: the magic b"GGUF", a version, key/value metadata ("llama.block_count"
 -> 30), tensor descriptions (name, type, dims, offset), then the aligned tensor data. A tensor's
 dims are listed fastest-varying first (ggml's ne[0] is the length of a row), the reverse of NumPy's
-order: a torch `nn.Linear` weight of shape (out, in) is stored with dims [in, out]. `GGUFReader`
-memory-maps the file and gives each tensor in NumPy order ((out, in) here), quantized types as
-rows of bytes; `gguf.quants.dequantize` turns those into float32 rows of the same NumPy shape.
+order: a torch `nn.Linear` weight of shape (out, in) is stored with dims [in, out]. The layout is
+read by sheepop.interop.gguf_layout, which memory-maps the file and gives each tensor in NumPy
+order ((out, in) here), quantized types as rows of bytes; `gguf.quants.dequantize` turns those
+into float32 rows of the same NumPy shape.
 
 Quantized types store blocks of 32 (or 256, the "K" types) weights as small integers with a scale
 (and for some a minimum) per block: Q8_0 w = d * q (q an int8); Q4_0 w = d * (q - 8) (q 4 bits);
@@ -25,6 +26,7 @@ import numpy as np
 
 from sheepop.errors import UserError
 from sheepop.files import open_regular
+from sheepop.interop.gguf_layout import LayoutError, TensorInfo, read_layout, tensor_bytes
 
 MAGIC = b"GGUF"
 
@@ -50,11 +52,13 @@ def is_gguf(path: str | Path) -> bool:
 
 @dataclass
 class GGUFFile:
-    """An open GGUF file: `meta` (key -> Python value: str, int, float, bool or a list of them)
-    and its tensors by name (`gguf.ReaderTensor`: name, tensor_type, NumPy-ordered data)."""
+    """An open GGUF file: `meta` (key -> Python value: str, int, float, bool or a list of them),
+    its tensors' descriptions by name, and the memory map their data is read from."""
     path: Path
     meta: dict[str, Any]
-    tensors: dict[str, Any]
+    tensors: dict[str, TensorInfo]
+    buf: np.ndarray
+    data_start: int
 
     @property
     def where(self) -> str:
@@ -62,15 +66,23 @@ class GGUFFile:
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The tensor's shape in NumPy (torch) order: its GGUF dims reversed."""
-        return tuple(int(n) for n in reversed(self.tensors[name].shape.tolist()))
+        return tuple(reversed(self.tensors[name].dims))
+
+    def type_name(self, name: str) -> str:
+        from gguf import GGMLQuantizationType
+        number = self.tensors[name].type
+        try:
+            return GGMLQuantizationType(number).name
+        except ValueError:
+            return f"number {number}"
 
     def check_types(self) -> None:
         """Refuse, naming the first such tensor and its type, any type sheepop cannot read
         (before any tensor is dequantized)."""
         supported = _supported()
         for name, t in self.tensors.items():
-            if t.tensor_type not in supported:
-                raise UserError(f"{self.where}: tensor {name} has type {t.tensor_type.name}, "
+            if t.type not in supported:
+                raise UserError(f"{self.where}: tensor {name} has type {self.type_name(name)}, "
                                 f"which sheepop does not read (it reads "
                                 f"{', '.join(SUPPORTED_TYPE_NAMES)})")
 
@@ -78,9 +90,14 @@ class GGUFFile:
         """Tensor `name` as a float32 array of its NumPy shape (dequantized)."""
         from gguf.quants import dequantize
         t = self.tensors[name]
-        if t.tensor_type not in _supported():
+        if t.type not in _supported():
             self.check_types()
-        values = dequantize(np.asarray(t.data), t.tensor_type)
+        try:
+            stored = tensor_bytes(self.buf, t, self.data_start)
+        except LayoutError as e:
+            raise UserError(f"{self.where}: not a readable GGUF file (truncated or corrupt: "
+                            f"{e})") from None
+        values = dequantize(np.asarray(stored), t.type)
         return np.ascontiguousarray(values.reshape(self.shape(name)), dtype=np.float32)
 
 
@@ -92,13 +109,13 @@ def read_gguf(path: str | Path) -> GGUFFile:
         head = f.read(4)
     if head != MAGIC:
         raise UserError(f"{path} is not a GGUF file (it does not start with b'GGUF')")
-    from gguf import GGUFReader
+    buf = np.memmap(path, dtype=np.uint8, mode="r")
     try:
-        reader = GGUFReader(path, "r")
-        meta = {key: field.contents() for key, field in reader.fields.items()}
-    except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as e:
-        # GGUFReader slices the memory map by the offsets the file gives: a truncated file
-        # fails there (a reshape of too few bytes), a corrupt one on a bad type or length.
+        _, meta, infos, data_start = read_layout(buf)
+        tensors = {t.name: t for t in infos}
+        for t in infos:  # every tensor inside the file, before anything is dequantized
+            if t.type in _supported():
+                tensor_bytes(buf, t, data_start)
+    except (LayoutError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not a readable GGUF file (truncated or corrupt: {e})") from None
-    tensors = {t.name: t for t in reader.tensors}
-    return GGUFFile(path, meta, tensors)
+    return GGUFFile(path, meta, tensors, buf, data_start)
