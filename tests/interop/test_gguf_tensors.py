@@ -165,3 +165,45 @@ def test_files_that_are_not_readable_gguf(tmp_path):
         read_gguf(tmp_path / "text.gguf")
     with pytest.raises(UserError, match="GGUF file not found"):
         read_gguf(tmp_path / "absent.gguf")
+
+
+def test_the_layout_reader_gives_the_metadata_of_ggufs_own_reader(tmp_path):
+    """sheepop.interop.gguf_layout reads every metadata value type (numbers of each width,
+    bool, string, arrays of numbers and of strings) as `gguf.GGUFReader` does, and the tensors'
+    names, shapes and bytes at the same offsets, with a custom alignment."""
+    from gguf import GGUFReader
+
+    w = GGUFWriter(tmp_path / "m.gguf", "llama")
+    w.add_custom_alignment(64)
+    w.add_uint8("t.u8", 200)
+    w.add_int8("t.i8", -5)
+    w.add_uint16("t.u16", 60_000)
+    w.add_int16("t.i16", -30_000)
+    w.add_uint32("t.u32", 4_000_000_000)
+    w.add_int32("t.i32", -2_000_000_000)
+    w.add_uint64("t.u64", 2**63 + 5)
+    w.add_int64("t.i64", -(2**62))
+    w.add_float32("t.f32", 0.1)
+    w.add_float64("t.f64", 0.1)
+    w.add_bool("t.bool", True)
+    w.add_string("t.str", "Ġhello ▁wörld\n")
+    w.add_array("t.ints", [1, -2, 3])
+    w.add_array("t.floats", [0.5, 1.5])
+    w.add_array("t.strs", ["a", "", "Ċ b", "<|im_end|>"])
+    m = np.arange(6 * 32, dtype=np.float32).reshape(6, 32)
+    w.add_tensor("m", m, raw_dtype=Q.F32)
+    w.add_tensor("q", quantize(m, Q.Q8_0), raw_dtype=Q.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ours = read_gguf(tmp_path / "m.gguf")
+    reader = GGUFReader(tmp_path / "m.gguf")
+    theirs = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+    assert ours.meta == theirs and ours.meta["t.u64"] == 2**63 + 5
+    assert ours.meta["t.strs"] == ["a", "", "Ċ b", "<|im_end|>"]
+    for t in reader.tensors:
+        assert ours.shape(t.name) == tuple(reversed(t.shape.tolist()))
+    np.testing.assert_array_equal(ours.array("m"), m)
+    from gguf.quants import dequantize
+    np.testing.assert_array_equal(ours.array("q"), dequantize(quantize(m, Q.Q8_0), Q.Q8_0))
