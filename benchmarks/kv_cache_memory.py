@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/kv_cache_memory.py                  # memory, then speed
     .venv/bin/python benchmarks/kv_cache_memory.py --tokens 100 500 2000 --rows 16 --skip-speed
+    python3 benchmarks/kv_cache_memory.py --device cuda --skip-speed   # the same bytes, faster
 
 Memory. A SmolLM2-135M-shaped model (30 layers, width 576, 9 query / 3 key-value heads of 64,
 SwiGLU 1536, rope, context 8,192; random weights: the cache's size does not depend on them, and
@@ -59,11 +60,11 @@ def mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def make_lm(engine: str, cfg: ModelConfig, seed: int = 0):
+def make_lm(engine: str, cfg: ModelConfig, seed: int = 0, device: str = "cpu"):
     torch.manual_seed(seed)
     model = GPT(cfg)
     if engine == "torch":
-        return TorchLM(model)
+        return TorchLM(model.to(device))
     return NumpyLM(cfg, model.numpy_weights())
 
 
@@ -77,12 +78,12 @@ def preallocated(engine: str, cfg: ModelConfig) -> KVCache:
 
 def memory(args: argparse.Namespace) -> None:
     cfg = ModelConfig(vocab_size=args.vocab, **SMOLLM2)
-    lm = make_lm(args.engine, cfg)
+    lm = make_lm(args.engine, cfg, device=args.device)
     per_token = 2 * cfg.n_layer * cfg.kv_heads * cfg.head_dim * 4
     full = cfg.block_size * per_token
-    print(f"\nSmolLM2-shaped, {args.engine} engine, float32: {per_token:,} bytes per position; "
-          f"the whole context ({cfg.block_size:,}) of one sequence: {full:,} bytes "
-          f"({mib(full)})")
+    print(f"\nSmolLM2-shaped, {args.engine} engine on {args.device}, float32: {per_token:,} "
+          f"bytes per position; the whole context ({cfg.block_size:,}) of one sequence: "
+          f"{full:,} bytes ({mib(full)})")
     print("| new tokens | positions held | allocated | peak | preallocated | allocated / "
           "preallocated |")
     print("|---|---|---|---|---|---|")
@@ -159,6 +160,7 @@ def main() -> None:
     p.add_argument("--engine", choices=["torch", "numpy"], default="torch",
                    help="the engine of the memory figures")
     p.add_argument("--vocab", type=int, default=49152)
+    p.add_argument("--device", default="cpu", help="of the memory figures' torch model")
     p.add_argument("--rows", type=int, default=16)
     p.add_argument("--batch-steps", type=int, nargs="+", default=[100, 500])
     p.add_argument("--skip-memory", action="store_true")
