@@ -43,7 +43,7 @@ from sheepop.data.dataset import Dataset
 from sheepop.data.shards import META_DOCUMENT, META_FILE, is_prepared_dir
 from sheepop.data.shards import TOKENIZER_FILE as PREPARED_TOKENIZER
 from sheepop.errors import UserError
-from sheepop.files import parse_json, read_bytes, read_document
+from sheepop.files import MAX_JSON_BYTES, parse_json, read_bytes, read_document
 from sheepop.inference import read_run
 from sheepop.tokenizers import Tokenizer, load
 from sheepop.train.same_model import changes
@@ -112,7 +112,7 @@ def _trained_steps(path: Path) -> int | None:
     for name in (checkpoint.TRAINER_JSON, checkpoint.BEST_JSON):
         where = checkpoint.current_path(path, name)
         if where.is_file():
-            record = parse_json(read_bytes(where, None, name), str(where))
+            record = parse_json(read_bytes(where, None, name, MAX_JSON_BYTES), str(where))
             step = record.get("step") if isinstance(record, dict) else None
             return step if type(step) is int and step >= 0 else None
     return None
