@@ -204,9 +204,12 @@ class Trainer:
                 self.run_lock.release()
 
     def _train(self) -> Summary:
-        t, m = self.cfg.train, self.cfg.model
-        tokens_per_step = t.batch_size * t.grad_accum * m.block_size * self.world_size
-        start_step, t0 = self.step, time.perf_counter()
+        t = self.cfg.train
+        # Tokens are counted as the batches hold them: a window is block_size long, but a batch
+        # of conversations is only as long as its longest one (SmolLM2's 8,192-token context
+        # against ~40-token conversations would overstate the rate 200 times).
+        tokens = 0
+        t0 = time.perf_counter()
         if self.step >= t.steps:
             raise UserError(f"the run is already at step {self.step} of train.steps={t.steps}: "
                             "give a larger --steps to continue it")
@@ -222,6 +225,7 @@ class Trainer:
                     lr = lr_for(self.step, t)
                     self._step_start_sampler = self.sampler.snapshot()
                     micro = [self.sampler.next_batch() for _ in range(t.grad_accum)]
+                    tokens += sum(x.size for x, _ in micro) * self.world_size
                     loss, norm = self.engine.train_step(micro, lr)
                     self._step_start_sampler = None
                     self.diverged = divergence.problem(loss, norm, t)
@@ -231,8 +235,7 @@ class Trainer:
                     self.step += 1
                     elapsed = time.perf_counter() - t0
                     # (rounded once: the line shown and metrics.jsonl give the same figure)
-                    rate = round((self.step - start_step) * tokens_per_step / max(elapsed, 1e-9),
-                                 1)
+                    rate = round(tokens / max(elapsed, 1e-9), 1)
                     record: dict[str, Any] = {"step": self.step, "loss": _sig(loss),
                                               "lr": lr, "grad_norm": _sig(norm),
                                               "tokens_per_sec": rate}
@@ -266,7 +269,7 @@ class Trainer:
                 shown.close()
             self.save()
         seconds = time.perf_counter() - t0
-        rate = (self.step - start_step) * tokens_per_step / max(seconds, 1e-9)
+        rate = tokens / max(seconds, 1e-9)
         return Summary(self.step, seconds, loss, self.last_val, rate, interrupted, self.run_dir,
                        stop.signum if interrupted else None, self.last_val_bpb,
                        has_val=self.eval_x is not None,
