@@ -180,10 +180,11 @@ def load(run_dir: str | Path, engine: str = "torch", device: str = "auto",
     return build(config, weights, tokenizer, engine, device, dtype, compile)
 
 
-def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5) -> Inspection:
-    """Every layer's attention weights, the logit lens and the next-token distributions (top
-    `k`) of one prompt of at most block_size tokens, computed by the model's own engine
-    (sheepop.arch.inspect)."""
+def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5,
+            lens: bool = True) -> Inspection:
+    """Every layer's attention weights, the logit lens (`lens`) and the next-token
+    distributions (top `k`) of one prompt of at most block_size tokens, computed by the model's
+    own engine (sheepop.arch.inspect)."""
     ids = list(ids)
     if not 1 <= len(ids) <= model.config.model.block_size:
         raise UserError(f"a prompt to inspect holds 1 to {model.config.model.block_size} "
@@ -192,4 +193,4 @@ def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5) -> Inspection
         from sheepop.scratch.inspect import trace
     else:
         from sheepop.model.inspect import trace
-    return inspection(trace(model.lm, ids), model.config.model, ids, k)
+    return inspection(trace(model.lm, ids), model.config.model, ids, k, lens)

@@ -154,12 +154,12 @@ def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], 
         "tokens": [{"id": i, "text": text(i)} for i in x.ids],
         "n_layer": len(x.attention), "n_head": x.attention[0].shape[0],
         "attention": {"layers": layers, "weights": weights},
-        "next": {**_top(x.next, text), "next_prob": _maybe(x.lens_next[-1])},
+        "next": {**_top(x.next, text), "next_prob": _maybe(x.next_prob)},
         "positions": {"kind": x.positions_kind, "values": x.positions.tolist(),
                       "columns": x.position_columns,
                       "formula": POSITION_FORMULAS[x.positions_kind]},
     }
-    if lens:
+    if lens and x.lens is not None:
         names = [EMBEDDING] + [f"block {i}" for i in range(1, len(x.attention) + 1)]
         out["lens"] = {"layers": names, **_top(x.lens, text),
                        "next_prob": [_maybe(row) for row in x.lens_next]}
@@ -175,7 +175,7 @@ async def inspect_prompt(request: HttpRequest) -> JSONResponse:
     st = request.app.state
     body = await read_json(request, st.settings.max_body)
     ids, top, layers, lens = _checked(body, st.model, st.settings.name)
-    future = st.scheduler.call(lambda model: inspect(model, ids, top))
+    future = st.scheduler.call(lambda model: inspect(model, ids, top, lens))
     result = await asyncio.wrap_future(future)
     text = lambda i: st.texts(i)[0]  # noqa: E731
     out = await anyio.to_thread.run_sync(to_json, result, layers, lens, text, st.settings.name)
