@@ -159,6 +159,12 @@ class KVCache:
     def advance(self, t: int) -> None:
         self.length += t
 
+    def make_room(self, t: int) -> None:
+        """Grow now for t more tokens (a full ring, or a cache they would overflow, is left to
+        `update`): for an engine that must not allocate inside its forward pass."""
+        if self.length + t <= self.max_len:
+            self.reserve(self.length + t)
+
     def reserve(self, columns: int) -> None:
         """Room for `columns` columns: grown (`grown`) when the capacity is less."""
         if columns > self.capacity:

@@ -66,6 +66,8 @@ class TorchLM(CachedLM):
 
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None) -> np.ndarray:
+        if cache is not None:  # grow here, not in the forward pass: torch.compile cannot
+            cache.make_room(idx.shape[1])  # trace an allocation of a symbolic size
         kw = {}
         if pos_ids is not None:
             past = cache.query_offset(idx.shape[1]) if cache is not None else 0
