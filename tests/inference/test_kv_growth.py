@@ -75,6 +75,23 @@ def test_growth_doubles_from_a_chunk_up_to_the_limit_and_shrinks_at_four_times()
     assert shrunk(16, 4, 16, chunk=1) == 8 and shrunk(16, 5, 16, chunk=1) == 16
 
 
+def test_make_room_grows_before_a_forward_pass_and_leaves_a_ring_or_an_overflow_to_update():
+    """(torch grows the cache before its forward pass, which torch.compile may trace)"""
+    cache = make_lm("numpy", model_cfg(block_size=100))._new_cache(2)
+    cache.make_room(5)
+    assert (cache.batch, cache.capacity, cache.nbytes) == (2, 64, 2 * 64 * PER_TOKEN)
+    cache.length = 90
+    cache.make_room(10)
+    assert cache.capacity == 100 and cache.peak_bytes == 2 * (64 + 100) * PER_TOKEN
+    cache.length = 250  # a full ring: the next token overwrites a column, nothing grows
+    cache.make_room(1)
+    cache.length = 0
+    cache.make_room(101)  # more than the context: update refuses it, not make_room
+    assert cache.capacity == 100
+    with pytest.raises(ValueError, match="KV cache full: 101 positions > capacity 100"):
+        cache.reserve(101)
+
+
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 def test_the_capacity_follows_the_tokens_not_the_context_of_8192(engine):
     lm = make_lm(engine, model_cfg())
