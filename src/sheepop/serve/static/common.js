@@ -39,6 +39,12 @@ export function shownToken(text) {
   return text.replace(/ /g, "\u2423").replace(/\n/g, "\u23ce").replace(/\t/g, "\u21e5");
 }
 
+// A token as a short label: shownToken's text cut to `max` characters, "…" where it was cut.
+export function shortToken(text, max) {
+  const chars = [...shownToken(text)];
+  return chars.length > max ? chars.slice(0, max - 1).join("") + "\u2026" : chars.join("");
+}
+
 export function percent(p) {
   if (p === null || p === undefined) return "–";
   const v = 100 * p;

@@ -1,16 +1,19 @@
 // The inside view: POST /v1/inspect on a prompt (the last one generated from, by default), then
 // the attention heatmaps by layer and head, the next-token distribution at any position, the
 // logit lens and the positional encoding, every number readable on hover or with the keyboard.
-import { $, api, el, heat, hideTip, percent, setStatus, showTip, shownToken } from "./common.js";
+import { $, api, el, heat, hideTip, percent, setStatus, showTip, shortToken, shownToken } from "./common.js";
 import { drawPositions, nextBars } from "./tables.js";
 
 const TOP = 5;
+const LABEL = 8;  // characters of a token in the heatmap's and the lens's labels (all on hover)
 
 export function insideView(state) {
   const { n_layer: L, n_head: H, max_attention_cells: maxCells } = state.shape;
   const canvas = $("#attention"), readout = $("#attention-readout"), status = $("#inside-status");
   const layerSelect = $("#layer"), headSelect = $("#head"), text = $("#inside-prompt");
   let data = null, request = null, cursor = null, geometry = null;
+  let line = "";  // what the status says of the analysis (back after a layer is read)
+  const say = (text) => { line = text; setStatus(status, text); };
   let analysedLast = null;  // the state.last analysed (one analysis per prompt)
   const attention = new Map();  // layer -> (H, T, rows) weights
 
@@ -25,15 +28,23 @@ export function insideView(state) {
     canvas.dataset.head = String(head);
     const weights = attention.get(layer)?.[head];
     if (!weights) return;
-    const T = weights.length, names = tokens();
-    const room = Math.min(canvas.parentElement.clientWidth - 4, 620);
-    const margin = T <= 48 ? 34 : 4;
-    const cell = Math.max(2, Math.min(28, Math.floor((room - margin) / T)));
-    const size = margin + cell * T;
+    const T = weights.length, labels = tokens().map((n) => shortToken(n, LABEL));
+    const room = Math.min(canvas.parentElement.clientWidth - 4, 760);
+    // Token labels while a cell is 7 px or more; the margin holds the longest label (a real
+    // model's tokens: " capital", <|im_start|>), and at least 34 px.
+    const fontOf = (cell) => `${Math.min(12, cell - 1)}px ui-monospace, monospace`;
     const ctx = canvas.getContext("2d");
+    let margin = 4, cell = Math.floor((room - 34) / T);
+    if (cell >= 7) {
+      ctx.font = fontOf(cell);
+      margin = Math.max(34, Math.ceil(Math.max(...labels.map((n) => ctx.measureText(n).width))) + 8);
+    }
+    cell = Math.max(2, Math.min(28, Math.floor((room - margin) / T)));
+    const size = margin + cell * T;
     const ratio = window.devicePixelRatio || 1;
     canvas.width = Math.round(size * ratio); canvas.height = Math.round(size * ratio);
     canvas.style.width = `${size}px`; canvas.style.height = `${size}px`;
+    canvas.dataset.margin = String(margin); canvas.dataset.cell = String(cell);
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
     ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, size, size);
     for (let q = 0; q < T; q++) {
@@ -42,14 +53,20 @@ export function insideView(state) {
         ctx.fillRect(margin + k * cell, margin + q * cell, cell, cell);
       }
     }
-    if (margin > 4) {  // token labels: keys along the top, queries down the side
+    if (margin > 4) {  // token labels: queries down the side, keys along the top
       ctx.fillStyle = "#1b1f24";
-      ctx.font = `${Math.min(12, cell - 2)}px ui-monospace, monospace`;
-      ctx.textAlign = "center"; ctx.textBaseline = "middle";
-      names.forEach((n, i) => {
-        const label = shownToken(n).slice(0, 3);
-        ctx.fillText(label, margin + (i + 0.5) * cell, margin / 2);
-        ctx.fillText(label, margin / 2, margin + (i + 0.5) * cell);
+      ctx.font = fontOf(cell);
+      ctx.textBaseline = "middle";
+      ctx.textAlign = "right";
+      labels.forEach((n, i) => ctx.fillText(n, margin - 4, margin + (i + 0.5) * cell));
+      const upright = labels.every((n) => ctx.measureText(n).width <= cell - 1);
+      ctx.textAlign = upright ? "center" : "left";  // too wide for a column: read upwards
+      labels.forEach((n, i) => {
+        ctx.save();
+        ctx.translate(margin + (i + 0.5) * cell, upright ? margin / 2 : margin - 4);
+        if (!upright) ctx.rotate(-Math.PI / 2);
+        ctx.fillText(n, 0, 0);
+        ctx.restore();
       });
     }
     if (cursor) {
@@ -104,7 +121,7 @@ export function insideView(state) {
       try {
         const more = await api("/v1/inspect", { ...request, layers: [layer], lens: false, top: 1 });
         attention.set(layer, more.attention.weights[0]);
-        setStatus(status, "");
+        setStatus(status, line);
       } catch (e) { setStatus(status, e.message, true); return; }
     }
     drawAttention();
@@ -115,7 +132,8 @@ export function insideView(state) {
   function drawLens() {
     const table = $("#logit-lens"), lens = data.lens, names = tokens();
     const head = el("tr", {}, el("th", { scope: "col" }, "layer \\ position"),
-      ...names.map((n, t) => el("th", { scope: "col", title: `position ${t}` }, shownToken(n))));
+      ...names.map((n, t) => el("th", { scope: "col", title: `position ${t}: ${JSON.stringify(n)}` },
+        shortToken(n, LABEL))));
     const rows = lens.layers.map((layerName, l) => el("tr", {},
       el("th", { scope: "row" }, layerName),
       ...names.map((_, t) => {
@@ -126,7 +144,7 @@ export function insideView(state) {
         if (actual !== null) lines.push(`the prompt's next ${JSON.stringify(names[t + 1])}: ${percent(actual)}`);
         const cell = el("td", { style: `background:${heat(p * 0.75)};color:${p > 0.6 ? "#fff" : "#1b1f24"}`,
           "data-prob": p.toFixed(6), "aria-label": `${layerName}, position ${t}: ${lines.join("; ")}` },
-          shownToken(top));
+          shortToken(top, LABEL));
         cell.addEventListener("mouseenter", (e) => showTip([`${layerName}, after position ${t}:`, ...lines], e.pageX, e.pageY));
         cell.addEventListener("mouseleave", hideTip);
         return cell;
@@ -148,23 +166,41 @@ export function insideView(state) {
     pick(names.length - 1);
   }
 
+  // A small model: everything in one answer. A larger one (its whole context's attention past
+  // the server's bound): one layer's attention and the next tokens first, a forward pass, shown
+  // at once; then the logit lens, L + 1 products with the whole vocabulary, most of the time.
+  let asked = 0;  // the latest analysis: an older one's late answers are dropped
   async function analyse(body) {
+    const mine = ++asked;
     request = body;
     setStatus(status, "looking inside…");
     const T = state.shape.context;  // (the prompt's length is known only from the answer)
     const all = L * H * T * (T + 1) / 2 <= maxCells;
+    let got;
     try {
-      const layers = all ? undefined : [Number(layerSelect.value)];
-      data = await api("/v1/inspect", { ...body, top: TOP, ...(layers ? { layers } : {}) });
-    } catch (e) { setStatus(status, e.message, true); return; }
+      got = await api("/v1/inspect", { ...body, top: TOP,
+        ...(all ? {} : { layers: [Number(layerSelect.value)], lens: false }) });
+    } catch (e) { if (mine === asked) setStatus(status, e.message, true); return; }
+    if (mine !== asked) return;
+    data = got;
     attention.clear();
     data.attention.layers.forEach((l, i) => attention.set(l, data.attention.weights[i]));
-    setStatus(status, `${data.tokens.length} tokens, ${L} layers × ${H} heads`);
+    const shape = `${data.tokens.length} tokens, ${L} layers × ${H} heads`;
+    say(all ? shape : `${shape}; computing the logit lens of ${L + 1} layers…`);
     $("#positions-formula").textContent = `${data.positions.kind}: ${data.positions.formula}`;
+    if (!all) $("#logit-lens").replaceChildren();
     await showLayer();
-    drawLens();
     drawPositionStrip();
     drawPositions($("#positions"), $("#positions-readout"), data);
+    if (!all) {
+      try {
+        const lens = (await api("/v1/inspect", { ...body, top: TOP, layers: [] })).lens;
+        if (mine !== asked) return;
+        data.lens = lens;
+      } catch (e) { if (mine === asked) setStatus(status, e.message, true); return; }
+      say(shape);
+    }
+    drawLens();
   }
 
   $("#inside-form").addEventListener("submit", (e) => {

@@ -8,6 +8,7 @@ const POLL_MS = 2000;
 export function runsView() {
   const select = $("#run-select"), status = $("#runs-status"), readout = $("#chart-readout");
   let rows = [], run = null, timer = null, busy = false;
+  const hasMetrics = new Map();  // run -> whether it has a metrics.jsonl (an imported model has none)
 
   function draw() {
     const series = (key, name, color, dots = false) => ({
@@ -30,7 +31,9 @@ export function runsView() {
       if (name !== run) return;
       rows = got.reset ? got.rows : rows.concat(got.rows);
       const last = rows[rows.length - 1];
-      setStatus(status, `${rows.length} rows` + (last ? `, step ${last.step}` : "") +
+      setStatus(status, (!rows.length && hasMetrics.get(name) === false
+        ? `${name} has no metrics.jsonl: it was not trained here (an imported model has none)`
+        : `${rows.length} rows` + (last ? `, step ${last.step}` : "")) +
         ` (read every ${POLL_MS / 1000} s)`);
       if (got.rows.length || got.reset) draw();
     } catch (e) {
@@ -49,6 +52,7 @@ export function runsView() {
     try {
       const got = await api("/v1/runs");
       const names = got.data.map((r) => r.name);
+      got.data.forEach((r) => hasMetrics.set(r.name, r.metrics));
       select.replaceChildren(...got.data.map((r) => el("option", { value: r.name },
         r.served ? `${r.name} (served)` : r.name)));
       if (!names.length) { setStatus(status, "no run with a metrics.jsonl here"); return; }
