@@ -27,7 +27,7 @@ from sheepop.config import SampleConfig
 from sheepop.config_build import build_config
 from sheepop.files import atomic_write_text
 from sheepop.finetune.run import base_model, finetune
-from sheepop.finetune.tasks import cut_answer, read_items, score, write_demo_data
+from sheepop.finetune.tasks import read_items, score, write_demo_data
 from sheepop.generate import generate_batch_ids
 from sheepop.inference import build, load
 from sheepop.tokenizers.chat import chat_ids, turn_end
@@ -45,18 +45,23 @@ CALIBRATION_STEPS = 15
 THREADS = ("train.threads=1",)
 
 
-def answers(model, items, max_new_tokens: int = 12, batch: int = 64) -> list[str]:
+def answers(model, items, max_new_tokens: int = 12, batch: int = 64,
+            system: str | None = None) -> list[str]:
     """Greedy answers of `model` (an InferenceModel with a chat template) to each item's
-    prompt."""
+    prompt (after the `system` message when one is given)."""
     tok = model.tokenizer
-    end = turn_end(tok).eos_id
+    turn = turn_end(tok)
+    # The answer ends at the turn's end or at any other special token (sheepop chat's rule):
+    # cut on the ids, since a model's own end (SmolLM2's <|im_end|>) is not sheepop's <|end|>.
+    ends = turn.ids | {tok.special_tokens[name] for name in turn.stops}
     greedy = SampleConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     out = []
     for i in range(0, len(items), batch):
-        prompts = [chat_ids(tok, [{"role": "user", "content": it.prompt}], True)[0]
+        prompts = [chat_ids(tok, it.messages(system)[:-1], True)[0]
                    for it in items[i:i + batch]]
-        for ids in generate_batch_ids(model.lm, prompts, greedy, eos_id=end):
-            out.append(cut_answer(tok.decode(ids)))
+        for ids in generate_batch_ids(model.lm, prompts, greedy, eos_id=turn.eos_id):
+            cut = next((k for k, t in enumerate(ids) if t in ends), len(ids))
+            out.append(tok.decode(ids[:cut]))
     return out
 
 
