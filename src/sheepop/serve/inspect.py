@@ -5,7 +5,8 @@
                        conversation through its chat template, sheepop's or the model's
                        own, with the assistant's turn opened), "top" (1..20, default 5),
                        "layers" (the attention of these layers only; default all), "lens"
-                       (false: leave the logit lens out)
+                       (false: neither compute nor send the logit lens: on a 49k vocabulary
+                       it is most of the time)
 
 The answer, computed by the model's own engine on the scheduler's thread between two decode
 steps (sheepop.inference.inspect): `attention.weights[l][h][t]` is row t of layer l's head h,
