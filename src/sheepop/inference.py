@@ -51,11 +51,13 @@ class InferenceModel:
 
 def never_generated(tokenizer: Tokenizer | None) -> list[int]:
     """Special tokens a model should never emit: padding, BOS and unknown (EOS stays: it ends
-    generation). They never appear as training targets, but an undertrained model can still
-    give them some probability."""
+    generation, even when it is also the padding: SmolLM2 pads with its <|im_end|>, and banning
+    it left every chat answer unable to end). They never appear as training targets, but an
+    undertrained model can still give them some probability."""
     if tokenizer is None:
         return []
-    return [i for i in (tokenizer.pad_id, tokenizer.bos_id, tokenizer.unk_id) if i is not None]
+    return [i for i in (tokenizer.pad_id, tokenizer.bos_id, tokenizer.unk_id)
+            if i is not None and i != tokenizer.eos_id]
 
 
 def read_run(run_dir: str | Path, _seen: tuple[Path, ...] = ()

@@ -45,6 +45,12 @@ def test_the_never_generated_ids_are_the_tokenizers_pad_bos_and_unknown(tokenize
     assert tokenizer.eos_id not in never_generated(tokenizer)  # EOS ends generation
 
 
+def test_an_eos_that_is_also_the_padding_is_still_generated():
+    from types import SimpleNamespace
+    smollm2 = SimpleNamespace(pad_id=2, bos_id=1, unk_id=0, eos_id=2)  # <|im_end|> pads
+    assert never_generated(smollm2) == [1, 0]
+
+
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 def test_every_generation_loop_leaves_out_the_never_generated_tokens(config, tokenizer, engine):
     weights = pad_loving_weights(config, tokenizer)
