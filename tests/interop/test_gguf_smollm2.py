@@ -61,14 +61,22 @@ def test_smollm2_says_paris_and_continues_greedily_as_transformers(smollm2_run, 
     run = load(smollm2_run, engine="torch", device="cpu")
     ids = tok("The capital of France is")["input_ids"]
     assert tok.decode([int(np.argmax(run.lm.full(ids)))]) == " Paris"
-    # 64 greedy tokens; sheepop's model never draws padding/BOS/unknown, so transformers is
-    # told the same, and neither stops early.
+    # 64 greedy tokens, each side on its own KV cache; sheepop never draws padding, BOS or
+    # unknown (sheepop.inference.never_generated), so neither does transformers' loop here, and
+    # neither stops at the end of turn (transformers' generate(min_new_tokens=...) would ban
+    # it outright instead).
     ours = [s.token for s in generate(run.lm, ids, SampleConfig(max_new_tokens=64,
                                                                  temperature=0.0))]
+    banned = never_generated(run.tokenizer)
+    theirs, past, step = [], None, ids
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=64, min_new_tokens=64,
-                             do_sample=False, suppress_tokens=never_generated(run.tokenizer))
-    assert ours == out[0, len(ids):].tolist()
+        for _ in range(64):
+            out = model(torch.tensor([step]), past_key_values=past, use_cache=True)
+            logits = out.logits[0, -1].clone()
+            logits[banned] = -float("inf")
+            past, step = out.past_key_values, [int(logits.argmax())]
+            theirs += step
+    assert ours == theirs
     assert len(set(ours)) > 10  # a text, not one token repeated
 
 
