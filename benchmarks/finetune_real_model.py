@@ -10,7 +10,8 @@ held-out exact accuracy before and after, steps, time.
 2. before   greedy answers of the imported model to the held-out prompts, through its own chat
             template (ChatML), cut at <|im_end|>; exact match by kind (tasks.score)
 3. train    sheepop.finetune.run.finetune, the code of `sheepop finetune BASE --data ...
-            --lora-rank R`: a short probe times a step, and `train.steps` is set so that the
+            --lora-rank R`: two probes (1 and 4 steps; their difference leaves out the setup
+            and the last evaluation) time a step, and `train.steps` is set so that the
             cosine schedule ends with `--minutes` (train.max_minutes stops it if the machine
             slows down); `--steps N` skips the probe
 4. after    the same answers from the fine-tuned run (sheepop.inference.load: base + adapters)
