@@ -15,6 +15,11 @@ process; SIGHUP is a closed terminal. Two phases:
 
 Exit status: 128 + the signal's number, as a shell reports a process a signal stopped: SIGINT
 130, SIGHUP 129, SIGTERM 143.
+
+A signal the process inherited as ignored stays ignored: `nohup sheepop train` sets SIGHUP to
+SIG_IGN so that closing the terminal does not stop the run, and a shell starts a background job
+(`cmd &` in a script) with SIGINT ignored. Replacing that SIG_IGN by a handler would stop the run
+on the very signal its user asked to be ignored.
 """
 
 from __future__ import annotations
@@ -70,7 +75,9 @@ def _handlers(signums: tuple[int, ...], handler: Any) -> Iterator[None]:
     if not _in_main_thread():
         yield
         return
-    previous = {s: signal.signal(s, handler) for s in signums}
+    # An ignored signal keeps its SIG_IGN (nohup, a background job): see the module's docstring.
+    previous = {s: signal.signal(s, handler) for s in signums
+                if signal.getsignal(s) is not signal.SIG_IGN}
     try:
         yield
     finally:
