@@ -190,6 +190,7 @@ def test_fields_sheepop_cannot_compute_are_refused_by_name(tmp_path, bpe, meta, 
     ("missing", "the file lacks tensor blk.1.ffn_up.weight"),
     ("extra", "unexpected tensor rope_freqs.weight"),
     ("wide", r"tensor blk.0.ffn_gate.weight has shape \(48, 40\), the metadata says \(48, 32\)"),
+    ("nan", "tensor blk.0.attn_v.weight holds 2 NaN or infinite values"),
 ])
 def test_bad_tensors_are_refused_by_name(tmp_path, bpe, change, match):
     model = hf_llama(bpe.vocab_size, seed=6)
@@ -200,6 +201,8 @@ def test_bad_tensors_are_refused_by_name(tmp_path, bpe, change, match):
         tensors["rope_freqs.weight"] = np.ones(4, np.float32)
     elif change == "wide":
         tensors["blk.0.ffn_gate.weight"] = np.ones((48, 40), np.float32)
+    elif change == "nan":
+        tensors["blk.0.attn_v.weight"][0, :2] = [np.nan, np.inf]
     elif change == "float64 norm":
         tensors["blk.1.ffn_norm.weight"] = tensors["blk.1.ffn_norm.weight"].astype(np.float64)
     path = tmp_path / "m.gguf"

@@ -98,6 +98,10 @@ class GGUFFile:
             raise UserError(f"{self.where}: not a readable GGUF file (truncated or corrupt: "
                             f"{e})") from None
         values = dequantize(np.asarray(stored), t.type)
+        bad = values.size - int(np.isfinite(values).sum())
+        if bad:  # refused at import, as a run's own weights are: the model would print garbage
+            raise UserError(f"{self.where}: tensor {name} holds {bad:,} NaN or infinite values "
+                            f"(of {values.size:,}): these weights cannot run")
         return np.ascontiguousarray(values.reshape(self.shape(name)), dtype=np.float32)
 
 

@@ -145,6 +145,21 @@ def model_config_from_hf(hf: dict[str, Any], where: str) -> ModelConfig:
         raise UserError(f"{where}: config.json has a bad value ({e})") from None
 
 
+def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """sheepop name -> the shape of its GPT-2 tensor (Conv1D weights stored (in, out))."""
+    d, f, V = cfg.n_embd, cfg.ffn_dim, cfg.vocab_size
+    shapes = {"tok_emb.weight": (V, d), "pos_emb.weight": (cfg.block_size, d),
+              "ln_f.weight": (d,), "ln_f.bias": (d,)}
+    block = {"ln1.weight": (d,), "ln1.bias": (d,), "ln2.weight": (d,), "ln2.bias": (d,),
+             "attn.qkv.weight": (d, 3 * d), "attn.qkv.bias": (3 * d,),
+             "attn.proj.weight": (d, d), "attn.proj.bias": (d,),
+             "ffn.fc.weight": (d, f), "ffn.fc.bias": (f,),
+             "ffn.proj.weight": (f, d), "ffn.proj.bias": (d,)}
+    for i in range(cfg.n_layer):
+        shapes.update({f"blocks.{i}.{k}": v for k, v in block.items()})
+    return shapes
+
+
 def from_hf_weights(state: Weights, cfg: ModelConfig, where: str) -> tuple[ModelConfig, Weights]:
     """GPT-2 state dict (with or without the `transformer.` prefix) -> sheepop weights.
 
@@ -158,6 +173,15 @@ def from_hf_weights(state: Weights, cfg: ModelConfig, where: str) -> tuple[Model
     missing = sorted(set(names.values()) - set(state))
     if missing:
         raise UserError(f"{where}: the weights lack {missing[0]}")
+    shapes = hf_shapes(cfg)
+    if "lm_head.weight" in state:
+        names["head.weight"] = "lm_head.weight"
+        shapes["head.weight"] = shapes["tok_emb.weight"]
+    for ours, hf in names.items():
+        if tuple(state[hf].shape) != shapes[ours]:
+            raise UserError(f"{where}: {hf} has shape {tuple(state[hf].shape)}, the config says "
+                            f"{shapes[ours]}")
+    names.pop("head.weight", None)
     weights = {}
     for ours, hf in names.items():
         w = np.asarray(state[hf], dtype=np.float32)

@@ -11,6 +11,7 @@ sheepop command accepts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from sheepop.interop.hf_files import (
     write_json,
     write_weights,
 )
+from sheepop.model_size import param_count
 from sheepop.tokenizers import loads as load_tokenizer
 
 Weights = dict[str, np.ndarray]
@@ -121,7 +123,10 @@ def import_hf(hf_dir: str | Path, run_dir: str | Path, overwrite: bool = False,
         raise UserError(f"{where}: {e}") from None
     files = weight_files(hf_dir)  # pickles refused before the tokenizer is looked at
     tokenizer = import_tokenizer(hf_dir)
-    cfg.model, weights = arch.from_hf_weights(read_weights(files), cfg.model, str(hf_dir))
+    # At most the model's own numbers are read (its head counted even when tied: a checkpoint
+    # may store lm_head beside a tied embedding).
+    limit = param_count(dataclasses.replace(cfg.model, tie_weights=False))
+    cfg.model, weights = arch.from_hf_weights(read_weights(files, limit), cfg.model, str(hf_dir))
     if tokenizer.vocab_size != cfg.model.vocab_size:
         raise UserError(f"{hf_dir}: the tokenizer has {tokenizer.vocab_size} ids but the model "
                         f"{cfg.model.vocab_size} (sheepop needs them equal)")

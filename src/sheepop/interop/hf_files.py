@@ -11,18 +11,28 @@ Only safetensors weights are read: a `pytorch_model.bin` is a pickle, which coul
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from safetensors.numpy import save as st_save
 
-from sheepop import checkpoint
+from sheepop.checkpoint_check import (
+    DTYPES,
+    MAX_HEADER_BYTES,
+    TensorEntry,
+    check_dtypes,
+    parse_header,
+)
 from sheepop.errors import UserError
-from sheepop.files import atomic_write_bytes, atomic_write_text, read_bytes, read_json
+from sheepop.files import atomic_write_bytes, atomic_write_text, open_regular, read_json, shown
 from sheepop.tokenizers import Tokenizer
 
 WEIGHTS = "model.safetensors"
+# Buffers that transformers recomputes, stored by older checkpoints: skipped unread.
+BUFFERS = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
 INDEX = "model.safetensors.index.json"
 
 
@@ -45,16 +55,29 @@ def read_hf_config(hf_dir: Path) -> dict[str, Any]:
 # ----- weights --------------------------------------------------------------------------------
 
 def weight_files(hf_dir: Path) -> list[Path]:
-    """The safetensors files holding the weights (refusing pickles before anything is read)."""
+    """The safetensors files holding the weights (refusing pickles before anything is read, and
+    an index naming a file outside the directory)."""
     if (hf_dir / WEIGHTS).exists():
         return [hf_dir / WEIGHTS]
     if (hf_dir / INDEX).exists():
-        index = read_json(hf_dir / INDEX, what=INDEX)
-        shards = sorted(set(index.get("weight_map", {}).values())) if isinstance(index, dict) \
-            else []
-        if not shards:
-            raise UserError(f"{hf_dir / INDEX} lists no weight files")
-        return [hf_dir / name for name in shards]
+        where = hf_dir / INDEX
+        index = read_json(where, what=INDEX)
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise UserError(f"{where}: weight_map is not an object of tensor name -> file name")
+        names = set()
+        for name in weight_map.values():
+            if not isinstance(name, str) or not name:
+                raise UserError(f"{where}: weight_map names the file {shown(name)}, not a file "
+                                "name")
+            names.add(name)
+        inside = hf_dir.resolve()
+        for name in names:
+            if not (hf_dir / name).resolve().is_relative_to(inside):
+                raise UserError(f"{where}: weight_map names {shown(name)}, which is outside "
+                                f"{hf_dir}: sheepop reads weights only from the model's own "
+                                "directory")
+        return [hf_dir / name for name in sorted(names)]
     if any(hf_dir.glob("*.bin")) or any(hf_dir.glob("*.pt")):
         raise UserError(f"{hf_dir} has only pickle weights (.bin/.pt), which sheepop does not "
                         "load because unpickling can run code: save them as safetensors first "
@@ -62,16 +85,66 @@ def weight_files(hf_dir: Path) -> list[Path]:
     raise UserError(f"{hf_dir} has no {WEIGHTS}")
 
 
-def read_weights(files: list[Path]) -> dict[str, np.ndarray]:
-    """Every tensor of the files, as float32 NumPy (through torch, which reads bfloat16)."""
-    import torch
-    from safetensors.torch import load as st_load_torch
+def _header(f: Any, path: Path) -> tuple[int, dict[str, TensorEntry]]:
+    """(where the data part starts, the tensors) of an open safetensors file, checked against
+    its size (sheepop.checkpoint_check.parse_header) before a tensor is read."""
+    size = os.fstat(f.fileno()).st_size
+    first = f.read(8)
+    n = int.from_bytes(first, "little") if len(first) == 8 else -1
+    if n < 0 or n > min(MAX_HEADER_BYTES, size - 8):
+        raise UserError(f"{path} is not a valid safetensors file (its header does not fit in "
+                        f"its {size:,} bytes)")
+    entries = parse_header(f.read(n), size - 8 - n, str(path))
+    covered = max((e.end for e in entries.values()), default=0)
+    if covered != size - 8 - n:  # as the safetensors library refuses a file not fully covered
+        raise UserError(f"{path} is not a valid safetensors file ({size - 8 - n - covered:,} "
+                        "bytes after its last tensor)")
+    return 8 + n, entries
+
+
+def _float32(raw: bytes, entry: TensorEntry) -> np.ndarray:
+    """One tensor's little-endian bytes as float32 (bfloat16 is the top half of a float32)."""
+    values = np.frombuffer(raw, dtype=DTYPES[entry.dtype][1])
+    if entry.dtype == "BF16":
+        return (values.astype(np.uint32) << 16).view(np.float32).reshape(entry.shape)
+    with np.errstate(over="ignore"):  # a float64 past float32's range: inf, refused below
+        return values.astype(np.float32).reshape(entry.shape)
+
+
+def read_weights(files: list[Path], max_values: int | None = None) -> dict[str, np.ndarray]:
+    """Every tensor of the files as float32 NumPy. Before a tensor is read, each file's header
+    is checked against its size, a tensor that is not floating point (integers would be cast
+    silently) is refused by name, and so are more than `max_values` numbers in all (the model
+    the config describes, so a huge or padded file is refused unread); buffers transformers
+    recomputes (`BUFFERS`) are skipped unread. A NaN or infinite weight is refused by name: the
+    model would print garbage."""
+    located: list[tuple[Path, int, str, TensorEntry]] = []
+    for path in files:
+        with open_regular(path, what="weight file") as f:
+            start, entries = _header(f, path)
+        entries = {name: e for name, e in entries.items() if not name.endswith(BUFFERS)}
+        check_dtypes(entries, str(path))
+        located += [(path, start, name, e) for name, e in entries.items()]
+    total = sum(math.prod(e.shape) for *_, e in located)
+    if max_values is not None and total > max_values:
+        raise UserError(f"the weight files hold {total:,} numbers, more than the {max_values:,} "
+                        "parameters config.json describes: not this model's weights")
     state: dict[str, np.ndarray] = {}
     for path in files:
-        tensors = checkpoint.parse_safetensors(read_bytes(path, what="weight file"), path,
-                                               load=st_load_torch)
-        # float16 / bfloat16 checkpoints become float32, sheepop's checkpoint dtype.
-        state.update({k: v.to(torch.float32).numpy() for k, v in tensors.items()})
+        with open_regular(path, what="weight file") as f:
+            for _, start, name, entry in (t for t in located if t[0] == path):
+                f.seek(start + entry.begin)
+                raw = f.read(entry.end - entry.begin)
+                if len(raw) != entry.end - entry.begin:
+                    raise UserError(f"{path}: tensor {shown(name)} is cut short (the file "
+                                    "changed while it was read)")
+                array = _float32(raw, entry)
+                bad = array.size - int(np.isfinite(array).sum())
+                if bad:
+                    raise UserError(f"{path}: tensor {shown(name)} holds {bad:,} NaN or "
+                                    f"infinite values (of {array.size:,}): these weights "
+                                    "cannot run")
+                state[name] = array
     return state
 
 
@@ -176,13 +249,31 @@ def _import_bpe(tj: Any, tj_path: Path) -> Tokenizer:
     if not isinstance(model, dict) or model.get("type") != "BPE" \
             or not isinstance(model.get("vocab"), dict):
         raise UserError(f"{tj_path}: not a byte-level BPE tokenizer")
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    added = [t for t in tj.get("added_tokens", []) if isinstance(t, dict)]
-    vocab = {**model["vocab"], **{t.get("content"): t.get("id") for t in added}}
+    merges = [_merge_line(m, tj_path) for m in _list(model.get("merges", []), "merges", tj_path)]
+    added = [t for t in _list(tj.get("added_tokens", []), "added_tokens", tj_path)
+             if isinstance(t, dict)]
+    if not all(isinstance(t.get("content"), str) for t in added):
+        raise UserError(f"{tj_path}: an added token has no string 'content'")
+    vocab = {**model["vocab"], **{t["content"]: t.get("id") for t in added}}
     specials = [t["content"] for t in added if t.get("special")]
     where = str(tj_path)
     return from_gpt2(check_vocab(vocab, where), parse_merges("\n".join(merges), where),
                      specials, _split_pattern(tj) or "gpt2-exact", where, where)
+
+
+def _list(value: Any, field: str, tj_path: Path) -> list[Any]:
+    if not isinstance(value, list):
+        raise UserError(f"{tj_path}: {field} is not a list")
+    return value
+
+
+def _merge_line(merge: Any, tj_path: Path) -> str:
+    """One merge as merges.txt writes it: "a b" as it is, or the pair ["a", "b"] joined."""
+    if isinstance(merge, str):
+        return merge
+    if isinstance(merge, list) and len(merge) == 2 and all(isinstance(m, str) for m in merge):
+        return " ".join(merge)
+    raise UserError(f"{tj_path}: a merge must be \"a b\" or [\"a\", \"b\"], not {shown(merge)}")
 
 
 def _split_pattern(tj: dict[str, Any]) -> str | None:

@@ -29,6 +29,7 @@ import numpy as np
 
 from sheepop.config import ModelConfig
 from sheepop.errors import UserError
+from sheepop.files import shown
 
 Weights = dict[str, np.ndarray]
 
@@ -149,6 +150,10 @@ def to_hf_weights(weights: Weights, cfg: ModelConfig) -> Weights:
 def _rope_theta(hf: dict[str, Any], where: str) -> float:
     """The rotary base, refusing any scaling (sheepop's rope is the plain one). transformers 5
     writes rope_parameters {rope_type, rope_theta, ...}; older files rope_theta + rope_scaling."""
+    if hf.get("rope_scaling") is not None:  # refused beside rope_parameters too: a reader
+        # that knows only rope_scaling would scale
+        raise UserError(f"{where}: rope_scaling is set ({shown(hf['rope_scaling'])}), which is "
+                        "not supported (sheepop's rope has no scaling)")
     params = hf.get("rope_parameters")
     if params is not None:
         if not isinstance(params, dict):
@@ -161,9 +166,6 @@ def _rope_theta(hf: dict[str, Any], where: str) -> float:
             raise UserError(f"{where}: rope_parameters.partial_rotary_factor is not supported "
                             "(sheepop rotates every coordinate of a head)")
         return float(params.get("rope_theta", hf.get("rope_theta", DEFAULT_THETA)))
-    if hf.get("rope_scaling") is not None:
-        raise UserError(f"{where}: rope_scaling is set ({hf['rope_scaling']}), which is not "
-                        "supported (sheepop's rope has no scaling)")
     return float(hf.get("rope_theta", DEFAULT_THETA))
 
 
