@@ -80,7 +80,9 @@ class CausalSelfAttention(nn.Module):
             allowed = attn_mask if attn_mask is not None else causal_mask(T, past, x.device)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
             scores = scores.masked_fill(~allowed, float("-inf"))
-            weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+            # softmax in at least float32 (half precision is upcast), float64 kept whole
+            wide = torch.promote_types(scores.dtype, torch.float32)
+            weights = torch.softmax(scores.to(wide), dim=-1).to(q.dtype)
             y = self.attn_drop(weights) @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.proj(y), weights
