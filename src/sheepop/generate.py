@@ -39,13 +39,15 @@ and stop strings.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Generator, Iterator, Sequence
+import functools
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from sheepop.config import SampleConfig
+from sheepop.errors import UserError
 from sheepop.sample import (
     check_settings,
     draw,
@@ -133,6 +135,18 @@ def never_generated(lm: LanguageModel | BatchLanguageModel) -> list[int]:
     return list(getattr(lm, "never_generate", ()))
 
 
+def check_finite(logits: np.ndarray) -> None:
+    """Finite logits, or one UserError line: weights that are each finite can still overflow
+    in the forward pass (values near float32's limit, a huge pos_scale or LoRA alpha), and the
+    argmax of NaN is id 0, which would be printed forever. Every sampler goes through
+    `next_token`, so this is the one place that stops it."""
+    bad = logits.size - int(np.isfinite(logits).sum())
+    if bad:
+        raise UserError(f"the model's next-token logits hold {bad:,} NaN or infinite values "
+                        f"(of {logits.size:,}): its weights overflow in the forward pass, so "
+                        "it cannot generate")
+
+
 def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
                seen: np.ndarray | None = None, want_probs: bool = False,
                never: Sequence[int] = ()) -> tuple[int, np.ndarray | None]:
@@ -143,6 +157,7 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
     softmax over a 50k vocabulary is not free).
     """
     check_settings(cfg.temperature, cfg.top_k, cfg.top_p)  # ValueError: a bad API call
+    check_finite(logits)
     if never:
         logits = np.array(logits, copy=True)
         logits[never] = -np.inf
@@ -153,6 +168,25 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
     return draw(probs, rng), probs
 
 
+def _quiet_overflow(steps: Callable[..., Generator[Any, Any, Any]]
+                    ) -> Callable[..., Generator[Any, Any, Any]]:
+    """`steps` with NumPy's floating-point warnings off while it computes (not while its caller
+    holds a step): an overflowing model is stopped by `check_finite` with one line, not preceded
+    by "RuntimeWarning: overflow" lines."""
+    @functools.wraps(steps)
+    def quiet(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        inner, sent = steps(*args, **kwargs), None
+        while True:
+            with np.errstate(all="ignore"):
+                try:
+                    step = inner.send(sent)
+                except StopIteration as end:
+                    return end.value
+            sent = yield step
+    return quiet
+
+
+@_quiet_overflow
 def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
              use_cache: bool = True, eos_id: int | None = None, show_probs: int = 0
              ) -> Iterator[Step]:
@@ -199,6 +233,7 @@ def _seen_mask(ids: Sequence[int], vocab: int) -> np.ndarray:
     return mask
 
 
+@_quiet_overflow
 def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
                    cfg: SampleConfig, use_cache: bool = True, eos_id: int | None = None,
                    seeds: Sequence[int] | None = None

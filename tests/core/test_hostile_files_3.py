@@ -1,0 +1,82 @@
+"""Hostile files, round three (issue 28): files that load but mislead, and the edges of the
+disk. Each is stopped with one line (a UserError; exit status 2 through the command line).
+
+- Weights that are each finite but overflow in the forward pass (3e38, pos_scale=1e308) used to
+  generate id 0 forever (the argmax of NaN): `sheepop.generate.check_finite`, the one place every
+  sampler passes through, stops them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sheepop import checkpoint
+from sheepop.cli import main
+from sheepop.config import Config, ModelConfig, SampleConfig
+from sheepop.errors import UserError
+from sheepop.generate import generate_batch
+from sheepop.inference import load
+from sheepop.scratch.init import param_shapes
+from sheepop.tokenizers import train_tokenizer
+
+TEXT = "the quick brown fox jumps over the lazy dog. " * 40
+
+
+def cli_refuses(capsys, argv: list[str], prefix: str) -> str:
+    """`sheepop ARGV` exits 2, its stderr ending in one error line that contains `prefix` (after
+    any "sheepop: model: ..." notes), and no traceback."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[-1].startswith("sheepop: error:") and "Traceback" not in err, err
+    assert all(line.startswith("sheepop: ") for line in lines), err
+    assert prefix in lines[-1], err
+    return lines[-1]
+
+
+def make_run(path: Path, scale: float = 0.1, **model) -> Path:
+    """A run directory holding a random 1-layer model of width 16 (no training: quick)."""
+    tok = train_tokenizer("bpe", [TEXT], vocab_size=300)
+    config = Config()
+    config.model = ModelConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2,
+                               n_embd=16, **model)
+    rng = np.random.default_rng(0)
+    weights = {k: (rng.uniform(-1, 1, s) * scale).astype(np.float32)
+               for k, s in param_shapes(config.model).items()}
+    checkpoint.save_checkpoint(path, weights, config.to_dict(), tok.to_json())
+    return path
+
+
+# ----- finite weights that overflow -------------------------------------------------------------
+
+OVERFLOWING = {"weights of 3e38": dict(scale=3e38),
+               "pos_scale=1e308": dict(pos_encoding="sinusoidal", pos_scale=1e308)}
+
+
+@pytest.mark.parametrize("engine", ["numpy", "torch"])
+@pytest.mark.parametrize("case", list(OVERFLOWING))
+def test_generate_stops_on_logits_that_are_not_finite(tmp_path, capsys, case, engine):
+    run = make_run(tmp_path / "run", **OVERFLOWING[case])
+    cli_refuses(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "5",
+                         "--engine", engine, "--temperature", "0"],
+                "next-token logits hold")
+
+
+def test_a_batch_stops_on_logits_that_are_not_finite(tmp_path):
+    """The batched sampler (the server's) goes through the same check."""
+    model = load(make_run(tmp_path / "run", scale=3e38), engine="numpy", device="cpu")
+    with pytest.raises(UserError, match="NaN or infinite values"):
+        list(generate_batch(model.lm, [[1, 2], [3]], SampleConfig(max_new_tokens=3)))
+
+
+def test_a_sane_model_still_generates(tmp_path, capsys):
+    """The same run with ordinary weights generates its 5 tokens (the check refuses only the
+    overflow)."""
+    run = make_run(tmp_path / "run")
+    assert main(["generate", str(run), "--prompt", "the", "--max-new-tokens", "5",
+                 "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.strip()
