@@ -80,3 +80,31 @@ def test_a_sane_model_still_generates(tmp_path, capsys):
     assert main(["generate", str(run), "--prompt", "the", "--max-new-tokens", "5",
                  "--temperature", "0"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+# ----- finetune --resume from another directory ---------------------------------------------------
+
+def test_finetune_resumes_from_another_directory(tmp_path, monkeypatch, tiny_config,
+                                                 tiny_trainer):
+    """A fine-tuning run started with relative paths records its data absolutely (as `train`
+    does), so `--resume` from elsewhere finds it (it once looked for chats.jsonl in the new
+    working directory)."""
+    from sheepop.finetune.run import RUN_FILE, finetune
+    root = tmp_path / "work"
+    cfg = tiny_config("torch", dropout=0.0)
+    cfg.set("model.block_size", 32)
+    tiny_trainer(cfg, root / "base").run()
+    chats = [{"prompt": f"upper {w}", "completion": w.upper()} for w in ("fox", "dog", "lazy")]
+    (root / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in chats * 4))
+    settings = ["train.batch_size=2", "train.eval_batches=1", "train.device=cpu",
+                "train.dtype=float32", "train.warmup_steps=0", "train.decay_steps=4"]
+    monkeypatch.chdir(root)
+    finetune("base", "chats.jsonl", "ft", overrides=settings, values={"train.steps": 2},
+             log=lambda *_: None, progress=False)
+    recorded = json.loads((root / "ft" / RUN_FILE).read_text())["data"]
+    assert recorded == str(root / "chats.jsonl")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    summary = finetune(None, None, root / "ft", overrides=settings, values={"train.steps": 4},
+                       resume=True, log=lambda *_: None, progress=False)
+    assert summary.steps == 4 and not summary.interrupted

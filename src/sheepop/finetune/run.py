@@ -134,7 +134,8 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
         if lora is not None:
             lora = LoraConfig(lora.rank, lora.alpha, lora.targets, base_run,
                               added if train_new_tokens else 0)
-        opts = FinetuneOptions(base_run, str(data_path), train_on,
+        # absolute, as `train` records its data, so --resume works from any directory
+        opts = FinetuneOptions(base_run, str(Path(data_path).absolute()), train_on,
                                None if lora is None else lora.to_dict())
         cfg = base_cfg
         defaults = {**TRAIN_DEFAULTS, "lr": LR["lora" if lora else "full"]}
