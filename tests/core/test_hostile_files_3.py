@@ -8,7 +8,9 @@ disk. Each is stopped with one line (a UserError; exit status 2 through the comm
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -108,3 +110,33 @@ def test_finetune_resumes_from_another_directory(tmp_path, monkeypatch, tiny_con
     summary = finetune(None, None, root / "ft", overrides=settings, values={"train.steps": 4},
                        resume=True, log=lambda *_: None, progress=False)
     assert summary.steps == 4 and not summary.interrupted
+
+
+# ----- a full disk --------------------------------------------------------------------------------
+
+@pytest.fixture
+def disk_full(monkeypatch):
+    """Every fsync fails as on a full disk (ENOSPC): each write that must reach the disk fails,
+    as tests/train/test_checkpoint_crash.py's injected faults do."""
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return lambda: monkeypatch.setattr(os, "fsync", full)
+
+
+@pytest.mark.parametrize("command", ["tokenizer train", "export hf-llama", "export gguf",
+                                     "prepare"])
+def test_a_full_disk_is_one_line_naming_the_output(tmp_path, capsys, disk_full, command):
+    (tmp_path / "corpus.txt").write_text(TEXT * 20)
+    run = make_run(tmp_path / "run", pos_encoding="rope", norm="rmsnorm", ffn="swiglu",
+                   bias=False)
+    out = tmp_path / "out"
+    argv = {"tokenizer train": ["tokenizer", "train", "--kind", "bpe", "--vocab-size", "300",
+                                "--out", str(out), str(tmp_path / "corpus.txt")],
+            "export hf-llama": ["export", str(run), "--to", "hf-llama", str(out)],
+            "export gguf": ["export", str(run), "--to", "gguf", str(out)],
+            "prepare": ["prepare", str(tmp_path / "corpus.txt"), "--out", str(out),
+                        "--workers", "1", "--no-progress"]}[command]
+    disk_full()
+    line = cli_refuses(capsys, argv, "cannot write the ")
+    assert str(out) in line and "(the disk is full)" in line, line
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no stray temp

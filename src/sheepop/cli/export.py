@@ -71,6 +71,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from sheepop.cli.writing import writing
+    with writing(args.out_dir, "the export"):
+        return _run_export(args)
+
+
+def _run_export(args: argparse.Namespace) -> int:
     from sheepop.errors import UserError
     if (args.to is None) == (not args.merge_lora):
         raise UserError("sheepop export needs exactly one of --to FORMAT and --merge-lora")

@@ -72,5 +72,7 @@ def run(args: argparse.Namespace) -> int:
         val_fraction=args.val_fraction, seed=args.seed, overwrite=args.overwrite,
         tokenizer_sample_mb=args.tokenizer_sample_mb,
         progress=False if args.no_progress else None)
-    prepare(opts, log=lambda line: print(line, flush=True))
+    from sheepop.cli.writing import writing
+    with writing(args.out, "the prepared data"):
+        prepare(opts, log=lambda line: print(line, flush=True))
     return 0

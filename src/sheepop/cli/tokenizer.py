@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from sheepop.cli.common import HelpFormatter
+from sheepop.cli.writing import writing
 from sheepop.config import TOKENIZER_KINDS
 from sheepop.errors import UserError
 
@@ -155,7 +156,8 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         texts = list(_counting_bytes(_read_corpus(args.corpus), sizes))
     tok = train_tokenizer(args.kind, texts, args.vocab_size, **options)
-    tok.save(args.out)
+    with writing(args.out, "the tokenizer"):
+        tok.save(args.out)
     size = sum(sizes)
     print(f"{args.kind} tokenizer: {tok.vocab_size} ids ({len(tok.special_tokens)} special) "
           f"from {size:,} bytes in {time.perf_counter() - start:.2f} s -> {args.out}")

@@ -139,8 +139,12 @@ def export_gguf(run_dir: str | Path, out_path: str | Path, gguf_type: str = "f32
             os.close(fd)
         os.replace(tmp, out_path)
     except BaseException:
-        writer.close()
-        tmp.unlink(missing_ok=True)
+        try:
+            writer.close()  # flushing may fail again (a full disk): the unlink still runs
+        except OSError:
+            pass
+        finally:
+            tmp.unlink(missing_ok=True)
         raise
     if fell_back:
         return [f"{len(fell_back)} matrices have rows whose length is not a multiple of 32 and "
