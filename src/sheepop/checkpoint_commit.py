@@ -32,7 +32,7 @@ import shutil
 from pathlib import Path
 
 from sheepop.errors import UserError
-from sheepop.files import DocumentFormat, document_text, parse_document
+from sheepop.files import DocumentFormat, check_own_entry, document_text, parse_document
 
 # The names of a run directory's files live here, below sheepop.checkpoint (which re-exports
 # them): recovery must know them (a commit record moves only these; only their temporary
@@ -81,6 +81,7 @@ def commit_files(run_dir: Path, files: dict[str, bytes]) -> None:
     """Replace `files` (names of CHECKPOINT_FILES -> bytes) in `run_dir` all together or not at
     all (the protocol in the module's docstring)."""
     staging = run_dir / STAGING_DIR
+    check_own_entry(staging, directory=True)  # a link there: its target would be deleted
     try:
         if not run_dir.is_dir():
             run_dir.mkdir(parents=True)
@@ -180,15 +181,46 @@ def _settle(run_dir: Path) -> None:
             raise OSError(f"cannot remove {run_dir / STAGING_DIR}")
 
 
+def check_run_entries(run_dir: str | Path) -> None:
+    """Refuse (one UserError line) a run directory holding a symbolic link, or a thing of the
+    wrong kind (a FIFO, a device, a folder), where one of its own files or folders belongs: the
+    run's files (RUN_FILES), the staging folder and what it holds, best/ (and the same inside
+    it) and checkpoints/ with its step folders. The writer deletes and replaces these, so a
+    link would carry those deletions and writes outside the run; a FIFO would block its reads.
+    The run directory itself may be a link (`--out` names it as the user likes)."""
+    run_dir = Path(run_dir)
+    for name in RUN_FILES:
+        check_own_entry(run_dir / name)
+    for folder in (STAGING_DIR, BEST_DIR, KEPT_DIR):
+        check_own_entry(run_dir / folder, directory=True)
+    staging, best, kept = run_dir / STAGING_DIR, run_dir / BEST_DIR, run_dir / KEPT_DIR
+    if staging.is_dir():
+        for entry in staging.iterdir():  # staged files move into the run: regular ones only
+            check_own_entry(entry)
+    if best.is_dir():
+        for name in (BEST_JSON, *CHECKPOINT_FILES):
+            check_own_entry(best / name)
+        check_own_entry(best / STAGING_DIR, directory=True)
+        if (best / STAGING_DIR).is_dir():
+            for entry in (best / STAGING_DIR).iterdir():
+                check_own_entry(entry)
+    if kept.is_dir():
+        for entry in kept.iterdir():
+            if entry.name.startswith(("step-", ".step-")):
+                check_own_entry(entry, directory=True)
+
+
 def recover(run_dir: str | Path) -> None:
     """Bring `run_dir` (and its best/ folder) to its last committed checkpoint: install a
     committed save, delete an uncommitted one and the temporary files of interrupted atomic
     writes and of a checkpoints/ copy being made. Only the writer (the holder of the run's
-    lock) calls it, before it reads the run."""
+    lock) calls it, before it reads the run; it first refuses a run holding links where its
+    own files belong (`check_run_entries`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return
     try:
+        check_run_entries(run_dir)
         _settle(run_dir)
         if (run_dir / BEST_DIR).is_dir():
             _settle(run_dir / BEST_DIR)

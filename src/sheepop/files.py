@@ -143,6 +143,54 @@ def _check_regular(st: os.stat_result, path: Path, what: str, limit: int | None)
                         f"({limit:,} bytes)")
 
 
+_NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def check_own_entry(path: str | Path, directory: bool = False) -> None:
+    """Refuse (one UserError line) `path` when it is a symbolic link, or not a regular file
+    (`directory`: not a folder); nothing when it does not exist. For the files and folders a
+    run directory owns: sheepop deletes and replaces them, so a link there would make it delete
+    or overwrite what the link points to, outside the run."""
+    path = Path(path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise UserError(f"cannot use {path}: {e.strerror}") from None
+    own = "folder" if directory else "file"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = f" (to {shown(os.readlink(path))})"
+        except OSError:
+            target = ""
+        raise UserError(f"{path} is a symbolic link{target} where the run keeps its own {own}: "
+                        "sheepop follows no link inside a run directory (replace the link by "
+                        "what it points to, or remove it)")
+    if not (stat.S_ISDIR if directory else stat.S_ISREG)(st.st_mode):
+        kind = _file_kind(st.st_mode) or "a regular file"
+        raise UserError(f"{path} is {kind}, where the run keeps its own {own}: remove it")
+
+
+def open_own_append(path: str | Path) -> IO[str]:
+    """`path` opened to append UTF-8 text, created if absent, never through a symbolic link and
+    only when it is a regular file (`check_own_entry`'s rules, checked on what was opened: a
+    FIFO cannot block the open, O_NONBLOCK); one UserError line otherwise."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NO_FOLLOW | _OPEN_FLAGS
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError:
+        if os.path.islink(path):
+            check_own_entry(path)  # raises, naming the link
+        raise
+    kind = _file_kind(os.fstat(fd).st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise UserError(f"{path} is {kind}, where the run keeps its own file: remove it")
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
 @contextlib.contextmanager
 def open_regular(path: str | Path, missing: str | None = None, what: str = "file",
                  limit: int | None = None) -> Iterator[IO[bytes]]:

@@ -33,7 +33,13 @@ import numpy as np
 from sheepop import checkpoint
 from sheepop.arch.lora import LORA_FILE
 from sheepop.errors import UserError
-from sheepop.files import DocumentFormat, atomic_write_bytes, document_text, read_document
+from sheepop.files import (
+    DocumentFormat,
+    atomic_write_bytes,
+    check_own_entry,
+    document_text,
+    read_document,
+)
 
 BEST_RECORD = DocumentFormat("sheepop-best", 1, "sheepop best-checkpoint record")
 
@@ -77,6 +83,7 @@ def save_best(run_dir: Path, weights: dict[str, np.ndarray], config: dict[str, A
     record = document_text(BEST_RECORD, {"step": step, "val_loss": val_loss, "val_bpb": val_bpb})
     files = checkpoint.checkpoint_files(weights, config, tokenizer_json)
     best = run_dir / checkpoint.BEST_DIR
+    check_own_entry(best, directory=True)  # a link: the save would go to where it points
     lora = run_dir / LORA_FILE
     if lora.is_file():  # adapters only: best/ names their base run as the run does
         best.mkdir(exist_ok=True)  # (before the commit: best/ never holds adapters without it)
@@ -113,6 +120,7 @@ def keep_copy(run_dir: Path, step: int, keep_last: int) -> Path | None:
         return None
     kept = run_dir / checkpoint.KEPT_DIR
     final, tmp = kept / f"step-{step:07d}", kept / f".step-{step:07d}.tmp"
+    check_own_entry(kept, directory=True)  # a link: old copies would be deleted where it points
     try:
         kept.mkdir(exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)

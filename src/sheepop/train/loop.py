@@ -35,6 +35,7 @@ from sheepop.config import Config
 from sheepop.data.dataset import Dataset
 from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError
+from sheepop.files import open_own_append
 from sheepop.schedule import lr_for
 from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
 from sheepop.train import divergence, keeping, run_lock
@@ -186,7 +187,7 @@ class Trainer:
             self.events.write(record)
         if self.is_main:
             try:
-                with open(self.metrics_path, "a", encoding="utf-8") as f:
+                with open_own_append(self.metrics_path) as f:  # never through a link
                     f.write(json.dumps(record) + "\n")
             except OSError as e:  # e.g. a full disk: stop with one line, the checkpoint kept
                 failed = checkpoint.SaveFailed(self.run_dir, checkpoint.describe_os_error(e),

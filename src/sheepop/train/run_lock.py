@@ -14,6 +14,11 @@ writes into a run directory again and again (`sheepop import` writes a new direc
 a lock is a process's concern, which the engine-neutral core has none of. Under torchrun only
 rank 0 takes it (it alone writes). flock is advisory and local to one machine: two machines
 writing into one shared (NFS) folder are not kept apart.
+
+The file is opened without following a symbolic link (O_NOFOLLOW) and used only when it is a
+regular file: a `train.lock` that links to a file outside the run would be truncated and
+rewritten, one that links to /dev/zero or is a FIFO would be read without end (O_NONBLOCK keeps
+the open itself from waiting for a FIFO's writer). Those are refused with one line.
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ import json
 import os
 import shlex
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
 from typing import IO
 
 from sheepop.errors import UserError
+from sheepop.files import check_own_entry
 
 LOCK_FILE = "train.lock"
 
@@ -58,6 +65,25 @@ class RunLock:
         self._file.close()
 
 
+_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_lock(path: Path, flags: int, mode: str) -> IO[str]:
+    """The lock file opened with `flags` (plus no link, no blocking), checked to be a regular
+    file: one UserError line when it is a link or anything else (`files.check_own_entry`)."""
+    check_own_entry(path)
+    try:
+        fd = os.open(path, flags | _FLAGS, 0o666)
+    except OSError:
+        check_own_entry(path)  # swapped for a link since the check: name it
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        check_own_entry(path)
+        raise UserError(f"{path} is not a regular file, where the run keeps its own file")
+    return os.fdopen(fd, mode, encoding="utf-8")
+
+
 def _refuse(run_dir: Path, file: IO[str]) -> None:
     file.seek(0)
     holder = describe_holder(file.read())
@@ -71,9 +97,11 @@ def check_free(run_dir: str | Path) -> None:
     do nothing (creating nothing). A resume calls it before reading the run: the holder may be
     in the middle of replacing its checkpoint."""
     try:
-        file = open(Path(run_dir) / LOCK_FILE, encoding="utf-8")
-    except OSError:
+        file = _open_lock(Path(run_dir) / LOCK_FILE, os.O_RDONLY, "r")
+    except FileNotFoundError:
         return  # no lock file: nobody has trained there
+    except OSError as e:
+        raise UserError(f"cannot read {Path(run_dir) / LOCK_FILE}: {e.strerror}") from None
     try:
         fcntl.flock(file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
@@ -87,7 +115,8 @@ def acquire(run_dir: str | Path) -> RunLock:
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        file = open(run_dir / LOCK_FILE, "a+", encoding="utf-8")  # no truncation before holding
+        # (no truncation before holding it)
+        file = _open_lock(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, "r+")
     except OSError as e:
         raise UserError(f"cannot use {run_dir} as a run directory: {e.strerror}") from None
     try:
