@@ -21,7 +21,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from sheepop.checkpoint_check import MAX_CONFIG_BYTES, weights_from_bytes
+from sheepop.checkpoint_check import MAX_CONFIG_BYTES, check_weights_file, weights_from_bytes
 from sheepop.checkpoint_commit import (  # noqa: F401 (re-exported: checkpoint.X for callers)
     BEST_DIR,
     BEST_JSON,
@@ -128,7 +128,9 @@ def load_config(run_dir: str | Path) -> dict[str, Any]:
 
 
 def load_weights(run_dir: str | Path) -> dict[str, np.ndarray]:
-    """The float32 weights, checked (sheepop.checkpoint_check: header, dtypes, finite)."""
+    """The float32 weights, checked (sheepop.checkpoint_check: header, dtypes, finite); the
+    header first, so a file padded past its tensors is refused unread."""
+    check_weights_file(current_path(Path(run_dir), MODEL_FILE))
     path, data = _read(Path(run_dir), MODEL_FILE, "weights")
     return weights_from_bytes(data, path)
 

@@ -93,6 +93,10 @@ def parse_header(raw: bytes, data_size: int, where: str) -> dict[str, TensorEntr
             raise UserError(f"{tensor}: its shape {tuple(shape)} of {dtype} does not fill its "
                             f"{end - begin:,} bytes")
         entries[name] = TensorEntry(dtype, tuple(shape), begin, end)
+    covered = max((e.end for e in entries.values()), default=0)
+    if covered != data_size:  # as the safetensors library refuses a file not fully covered
+        raise UserError(f"{where} is not a valid safetensors file ({data_size - covered:,} "
+                        "bytes after its last tensor)")
     return entries
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from sheepop.errors import UserError
 from sheepop.files import shown
-from sheepop.model_size import check_model_size
+from sheepop.model_size import check_model_size, physical_memory
 
 
 def check_config(cfg: Any, sections: dict[str, type]) -> None:
@@ -98,3 +98,9 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         if not ok:
             raise UserError(message)
     check_model_size(m)
+    # One (B, T, d) float32 activation of a micro-batch must fit in memory (a saved batch_size
+    # of 10**12 once asked NumPy for 7.28 TiB before anything said why).
+    if t.batch_size * m.block_size * m.n_embd * 4 > physical_memory():
+        raise UserError(f"train.batch_size={t.batch_size} is too large: one micro-batch's "
+                        "activations (batch_size x block_size x n_embd floats) would not fit "
+                        "in this machine's memory")

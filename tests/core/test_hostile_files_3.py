@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +141,77 @@ def test_a_full_disk_is_one_line_naming_the_output(tmp_path, capsys, disk_full, 
     line = cli_refuses(capsys, argv, "cannot write the ")
     assert str(out) in line and "(the disk is full)" in line, line
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no stray temp
+
+
+# ----- a saved run that asks too much or holds garbage --------------------------------------------
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A real run: 2 steps of a 1-layer model of width 16, saved with its trainer state."""
+    from sheepop.config_build import build_config
+    from sheepop.train.start import setup
+    root = tmp_path_factory.mktemp("trained")
+    (root / "data.txt").write_text(TEXT)
+    cfg = build_config(None, None, [
+        "model.n_layer=1", "model.n_head=2", "model.n_embd=16", "model.block_size=16",
+        "train.batch_size=2", "train.steps=2", "train.eval_batches=1", "train.device=cpu",
+        "train.dtype=float32", "train.warmup_steps=0", "data.val_fraction=0.1"])
+    setup(str(root / "data.txt"), cfg, root / "run", progress=False, log=lambda *_: None).run()
+    return root / "run"
+
+
+def edit(run_dir: Path, name: str, change) -> None:
+    data = json.loads((run_dir / name).read_text())
+    change(data)
+    (run_dir / name).write_text(json.dumps(data))
+
+
+def pad_to_8_gib(run_dir: Path) -> None:
+    with open(run_dir / checkpoint.MODEL_FILE, "r+b") as f:
+        f.truncate(8 * 2**30)  # sparse: no disk used; refused from its header, never read
+
+
+SAVED = [
+    ("batch_size 10**12",
+     lambda r: edit(r, checkpoint.CONFIG_FILE, lambda c: c["train"].update(batch_size=10**12)),
+     "train.batch_size=1000000000000 is too large"),
+    ("sampler a string",
+     lambda r: edit(r, "trainer.json", lambda t: t.update(sampler="garbage")),
+     "the sampler state is not one sheepop saved"),
+    ("sampler rng a list",
+     lambda r: edit(r, "trainer.json", lambda t: t["sampler"].update(rng=[1, 2])),
+     "the sampler state is not one sheepop saved"),
+    ("sampler rng state a string",
+     lambda r: edit(r, "trainer.json", lambda t: t["sampler"]["rng"].update(state="x")),
+     "the sampler state is not one sheepop saved"),
+    ("sampler rng of another generator",
+     lambda r: edit(r, "trainer.json",
+                    lambda t: t["sampler"]["rng"].update(bit_generator="MT19937")),
+     "the sampler state is not one sheepop saved"),
+    ("model file padded to 8 GiB", pad_to_8_gib, "bytes after its last tensor"),
+]
+
+
+@pytest.mark.parametrize("spoil, prefix", [c[1:] for c in SAVED], ids=[c[0] for c in SAVED])
+def test_resume_refuses_a_spoiled_run_with_one_line(trained, tmp_path, capsys, spoil, prefix):
+    import resource
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    spoil(run)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cli_refuses(capsys, ["train", "--resume", "--out", str(run), "--steps", "3",
+                         "--no-progress"], prefix)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown_kib < 512 * 1024, grown_kib  # bounded: nothing of the 8 GiB or 7 TiB read
+
+
+def test_generate_refuses_a_padded_model_file_unread(trained, tmp_path, capsys):
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    pad_to_8_gib(run)
+    cli_refuses(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "2"],
+                "bytes after its last tensor")
+
+
+def test_the_unspoiled_run_resumes(trained, tmp_path):
+    """The same copy, unspoiled, resumes (so each refusal above is the spoiled field's)."""
+    run = Path(shutil.copytree(trained, tmp_path / "run"))
+    assert main(["train", "--resume", "--out", str(run), "--steps", "3", "--no-progress"]) == 0

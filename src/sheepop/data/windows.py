@@ -61,7 +61,19 @@ class RandomSampler:
         return dict(snapshot or self.snapshot())
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
+        restore_rng(self.rng, state)
+
+
+def restore_rng(rng: np.random.Generator, state: Any) -> None:
+    """`rng` set to the state a sampler saved in trainer.json ({"rng": the bit generator's
+    state}); anything else is one UserError line, not a TypeError from NumPy."""
+    try:
+        if not isinstance(state, dict) or not isinstance(state.get("rng"), dict):
+            raise TypeError("no \"rng\" object")
+        rng.bit_generator.state = state["rng"]
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        raise UserError(f"trainer.json: the sampler state is not one sheepop saved ({e}); "
+                        "the checkpoint is damaged") from None
 
 
 class WindowSampler:
@@ -112,10 +124,19 @@ class WindowSampler:
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["rng"]
+        restore_rng(self.rng, state)
         if self.starts is not None:
-            self.order = np.asarray(state["order"], dtype=np.int64)
-            self.cursor, self.epoch = state["cursor"], state["epoch"]
+            n = len(self.starts)
+            order, cursor, epoch = (state.get(k) for k in ("order", "cursor", "epoch"))
+            if not (isinstance(order, list) and len(order) == n
+                    and all(type(i) is int for i in order)
+                    and sorted(order) == list(range(n))
+                    and type(cursor) is int and 0 <= cursor <= n
+                    and type(epoch) is int and epoch >= 0):
+                raise UserError("trainer.json: the sampler's order, cursor and epoch are not "
+                                f"those of {n} chunks; the checkpoint is damaged")
+            self.order = np.asarray(order, dtype=np.int64)
+            self.cursor, self.epoch = cursor, epoch
 
 
 def eval_windows(tokens: np.ndarray, block_size: int, n_windows: int, pad_id: int
