@@ -109,7 +109,14 @@ def _adapted(run_dir: Path, cfg: Config, tokenizer: Tokenizer, lora: LoraConfig,
     weights = grown_for(weights, base_tokenizer, tokenizer)
     check_weights_file(checkpoint.current_path(run_dir, checkpoint.MODEL_FILE),
                        adapter_shapes(cfg.model, lora))
-    return merge(weights, checkpoint.load_weights(run_dir), lora)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below
+        merged = merge(weights, checkpoint.load_weights(run_dir), lora)
+    for name, w in merged.items():  # each adapter finite, their product need not be
+        bad = w.size - int(np.isfinite(w).sum())
+        if bad:
+            raise UserError(f"{run_dir}: merging the LoRA adapters (alpha {lora.alpha:g}) "
+                            f"makes {bad:,} values of {name} NaN or infinite: this run cannot run")
+    return merged
 
 
 def grown_for(weights: Weights, base_tokenizer: Tokenizer, tokenizer: Tokenizer) -> Weights:

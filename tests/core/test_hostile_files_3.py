@@ -147,13 +147,14 @@ def test_a_full_disk_is_one_line_naming_the_output(tmp_path, capsys, disk_full, 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """A real run: 2 steps of a 1-layer model of width 16, saved with its trainer state."""
+    """A real run: 2 steps of a 1-layer model of width 16 (context 64: room for a chat), saved
+    with its trainer state."""
     from sheepop.config_build import build_config
     from sheepop.train.start import setup
     root = tmp_path_factory.mktemp("trained")
     (root / "data.txt").write_text(TEXT)
     cfg = build_config(None, None, [
-        "model.n_layer=1", "model.n_head=2", "model.n_embd=16", "model.block_size=16",
+        "model.n_layer=1", "model.n_head=2", "model.n_embd=16", "model.block_size=64",
         "train.batch_size=2", "train.steps=2", "train.eval_batches=1", "train.device=cpu",
         "train.dtype=float32", "train.warmup_steps=0", "data.val_fraction=0.1"])
     setup(str(root / "data.txt"), cfg, root / "run", progress=False, log=lambda *_: None).run()
@@ -215,3 +216,40 @@ def test_the_unspoiled_run_resumes(trained, tmp_path):
     """The same copy, unspoiled, resumes (so each refusal above is the spoiled field's)."""
     run = Path(shutil.copytree(trained, tmp_path / "run"))
     assert main(["train", "--resume", "--out", str(run), "--steps", "3", "--no-progress"]) == 0
+
+
+# ----- a LoRA run whose adapters overflow ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, trained) -> Path:
+    """LoRA adapters (rank 2 on qkv) fine-tuned 2 steps on the trained run."""
+    from sheepop.arch.lora import LoraConfig
+    from sheepop.finetune.run import finetune
+    root = tmp_path_factory.mktemp("lora")
+    chats = [{"prompt": f"upper {w}", "completion": w.upper()} for w in ("fox", "dog", "lazy")]
+    (root / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in chats * 4))
+    finetune(str(trained), str(root / "chats.jsonl"), root / "lora",
+             LoraConfig(2, 4.0, ("qkv",)),
+             overrides=["train.batch_size=2", "train.eval_batches=1", "train.device=cpu",
+                        "train.dtype=float32", "train.warmup_steps=0"],
+             values={"train.steps": 2}, log=lambda *_: None, progress=False)
+    return root / "lora"
+
+
+def scaled_adapters(run_dir: Path, factor: float) -> None:
+    weights = checkpoint.load_weights(run_dir)
+    with np.errstate(over="ignore"):
+        spoiled = {k: np.clip(v * np.float32(factor), -3e38, 3e38) for k, v in weights.items()}
+    checkpoint.save_checkpoint(run_dir, spoiled, checkpoint.load_config(run_dir),
+                               checkpoint.load_tokenizer_json(run_dir))
+
+
+@pytest.mark.parametrize("case", ["alpha 1e300", "adapters of 1e30"])
+def test_an_overflowing_lora_run_stops_with_one_line(lora_run, tmp_path, capsys, case):
+    run = Path(shutil.copytree(lora_run, tmp_path / "lora"))
+    if case == "alpha 1e300":
+        edit(run, "lora.json", lambda d: d.update(alpha=1e300))
+    else:
+        scaled_adapters(run, 1e30)
+    cli_refuses(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "3",
+                         "--temperature", "0"], "merging the LoRA adapters")
