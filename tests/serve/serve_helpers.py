@@ -114,11 +114,13 @@ class ServerProcess:
     """`sheepop serve RUN --port 0 ARGS`; ready once it prints the address it listens on. A
     thread keeps reading its stderr (into `lines`), so the pipe never fills."""
 
-    def __init__(self, run: Path, *args: str, env: dict[str, str] | None = None):
+    def __init__(self, run: Path, *args: str, env: dict[str, str] | None = None,
+                 preexec_fn=None):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sheepop", "serve", str(run), "--port", "0", "--threads",
-             "1", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+             "1", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+            preexec_fn=preexec_fn)
         self.lines: list[str] = []
         ready: queue.Queue[str | None] = queue.Queue()
 

@@ -55,7 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help=f"require 'Authorization: Bearer KEY' on every request but /health "
                         f"(default: the {API_KEY_ENV} environment variable, which keeps the key "
-                        f"out of the process list; unset: no key)")
+                        f"out of the process list; unset: no key; empty: an error)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web page of another origin that may call the API from a browser "
+                        "(CORS), e.g. http://localhost:3000; repeat for more. Without it, "
+                        "requests from other sites' pages, and requests naming another Host "
+                        "than localhost or the address bound, get 403")
     p.add_argument("--model-name", default=None, metavar="NAME",
                    help="the model's id in the API (default: the run directory's name)")
     add_best_option(p)
@@ -63,6 +68,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="on SIGINT/SIGTERM, how long running requests may go on before they "
                         "are cancelled")
+    p.add_argument("--timeout-idle", type=float, default=10.0, metavar="SECONDS",
+                   help="a connection that sends nothing for this long while a request is "
+                        "awaited (a new one, or kept alive between requests) is closed")
+    p.add_argument("--timeout-read", type=float, default=30.0, metavar="SECONDS",
+                   help="a request's head and body must arrive within this of its first byte "
+                        "(then 408 and the connection is closed)")
+    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+                   help="the most open connections; past it a new one gets 503 with "
+                        "Retry-After at once (default: what the open-file limit leaves room "
+                        "for, at most 1024)")
     p.add_argument("--access-log", action="store_true", help="log every request on stderr")
     p.add_argument("--runs", default=None, metavar="DIR",
                    help="the page's runs view also lists every run under DIR (its "
@@ -77,12 +92,24 @@ def _check(args: argparse.Namespace) -> None:
               (args.timeout > 0, "--timeout must be a positive number of seconds"),
               (args.max_body >= 1024, "--max-body must be at least 1024 bytes"),
               (args.shutdown_timeout >= 0, "--shutdown-timeout must be >= 0"),
+              (args.timeout_idle > 0, "--timeout-idle must be a positive number of seconds"),
+              (args.timeout_read > 0, "--timeout-read must be a positive number of seconds"),
+              (args.max_connections is None or args.max_connections >= 1,
+               "--max-connections must be at least 1"),
               (args.dtype == "float32" or args.engine == "torch", "--dtype needs --engine torch"),
               (args.runs is None or Path(args.runs).is_dir(),
                f"--runs {args.runs}: not a directory")]
     for ok, message in checks:
         if not ok:
             raise UserError(message)
+    if args.api_key == "" or (args.api_key is None and os.environ.get(API_KEY_ENV) == ""):
+        where = "--api-key" if args.api_key == "" else API_KEY_ENV
+        raise UserError(f"{where} is empty: give a key, or leave it out for no key")
+    from sheepop.serve.origin import origin_problem
+    for origin in args.allow_origin:
+        problem = origin_problem(origin)
+        if problem is not None:
+            raise UserError(problem)
 
 
 def _loopback(host: str) -> bool:
@@ -95,19 +122,22 @@ def _loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     from sheepop.inference import load
     from sheepop.serve.app import Settings, create_app
+    from sheepop.serve.connections import limits
     from sheepop.serve.page import routes as page_routes
     from sheepop.serve.server import address_of, bind
     from sheepop.serve.server import run as serve
     _check(args)
-    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
     sock = bind(args.host, args.port)  # (a busy port fails before the model is loaded)
     try:
         model = load(model_dir(args), args.engine, args.device, args.dtype)
         name = args.model_name or Path(args.run_dir).resolve().name
         app = create_app(model, Settings(name=name, api_key=key, max_batch=args.max_batch,
                                          max_queue=args.max_queue, timeout=args.timeout,
-                                         max_body=args.max_body),
+                                         max_body=args.max_body, host=args.host,
+                                         allow_origins=tuple(args.allow_origin)),
                          page_routes(args.run_dir, args.runs))
+        bounds = limits(args.timeout_idle, args.timeout_read, args.max_connections)
     except BaseException:
         sock.close()
         raise
@@ -122,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
               f"{m.block_size}, {model.engine} engine, batches of up to {args.max_batch}) at "
               f"{address_of(sock)}", file=sys.stderr, flush=True)
 
-    serve(app, sock, args.shutdown_timeout, ready, access_log=args.access_log)
+    serve(app, sock, args.shutdown_timeout, ready, access_log=args.access_log,
+          limits=bounds)
     print("sheepop: server stopped", file=sys.stderr)
     return 0

@@ -8,17 +8,32 @@ Stopping: SIGINT (Ctrl-C) or SIGTERM makes uvicorn stop accepting connections an
 cancels what is left (each stream's job is cancelled with it), the app's lifespan stops the
 scheduler, and the command exits 0: a signal is how a server is meant to stop. A second Ctrl-C
 during that wait stops at once.
+
+Connections are bounded (sheepop.serve.connections): idle and slow clients are timed out, and
+past a number of open connections kept below the file limit a new one gets 503 at once. The
+event loop's own errors are logged once each, in one line.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sheepop.errors import UserError
+from sheepop.serve.connections import Limits, OnceLog, guarded_protocol
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+FORCED_STOP_S = 2.0  # after a second Ctrl-C, how long the cancelled requests have to end
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -49,23 +64,66 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.ready = ready
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """SIGINT and SIGTERM stop the server (a second SIGINT: at once); once it has stopped
+        they are ignored while the process exits. (uvicorn raises the signals it caught again
+        on its way out, inside the event loop, where asyncio turns them into a
+        KeyboardInterrupt that cancels the app's lifespan mid-way: a traceback.)"""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self.handle_exit)
+        try:
+            yield
+        finally:
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        if self.force_exit:
+            # uvicorn skips the app's shutdown then; it is quick (the scheduler's thread
+            # stops after its current step). Every connection is closed: a request sees its
+            # client gone (its job is cancelled), as if the client had left; what has not
+            # ended after FORCED_STOP_S is cancelled.
+            for connection in list(self.server_state.connections):
+                connection.transport.close()
+            if self.server_state.tasks:
+                await asyncio.wait(list(self.server_state.tasks), timeout=FORCED_STOP_S)
+            for task in list(self.server_state.tasks):
+                task.cancel()
+            await self.lifespan.shutdown()
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        asyncio.get_running_loop().set_exception_handler(OnceLog(logging.getLogger("uvicorn.error")))
         await super().startup(sockets)
         if self.started:
             self.ready()
 
 
+class QuietDisconnect:
+    """A request whose client went away (or was timed out) while its body was read ends
+    without uvicorn's "Exception in ASGI application" traceback: nobody is there to answer."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            pass
+
+
 def run(app: Starlette, sock: socket.socket, shutdown_timeout: float,
-        ready: Callable[[], None], access_log: bool = False) -> None:
+        ready: Callable[[], None], access_log: bool = False, limits: Limits | None = None
+        ) -> None:
     """Serve `app` on `sock` until SIGINT or SIGTERM; `ready()` once it accepts requests."""
-    config = uvicorn.Config(app, log_level="info" if access_log else "warning",
+    limits = limits or Limits()
+    config = uvicorn.Config(QuietDisconnect(app), log_level="info" if access_log else "warning",
                             access_log=access_log, lifespan="on",
-                            timeout_graceful_shutdown=shutdown_timeout)
-    server = _Server(config, ready)
-    try:
-        server.run(sockets=[sock])
-    except KeyboardInterrupt:
-        # uvicorn raises the signal again once it has shut down, for the caller's handlers:
-        # here the stop it asked for is done.
-        if not server.should_exit:
-            raise
+                            timeout_graceful_shutdown=shutdown_timeout,
+                            http=guarded_protocol(limits), timeout_keep_alive=limits.idle)
+    _Server(config, ready).run(sockets=[sock])
