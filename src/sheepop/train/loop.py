@@ -3,8 +3,9 @@
 For each optimizer step s: lr = lr_for(s) (warmup + cosine), draw `grad_accum` micro-batches,
 let the engine do forward, backward, clipping and the AdamW update; every `eval_interval` steps
 measure the validation loss on a fixed set of windows; every `checkpoint_interval` steps write a
-checkpoint. Metrics go to `metrics.jsonl` (the validation loss also in bits per byte of the
-val text, `val_bpb`: sheepop.tokenizers.token_bytes), and with train.tensorboard to TensorBoard
+checkpoint, once the step after it is sound (sheepop.train.saving). Metrics go to
+`metrics.jsonl` (the validation loss also in bits per byte of the val text, `val_bpb`:
+sheepop.tokenizers.token_bytes), and with train.tensorboard to TensorBoard
 event files (sheepop.train.tensorboard); plots are drawn at the end. Each evaluation that lowers
 the val loss replaces the best model in best/, and train.keep_last keeps the newest checkpoints;
 train.early_stop_patience evaluations without a new best stop the run (sheepop.train.keeping).
@@ -40,6 +41,7 @@ from sheepop.schedule import lr_for
 from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
 from sheepop.train import divergence, keeping, run_lock
 from sheepop.train.progress import Progress, evaluation_line
+from sheepop.train.saving import CheckpointSaving
 from sheepop.train.signals import StopRequest, signal_name
 from sheepop.train.summary import Summary
 from sheepop.train.tensorboard import EventWriter
@@ -59,7 +61,7 @@ class Engine(Protocol):
     def num_params(self) -> int: ...
 
 
-class Trainer:
+class Trainer(CheckpointSaving):
     def __init__(self, cfg: Config, data: Dataset, run_dir: Path, engine: Engine,
                  start_step: int = 0, state: dict[str, Any] | None = None, log=print,
                  is_main: bool = True, progress: bool | str = True, sampler=None,
@@ -97,7 +99,14 @@ class Trainer:
         # The step of the checkpoint on disk (None: none yet), what made the run diverge (None:
         # it has not), and this writer's lock on run_dir (set by `setup`; None on ranks > 0).
         self.saved_step: int | None = start_step if state is not None else None
+        self.resumed_step = self.saved_step
         self.diverged: str | None = None
+        # A checkpoint waiting for the step after it (sheepop.train.divergence): (its step,
+        # what `_snapshot` made) on rank 0. The last step's batch, its loss and the highest
+        # loss seen: what the final save's probe measures against.
+        self._pending: tuple[int, tuple[Any, ...]] | None = None
+        self._last_batch: tuple[np.ndarray, np.ndarray] | None = None
+        self._last_loss, self._max_loss = math.nan, 0.0
         self.run_lock: run_lock.RunLock | None = None
         # The scalars also as TensorBoard events (rank 0); checked here, before any step.
         self.events = (EventWriter(run_dir, start_step) if t.tensorboard and is_main else None)
@@ -112,31 +121,6 @@ class Trainer:
             s, n = self.engine.eval_loss(self.eval_x[i:i + B], self.eval_y[i:i + B])
             total, count = total + s, count + n
         return total / max(count, 1), bits_per_byte(total, self.eval_bytes)
-
-    def save(self) -> None:
-        # Every rank gathers (FSDP's shards are collected by all); rank 0 alone writes.
-        arrays, info = self.engine.optimizer_arrays()
-        weights = self.engine.weights()
-        if not self.is_main:
-            return
-        # Interrupted inside a step: save the sampler as it was before that step's batches.
-        sampler = self.sampler.state(self._step_start_sampler)
-        state = {"step": self.step, "engine": self.engine.name, "sampler": sampler,
-                 **self.best.to_state(), **info}
-        if self.data.source is not None:  # what DATA was, for --resume (sheepop.data.source)
-            state["data"] = self.data.source
-        if self.diverged is None and not divergence.finite(weights):
-            self.diverged = "the weights are no longer finite numbers"
-        if self.diverged is not None:  # never over a good checkpoint (the Ctrl-C path too)
-            raise UserError(divergence.stopped_message(self.step, self.diverged, self.run_dir,
-                                                       self.saved_step, self.cfg.train.lr))
-        try:
-            checkpoint.save_checkpoint(self.run_dir, weights, self.cfg.to_dict(),
-                                       self.data.tokenizer.to_json(), arrays, state)
-        except checkpoint.SaveFailed as e:
-            raise UserError(self._save_failed(e)) from None
-        self.saved_step = self.step
-        keeping.keep_copy(self.run_dir, self.step, self.cfg.train.keep_last)
 
     def _evaluate(self, record: dict[str, Any], shown: Progress) -> bool:
         """Measure the val loss into `record`; a new best replaces best/. Whether the run has
@@ -156,31 +140,6 @@ class Trainer:
                                    self.last_val_bpb, perplexity, improved, self.best.val,
                                    self.best.step, self.best.stale))
         return self.best.patience_spent(self.cfg.train.early_stop_patience)
-
-    def _save_best(self) -> None:
-        weights = self.engine.weights()  # every rank: FSDP gathers its shards
-        if not self.is_main or not divergence.finite(weights):
-            return  # (weights that are not finite: the next save stops the run, naming why)
-        try:
-            keeping.save_best(self.run_dir, weights, self.cfg.to_dict(),
-                              self.data.tokenizer.to_json(), self.step, self.last_val,
-                              self.last_val_bpb)
-        except checkpoint.SaveFailed as e:
-            failed = checkpoint.SaveFailed(self.run_dir, e.reason, committed=False)
-            raise UserError(self._save_failed(failed, "saving the best model")) from None
-
-    def _save_failed(self, e: checkpoint.SaveFailed, what: str = "saving the checkpoint") -> str:
-        """The one line of a write the system refused (disk full, I/O error)."""
-        resume = f"`sheepop train --resume --out {self.run_dir}`"
-        if e.committed:
-            kept = f"the checkpoint of step {self.step} is committed: {resume} completes it"
-        elif self.saved_step is None:
-            kept = "no checkpoint was kept (it was the first): free space, then start again"
-        else:
-            kept = (f"the checkpoint of step {self.saved_step} is intact: free space, then "
-                    f"continue with {resume}")
-        return (f"{what} of step {self.step} in {self.run_dir} failed: "
-                f"{e.reason}; {kept}")
 
     def _append_metrics(self, record: dict[str, Any]) -> None:
         if self.events is not None:
@@ -231,8 +190,13 @@ class Trainer:
                     self._step_start_sampler = None
                     self.diverged = divergence.problem(loss, norm, t)
                     if self.diverged is not None:  # stop before anything saves these weights
-                        raise UserError(divergence.stopped_message(
-                            self.step + 1, self.diverged, self.run_dir, self.saved_step, t.lr))
+                        self._pending = None  # nor those of the step before: they led here
+                        raise UserError(self._stopped(self.step + 1, self.diverged, True))
+                    if self._pending is not None:  # the step after it was sound: it is good
+                        self._commit(*self._pending)
+                        self._pending = None
+                    self._last_batch, self._last_loss = micro[-1], loss
+                    self._max_loss = max(self._max_loss, loss)
                     self.step += 1
                     elapsed = time.perf_counter() - t0
                     # (rounded once: the line shown and metrics.jsonl give the same figure)
@@ -261,7 +225,8 @@ class Trainer:
                                       f"{self.step}")
                         break
                     if t.checkpoint_interval and self.step % t.checkpoint_interval == 0:
-                        self.save()
+                        saved = self._snapshot()  # written once the next step is sound
+                        self._pending = None if saved is None else (self.step, saved)
             except KeyboardInterrupt:  # raised by code, not by a signal (those are recorded)
                 interrupted = True
                 if self.is_main:
