@@ -23,8 +23,10 @@ from sheepop.data.ingest.parquet import ParquetFile
 from sheepop.data.ingest.record import MULTI_DOCUMENT, USED, FileRecord, Skipped
 from sheepop.data.ingest.store import DocWriter
 from sheepop.data.ingest.text import TextFile
+from sheepop.words import plural
 
 HEAD_BYTES = 8192
+STORE_PREFIX = "docs-"  # a worker's store is docs-<name or pid>.txt
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ _options = ExtractOptions()
 def init_worker(store_dir: str, options: ExtractOptions, name: str | None = None) -> None:
     """Open this process's document store (docs-<name or pid>.txt in `store_dir`)."""
     global _writer, _options
-    _writer = DocWriter(Path(store_dir) / f"docs-{name or os.getpid()}.txt")
+    _writer = DocWriter(Path(store_dir) / f"{STORE_PREFIX}{name or os.getpid()}.txt")
     _options = options
 
 
@@ -103,7 +105,7 @@ def _many_documents(path: str, record: FileRecord, writer: DocWriter) -> FileRec
             break  # `sheepop train` needs no more than this
     if not record.docs:
         skips = record.skipped_records
-        return record.skip("no documents", f"{skips.total:,} {record.unit}s skipped: "
+        return record.skip("no documents", f"{plural(skips.total, record.unit)} skipped: "
                            f"{skips.describe(record.unit)}" if skips.total else "empty")
     return record
 

@@ -272,7 +272,9 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
                   "seed": opts.seed, "inputs": [printable(str(p)) for p in opts.inputs]}
         write_meta(tmp / META_FILE, header, _files_with_tokens(spool_path, docs),
                    summary.to_dict())
-        for scratch in [spool_path, *(tmp / s for s in docs.stores)]:
+        # Every worker's store, also the empty one of a worker that got no file (or whose
+        # files were all skipped): docs.stores names only those holding documents.
+        for scratch in [spool_path, *tmp.glob(f"{extract.STORE_PREFIX}*")]:
             scratch.unlink(missing_ok=True)
         outdir.publish(tmp, out, opts.overwrite)
     except BaseException:
