@@ -235,3 +235,56 @@ def test_a_repeated_event_loop_error_is_logged_once(caplog):
         "once; later ones are not)", "another (logged once; later ones are not)"]
     assert handler.repeats["socket.accept() out of system resource: [Errno 24] Too many "
                            "open files"] == 999
+
+
+def test_a_client_that_reads_nothing_of_its_answer_is_disconnected():
+    """The protocol alone, under an endless answer whose client never reads: once the server's
+    buffer for it is full, `idle` seconds later the connection is dropped and the app's sends
+    stop blocking (before: they waited for ever, holding the connection)."""
+    import asyncio
+
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    from sheepop.serve.connections import Limits, guarded_protocol
+
+    sent: list[int] = []
+
+    async def endless(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(20_000):  # 1.3 GB at most, never buffered: each send waits to drain
+            await send({"type": "http.response.body", "body": b"x" * 65536, "more_body": True})
+            sent.append(1)
+
+    async def main() -> float:
+        config = uvicorn.Config(endless, log_level="warning")
+        config.load()
+        state = ServerState()
+        protocol = guarded_protocol(Limits(idle=0.5, read=5, max_connections=4, max_refusing=1))
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: protocol(config, state, {}), "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", port))
+        client.sendall(_request())  # and never reads
+        start = time.monotonic()
+        try:
+            while state.tasks or not sent:  # the app's task ends once the sends stop blocking
+                assert time.monotonic() - start < 20, f"still held after {len(sent)} sends"
+                await asyncio.sleep(0.05)
+            took = time.monotonic() - start
+            client.settimeout(5)
+            try:  # the server's side is gone: the client reads to an end
+                while client.recv(1 << 20):
+                    pass
+            except ConnectionResetError:
+                pass
+        finally:
+            client.close()
+            server.close()
+        return took
+
+    assert 0.5 <= asyncio.run(main()) < 10

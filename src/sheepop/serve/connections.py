@@ -12,6 +12,9 @@ below the file limit:
   closed without an answer;
 - a request's head and body must arrive in full within `read` seconds of its first byte (a
   client dripping one byte at a time is no exception): past it, 408 and close;
+- a client that reads nothing of its answer for `idle` seconds while the server's output to it
+  is past the transport's high-water mark is disconnected (its job is cancelled, as when a
+  client leaves);
 - past `max_connections` open connections a new one is answered 503 with Retry-After at once,
   before its request is read, and closed; at most `max_refusing` such answers are in flight (each
   holds a descriptor for up to REFUSAL_LINGER_S while the client reads it), past those a
@@ -112,6 +115,7 @@ def guarded_protocol(lim: Limits) -> type[H11Protocol]:
     class Guarded(H11Protocol):
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             self._deadline: asyncio.TimerHandle | None = None
+            self._stalled: asyncio.TimerHandle | None = None
             self._reading = False
             self._refused = len(self.connections) >= lim.max_connections
             if self._refused:
@@ -148,8 +152,30 @@ def guarded_protocol(lim: Limits) -> type[H11Protocol]:
                 self.transport.close()
             return None
 
+        def pause_writing(self) -> None:
+            if self._refused:
+                return
+            super().pause_writing()
+            if self._stalled is None:
+                self._stalled = self.loop.call_later(lim.idle, self._stalled_out)
+
+        def resume_writing(self) -> None:
+            if self._refused:
+                return
+            super().resume_writing()
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
+
+        def _stalled_out(self) -> None:
+            self._stalled = None
+            self.transport.abort()  # (closing would wait for the buffer to drain: never)
+
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
             if self._refused:
                 refusing.discard(self)
                 return
