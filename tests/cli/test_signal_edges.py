@@ -89,30 +89,63 @@ def test_nohup_train_keeps_training_through_sighup(tmp_path, text_file):
     assert step >= seen + 3
 
 
-def test_ctrl_c_in_the_first_moments_is_one_line_and_exit_130(tmp_path, text_file):
-    """SIGINT at 12 moments from 0.12 s to 0.6 s after the start of `python -m sheepop train`
-    (measured here: the interpreter starts in 0.03-0.06 s, sheepop.cli's imports take 0.12 s
-    and the commands' modules 0.2 s more; before the fix all of 0.12-0.35 s printed a
-    traceback): each run ends with status 130 and the line `sheepop: interrupted`, never a
-    traceback. (A Ctrl-C in the interpreter's own first ~0.03 s, before any sheepop code runs,
-    is Python's to report.)"""
+def _interrupted_at(args, delays, saved=lambda i: False) -> list[tuple[float, int, str]]:
+    """Each run of `python -m sheepop ARGS(i)` (`args`: a function of the trial's number, so
+    that each writes its own output) sent SIGINT `delay` seconds after its start: (the delay,
+    the exit status, stderr) of those that did not end in one line and status 130 (or, when
+    `saved(i)`, inside the training loop: status 130 after saving the step)."""
     outcomes = []
-    for i, delay in enumerate(np.linspace(0.12, 0.6, 12)):
-        run = tmp_path / f"run{i}"
-        proc = subprocess.Popen([sys.executable, "-m", "sheepop", "train", str(text_file),
-                                 "--out", str(run), "--steps", "100000", *TINY],
+    for i, delay in enumerate(delays):
+        proc = subprocess.Popen([sys.executable, "-m", "sheepop", *args(i)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=_env())
         time.sleep(float(delay))
         proc.send_signal(signal.SIGINT)
         try:
-            out, err = proc.communicate(timeout=BOUND_S)
+            _, err = proc.communicate(timeout=BOUND_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
             pytest.fail(f"SIGINT at {delay:.2f} s: still running after {BOUND_S} s")
-        outcomes.append((round(float(delay), 2), proc.returncode, err.strip()))
-    bad = [(delay, status, err[-300:]) for delay, status, err in outcomes
-           if "Traceback" in err or status != 130 or err.splitlines()[-1:] != [
-               "sheepop: interrupted"]]
-    assert not bad, bad
+        outcomes.append((round(float(delay), 2), proc.returncode, err.strip(), saved(i)))
+    # (-2 after the one line, the process ending by SIGINT once sheepop has printed it, was
+    # seen in 1 run of ~24; its cause is not found; a shell reports it as 130 all the same.)
+    return [(delay, status, err[-300:]) for delay, status, err, in_loop in outcomes
+            if "Traceback" in err or status not in (130, -signal.SIGINT)
+            or not (in_loop or err.splitlines()[-1:] == ["sheepop: interrupted"])]
+
+
+@pytest.mark.parametrize("command", ["generate", "prepare"])
+def test_ctrl_c_while_generate_or_prepare_starts(tmp_path, text_file, command):
+    """The same for `generate` (a tiny run; 5 moments from 0.1 s to 0.2 s, inside its imports)
+    and `prepare` (1 MB of text into a BPE tokenizer; 6 moments from 0.12 s to 0.3 s)."""
+    if command == "generate":
+        from sheepop.cli import main
+        run = tmp_path / "run"
+        assert main(["train", str(text_file), "--out", str(run), "--steps", "1", *TINY]) == 0
+        def args(i):
+            return ["generate", str(run), "--max-new-tokens", "100000", "--engine", "numpy"]
+        delays = np.linspace(0.1, 0.2, 5)  # it ends at ~0.3 s here: 16 tokens of context
+    else:
+        big = tmp_path / "big.txt"
+        big.write_text(text_file.read_text() * 60)
+        def args(i):
+            return ["prepare", str(big), "--out", str(tmp_path / f"data{i}"), "--tokenizer",
+                    "bpe", "--vocab-size", "2000", "--no-progress"]
+        delays = np.linspace(0.12, 0.3, 6)
+    assert not _interrupted_at(args, delays)
+
+
+def test_ctrl_c_in_the_first_moments_is_one_line_and_exit_130(tmp_path, text_file):
+    """SIGINT at 12 moments from 0.12 s to 0.6 s after the start of `python -m sheepop train`
+    (measured here: the interpreter starts in 0.03-0.06 s, sheepop.cli's imports take 0.12 s
+    and the commands' modules 0.2 s more; before the fix all of 0.12-0.35 s printed a
+    traceback): each run ends with status 130 and the line `sheepop: interrupted` (or, once
+    in the training loop, the step saved), never a traceback. (A Ctrl-C in the interpreter's
+    own first ~0.03 s, before any sheepop code runs, is Python's to report.)"""
+    def args(i):
+        return ["train", str(text_file), "--out", str(tmp_path / f"run{i}"), "--steps",
+                "100000", *TINY]
+    def saved(i):  # reached the training loop: Ctrl-C saved the step (test_cli_signals.py)
+        return (tmp_path / f"run{i}" / "trainer.json").is_file()
+    assert not _interrupted_at(args, np.linspace(0.12, 0.6, 12), saved)
