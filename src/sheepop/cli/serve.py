@@ -55,7 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", default=None, metavar="KEY",
                    help=f"require 'Authorization: Bearer KEY' on every request but /health "
                         f"(default: the {API_KEY_ENV} environment variable, which keeps the key "
-                        f"out of the process list; unset: no key)")
+                        f"out of the process list; unset: no key; empty: an error)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a web page of another origin that may call the API from a browser "
+                        "(CORS), e.g. http://localhost:3000; repeat for more. Without it, "
+                        "requests from other sites' pages, and requests naming another Host "
+                        "than localhost or the address bound, get 403")
     p.add_argument("--model-name", default=None, metavar="NAME",
                    help="the model's id in the API (default: the run directory's name)")
     add_best_option(p)
@@ -97,6 +102,14 @@ def _check(args: argparse.Namespace) -> None:
     for ok, message in checks:
         if not ok:
             raise UserError(message)
+    if args.api_key == "" or (args.api_key is None and os.environ.get(API_KEY_ENV) == ""):
+        where = "--api-key" if args.api_key == "" else API_KEY_ENV
+        raise UserError(f"{where} is empty: give a key, or leave it out for no key")
+    from sheepop.serve.origin import origin_problem
+    for origin in args.allow_origin:
+        problem = origin_problem(origin)
+        if problem is not None:
+            raise UserError(problem)
 
 
 def _loopback(host: str) -> bool:
@@ -114,14 +127,15 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.serve.server import address_of, bind
     from sheepop.serve.server import run as serve
     _check(args)
-    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV) or None
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
     sock = bind(args.host, args.port)  # (a busy port fails before the model is loaded)
     try:
         model = load(model_dir(args), args.engine, args.device, args.dtype)
         name = args.model_name or Path(args.run_dir).resolve().name
         app = create_app(model, Settings(name=name, api_key=key, max_batch=args.max_batch,
                                          max_queue=args.max_queue, timeout=args.timeout,
-                                         max_body=args.max_body),
+                                         max_body=args.max_body, host=args.host,
+                                         allow_origins=tuple(args.allow_origin)),
                          page_routes(args.run_dir, args.runs))
         bounds = limits(args.timeout_idle, args.timeout_read, args.max_connections)
     except BaseException:

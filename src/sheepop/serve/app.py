@@ -10,6 +10,10 @@
 model's thread). Every error, from a route or from Starlette itself (404, 405), is OpenAI's JSON
 shape; a request's mistakes never reach the scheduler, so the server keeps serving.
 
+Only the server's own page, and clients that are not browsers, may call it (`SameOrigin`): a
+request whose Host is not this server's (DNS rebinding) or whose Origin is another site's is
+refused with 403 before anything else, unless `Settings.allow_origins` names that origin.
+
 A generation request becomes a `Job` in the scheduler's queue (503 with Retry-After when full);
 its response (`JobResponse`) reads the job's events as they come and listens for the client's
 disconnection meanwhile: a client that goes away cancels its job, whose rows leave the batch at
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import re
 import time
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
@@ -37,6 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sheepop.inference import InferenceModel
 from sheepop.serve.choice import Event, Job
+from sheepop.serve.origin import SameOrigin
 from sheepop.serve.protocol import ApiError, Served, bad, parse
 from sheepop.serve.render import Render, TokenTexts
 from sheepop.serve.respond import JobResponse
@@ -52,6 +58,8 @@ OPEN_PREFIXES = ("/static/", "/docs/math/")
 class Settings:
     name: str                      # the model's id in the API
     api_key: str | None = None     # every other request needs "Authorization: Bearer KEY"
+    host: str = "127.0.0.1"        # the address bound: the Host a request may name (or localhost)
+    allow_origins: tuple[str, ...] = ()  # other sites' pages that may call (CORS), "http://h:p"
     max_batch: int = 16            # sequences decoding together
     max_queue: int = 256           # choices waiting for a row (more: 503)
     timeout: float = 600.0         # seconds from arrival to the last token (more: 504)
@@ -100,22 +108,48 @@ class RequireKey:
         await self.app(scope, receive, send)
 
 
+MAX_NESTING = 32
+"""Arrays and objects inside one another in a request body: OpenAI's requests need 5."""
+
+
+def nesting(value: Any) -> int:
+    """How deep arrays and objects nest in a decoded JSON value (a scalar: 0), iteratively: a
+    hostile body must not exhaust the stack of whatever walks it later."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, depth + 1)
+            if deepest > MAX_NESTING:
+                return deepest
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 async def read_json(request: HttpRequest, limit: int) -> Any:
-    """The request's JSON body; 413 past `limit` bytes (before reading, when it says so)."""
+    """The request's JSON body; 413 past `limit` bytes (before reading, when it says so), 400
+    when it is not JSON or nests deeper than MAX_NESTING."""
     too_big = ApiError(413, f"the request body is larger than this server's limit of {limit} "
                             "bytes", code="request_too_large")
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = request.headers.get("content-length", "")
+    if re.fullmatch(r"[0-9]{1,20}", declared) and int(declared) > limit:
         raise too_big
     data = bytearray()
     async for chunk in request.stream():
         data += chunk
         if len(data) > limit:
             raise too_big
+    too_deep = bad(None, f"the request body nests arrays and objects deeper than "
+                         f"{MAX_NESTING} levels")
     try:
-        return json.loads(data)
+        body = json.loads(data)
+    except RecursionError:  # (thousands of nested brackets: deeper than the stack)
+        raise too_deep from None
     except ValueError as e:
         raise bad(None, f"the request body is not valid JSON: {e}") from None
+    if nesting(body) > MAX_NESTING:
+        raise too_deep
+    return body
 
 
 # ----- routes ------------------------------------------------------------------------------------
@@ -195,7 +229,9 @@ def create_app(model: InferenceModel, settings: Settings, routes: Sequence[BaseR
         yield
         await asyncio.to_thread(scheduler.stop)
 
-    middleware = [Middleware(RequireKey, key=settings.api_key)] if settings.api_key else []
+    middleware = [Middleware(SameOrigin, host=settings.host, origins=settings.allow_origins)]
+    if settings.api_key:
+        middleware.append(Middleware(RequireKey, key=settings.api_key))
     app = Starlette(routes=[*ROUTES, *routes], middleware=middleware, lifespan=lifespan,
                     exception_handlers={ApiError: _api_error, HTTPException: _http_error,
                                         Exception: _bug})

@@ -27,6 +27,9 @@ from sheepop.serve.protocol import ApiError, Request
 from sheepop.text_stream import StopStrings
 from sheepop.tokenizers import IncrementalDecoder, Tokenizer
 
+NOT_FINITE = ApiError(422, "the model's logits are not finite (NaN or infinite: its weights or "
+                          "activations overflow), so it cannot generate", code="non_finite_logits")
+
 
 @dataclass
 class Logprob:
@@ -97,6 +100,9 @@ class Choice:
     def take(self, logits: np.ndarray, never: Sequence[int]) -> Event:
         """Draw the next token from `logits` (V,); the event it makes."""
         r = self.job.request
+        if not np.isfinite(logits).all():  # (weights that overflow: no distribution to draw)
+            self.finish = "error"
+            return Event(self.index, error=NOT_FINITE)
         token, _ = next_token(logits, r.sample, self.rng, self.seen, never=never)
         self.generated += 1
         self.last = token

@@ -35,6 +35,7 @@ from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.inference import InferenceModel, inspect
 from sheepop.serve.app import read_json
+from sheepop.serve.json_out import FiniteJSONResponse
 from sheepop.serve.protocol import ApiError, bad
 from sheepop.tokenizers import Tokenizer
 from sheepop.tokenizers.chat import can_chat, chat_ids, message_problem
@@ -167,6 +168,15 @@ def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], 
     return out
 
 
+def _finite(x: Inspection) -> bool:
+    """Whether the inspection's numbers are finite (next_prob's NaN at the last position is
+    by design)."""
+    arrays = [*x.attention, x.next.probs, x.positions]
+    if x.lens is not None:
+        arrays.append(x.lens.probs)
+    return all(np.isfinite(a).all() for a in arrays)
+
+
 async def shape(request: HttpRequest) -> JSONResponse:
     st = request.app.state
     return JSONResponse(describe(st.model, st.settings.name))
@@ -178,9 +188,13 @@ async def inspect_prompt(request: HttpRequest) -> JSONResponse:
     ids, top, layers, lens = _checked(body, st.model, st.settings.name)
     future = st.scheduler.call(lambda model: inspect(model, ids, top, lens))
     result = await asyncio.wrap_future(future)
+    if not _finite(result):
+        raise ApiError(422, "the model's activations are not finite (NaN or infinite: its "
+                            "weights overflow), so there is nothing to inspect",
+                       code="non_finite_logits")
     text = lambda i: st.texts(i)[0]  # noqa: E731
     out = await anyio.to_thread.run_sync(to_json, result, layers, lens, text, st.settings.name)
-    return JSONResponse(out)
+    return FiniteJSONResponse(out)
 
 
 ROUTES = [Route("/v1/inspect", shape, methods=["GET"]),

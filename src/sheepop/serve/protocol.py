@@ -102,7 +102,9 @@ def _number(body: dict, key: str, lo: float, hi: float, default: float,
     v = body.get(key)
     if v is None:
         return default
-    ok = type(v) in (int, float) and math.isfinite(v) and (v > lo if open_lo else v >= lo)
+    # (an int is compared as it is: float() of a 400-digit one overflows)
+    ok = (type(v) is int or (type(v) is float and math.isfinite(v))) \
+        and (v > lo if open_lo else v >= lo)
     if not ok or v > hi:
         side = "(" if open_lo else "["
         raise bad(key, f"'{key}' must be a number in {side}{lo}, {hi}], not {shown(v)}")

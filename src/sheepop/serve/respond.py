@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 import anyio
 from starlette.types import Receive, Scope, Send
 
 from sheepop.serve.choice import Event, Job
+from sheepop.serve.json_out import dumps
 from sheepop.serve.render import Render
 from sheepop.serve.scheduler import SHUTTING_DOWN, Scheduler
 
 
 def _sse(data: Any) -> bytes:
-    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + dumps(data, compact=True) + b"\n\n"
 
 
 async def _send_json(send: Send, body: Any, status: int = 200,
                      headers: dict[str, str] | None = None) -> None:
-    data = json.dumps(body).encode()
+    data = dumps(body)
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
         *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items())]})
