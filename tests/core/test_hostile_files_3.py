@@ -253,3 +253,23 @@ def test_an_overflowing_lora_run_stops_with_one_line(lora_run, tmp_path, capsys,
         scaled_adapters(run, 1e30)
     cli_refuses(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "3",
                          "--temperature", "0"], "merging the LoRA adapters")
+
+
+def test_a_full_disk_while_prepare_extracts_names_the_output_not_the_input(tmp_path, capsys,
+                                                                              monkeypatch):
+    """The documents' store fills up while a file is extracted: `prepare` stops with one line
+    naming its output, where it used to skip every input as 'unreadable: No space left on
+    device' and blame the input files."""
+    from sheepop.data.ingest import store
+
+    (tmp_path / "corpus.txt").write_text(TEXT * 20)
+    out = tmp_path / "out"
+
+    def full(self, raw):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(store.DocWriter, "write", full)
+    line = cli_refuses(capsys, ["prepare", str(tmp_path / "corpus.txt"), "--out", str(out),
+                                "--workers", "1", "--no-progress"], "cannot write the ")
+    assert str(out) in line and "(the disk is full)" in line, line
+    assert "corpus.txt" not in line

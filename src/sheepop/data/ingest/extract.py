@@ -10,6 +10,7 @@ stops the run: it becomes that file's skip reason.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -110,6 +111,11 @@ def _many_documents(path: str, record: FileRecord, writer: DocWriter) -> FileRec
     return record
 
 
+OUTPUT_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+"""Errors of the output's disk (full, over quota): they stop `prepare` naming the output
+(sheepop.cli.writing), instead of skipping each input as unreadable."""
+
+
 def extract_file(task: tuple[str, str]) -> FileRecord:
     """task = (path to open, path to report) -> the file's record; its documents are in the
     store at record.store, where record.docs says."""
@@ -147,6 +153,8 @@ def extract_file(task: tuple[str, str]) -> FileRecord:
         return record.skip(s.code, s.detail)
     except OSError as e:
         writer.rollback(start)
+        if e.errno in OUTPUT_FULL:  # the store we write, not this input: the run cannot go on
+            raise
         return record.skip("unreadable", e.strerror or str(e))
     except Exception as e:  # noqa: BLE001  a library failing on one odd file must not stop the run
         writer.rollback(start)
