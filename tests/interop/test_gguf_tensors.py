@@ -207,3 +207,15 @@ def test_the_layout_reader_gives_the_metadata_of_ggufs_own_reader(tmp_path):
     np.testing.assert_array_equal(ours.array("m"), m)
     from gguf.quants import dequantize
     np.testing.assert_array_equal(ours.array("q"), dequantize(quantize(m, Q.Q8_0), Q.Q8_0))
+
+
+def test_arrays_nested_without_end_are_a_one_line_refusal(tmp_path):
+    """A hostile file whose metadata value is an array of arrays of arrays ... (100,000 deep)
+    is refused as corrupt, not a RecursionError."""
+    import struct
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1) + b"k"
+    nested = struct.pack("<I", 9) + struct.pack("<IQ", 9, 1) * 100_000
+    (tmp_path / "deep.gguf").write_bytes(head + nested)
+    with pytest.raises(UserError, match="deep.gguf: not a readable GGUF file .truncated or "
+                                        "corrupt: arrays nested more than 8 deep"):
+        read_gguf(tmp_path / "deep.gguf")

@@ -25,6 +25,7 @@ _NUMBERS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
             12: "d"}
 STRING, ARRAY = 8, 9
 DEFAULT_ALIGNMENT = 32
+MAX_NESTING = 8  # arrays of arrays: llama.cpp writes none deeper than 2
 
 
 class LayoutError(ValueError):
@@ -61,7 +62,9 @@ class _Cursor:
         self.pos += n
         return text
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, depth: int = 0) -> Any:
+        if depth > MAX_NESTING:  # (a hostile file must not reach Python's recursion limit)
+            raise LayoutError(f"arrays nested more than {MAX_NESTING} deep at byte {self.pos}")
         if kind in _NUMBERS:
             return self.number(_NUMBERS[kind])
         if kind == STRING:
@@ -76,7 +79,7 @@ class _Cursor:
                 values = list(struct.unpack_from(f"<{count}{code}", self.buf, self.pos))
                 self.pos += size
                 return values
-            return [self.value(item) for _ in range(count)]
+            return [self.value(item, depth + 1) for _ in range(count)]
         raise LayoutError(f"unknown metadata value type {kind} at byte {self.pos}")
 
 
