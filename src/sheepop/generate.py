@@ -135,6 +135,10 @@ def never_generated(lm: LanguageModel | BatchLanguageModel) -> list[int]:
     return list(getattr(lm, "never_generate", ()))
 
 
+class NonFiniteLogits(UserError):
+    """The model's logits hold NaN or infinite values (a server answers it as its own 4xx)."""
+
+
 def check_finite(logits: np.ndarray) -> None:
     """Finite logits, or one UserError line: weights that are each finite can still overflow
     in the forward pass (values near float32's limit, a huge pos_scale or LoRA alpha), and the
@@ -142,7 +146,7 @@ def check_finite(logits: np.ndarray) -> None:
     `next_token`, so this is the one place that stops it."""
     bad = logits.size - int(np.isfinite(logits).sum())
     if bad:
-        raise UserError(f"the model's next-token logits hold {bad:,} NaN or infinite values "
+        raise NonFiniteLogits(f"the model's next-token logits hold {bad:,} NaN or infinite values "
                         f"(of {logits.size:,}): its weights overflow in the forward pass, so "
                         "it cannot generate")
 

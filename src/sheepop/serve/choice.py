@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.generate import next_token
+from sheepop.generate import NonFiniteLogits, next_token
 from sheepop.serve.protocol import ApiError, Request
 from sheepop.text_stream import StopStrings
 from sheepop.tokenizers import IncrementalDecoder, Tokenizer
@@ -100,10 +100,11 @@ class Choice:
     def take(self, logits: np.ndarray, never: Sequence[int]) -> Event:
         """Draw the next token from `logits` (V,); the event it makes."""
         r = self.job.request
-        if not np.isfinite(logits).all():  # (weights that overflow: no distribution to draw)
+        try:
+            token, _ = next_token(logits, r.sample, self.rng, self.seen, never=never)
+        except NonFiniteLogits:  # (weights that overflow: no distribution to draw)
             self.finish = "error"
             return Event(self.index, error=NOT_FINITE)
-        token, _ = next_token(logits, r.sample, self.rng, self.seen, never=never)
         self.generated += 1
         self.last = token
         if self.seen is not None:
