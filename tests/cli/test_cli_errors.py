@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_refusal import fails
 
 from sheepop.cli import main
 
@@ -20,16 +21,6 @@ def run_dir(tmp_path_factory):
     assert code == 0
     assert (out / "loss.png").stat().st_size > 1000 and (out / "lr.png").stat().st_size > 1000
     return out
-
-
-def fails(capsys, argv, *fragments):
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = [line for line in err.splitlines() if line.startswith("sheepop: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def test_missing_data(capsys, tmp_path):

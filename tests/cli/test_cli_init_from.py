@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from cli_refusal import fails
 
 from sheepop import checkpoint
 from sheepop.cli import main
@@ -52,16 +53,6 @@ def test_a_run_continues_from_another(capsys, source, text, tmp_path):
     assert config["init_from"] == {"path": str(source), "step": 3}
     assert config["model"] == {**checkpoint.load_config(source)["model"], "dropout": 0.1}
     assert [r["step"] for r in rows(tmp_path / "new")] == [0, 1, 2]
-
-
-def fails(capsys, argv, *fragments):
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = [line for line in err.splitlines() if line.startswith("sheepop: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 def test_refusals_are_one_line_and_leave_nothing(capsys, source, text, tmp_path):

@@ -9,6 +9,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf_convert import gpt2_meta, gpt2_tensors, llama_meta, llama_tensors, write_gguf
+from scrambled import scramble
 
 from sheepop import checkpoint
 from sheepop.cli import main
@@ -29,14 +30,6 @@ T = 32
 @pytest.fixture(scope="module")
 def bpe():
     return train_tokenizer("bpe", [TEXT], vocab_size=300)
-
-
-def scramble(module: torch.nn.Module, seed: int) -> None:
-    """Every parameter random and O(0.1-1), so that no mapping mistake hides in tiny logits."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.5 if p.dim() == 1 else 0.2))
 
 
 def hf_llama(vocab: int, seed: int, **kw):

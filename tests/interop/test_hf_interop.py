@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from scrambled import scramble
 
 from sheepop import checkpoint
 from sheepop.config import Config, ModelConfig
@@ -28,14 +29,6 @@ def bpe():
 def gpt2_cfg(vocab: int, **kw) -> ModelConfig:
     return ModelConfig(vocab_size=vocab, block_size=24, n_layer=2, n_head=4, n_embd=32,
                        pos_encoding="learned", activation="gelu_tanh", **kw)
-
-
-def scramble(module: torch.nn.Module, seed: int) -> None:
-    """Every parameter random and O(0.1-1), so that no mapping mistake can hide in tiny logits."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.5 if p.dim() == 1 else 0.2))
 
 
 def hf_model(vocab: int, seed: int, **kw):

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from scrambled import scramble
 
 from sheepop import checkpoint
 from sheepop.cli import export as export_cli
@@ -37,14 +38,6 @@ def llama_cfg(vocab: int, **kw) -> ModelConfig:
                     d_ff=48, pos_encoding="rope", rope_theta=500.0, norm="rmsnorm",
                     ffn="swiglu", bias=False, tie_weights=False, ln_eps=1e-5)
     return ModelConfig(**{**settings, **kw})
-
-
-def scramble(module: torch.nn.Module, seed: int) -> None:
-    """Every parameter random and O(0.1-1), so that no mapping mistake can hide in tiny logits."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.5 if p.dim() == 1 else 0.2))
 
 
 def hf_llama(vocab: int, seed: int, **kw):
