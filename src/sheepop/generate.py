@@ -47,8 +47,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from sheepop.config import SampleConfig
-from sheepop.errors import UserError
 from sheepop.sample import (
+    check_finite,
     check_settings,
     draw,
     penalize_repeats,
@@ -133,22 +133,6 @@ def _check(cfg: SampleConfig) -> None:
 def never_generated(lm: LanguageModel | BatchLanguageModel) -> list[int]:
     """The ids `lm` must never produce (set by sheepop.inference from the tokenizer)."""
     return list(getattr(lm, "never_generate", ()))
-
-
-class NonFiniteLogits(UserError):
-    """The model's logits hold NaN or infinite values (a server answers it as its own 4xx)."""
-
-
-def check_finite(logits: np.ndarray) -> None:
-    """Finite logits, or one UserError line: weights that are each finite can still overflow
-    in the forward pass (values near float32's limit, a huge pos_scale or LoRA alpha), and the
-    argmax of NaN is id 0, which would be printed forever. Every sampler goes through
-    `next_token`, so this is the one place that stops it."""
-    bad = logits.size - int(np.isfinite(logits).sum())
-    if bad:
-        raise NonFiniteLogits(f"the model's next-token logits hold {bad:,} NaN or infinite values "
-                        f"(of {logits.size:,}): its weights overflow in the forward pass, so "
-                        "it cannot generate")
 
 
 def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,

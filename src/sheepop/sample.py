@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from sheepop.errors import UserError
+
 
 def softmax(z: np.ndarray) -> np.ndarray:
     """softmax(z)_i = exp(z_i - max z) / sum_j exp(z_j - max z) (shifted for stability)."""
@@ -95,3 +97,19 @@ def top_tokens(probs: np.ndarray, k: int) -> list[tuple[int, float]]:
     """The k most likely tokens of one distribution, most likely first."""
     order = np.argsort(-probs, kind="stable")[:k]
     return [(int(i), float(probs[i])) for i in order]
+
+
+class NonFiniteLogits(UserError):
+    """The model's logits hold NaN or infinite values (a server answers it as its own 4xx)."""
+
+
+def check_finite(logits: np.ndarray) -> None:
+    """Finite logits, or one UserError line: weights that are each finite can still overflow
+    in the forward pass (values near float32's limit, a huge pos_scale or LoRA alpha), and the
+    argmax of NaN is id 0, which would be printed forever. Every sampler goes through
+    `next_token`, so this is the one place that stops it."""
+    bad = logits.size - int(np.isfinite(logits).sum())
+    if bad:
+        raise NonFiniteLogits(f"the model's next-token logits hold {bad:,} NaN or infinite values "
+                        f"(of {logits.size:,}): its weights overflow in the forward pass, so "
+                        "it cannot generate")

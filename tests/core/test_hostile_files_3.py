@@ -2,7 +2,7 @@
 disk. Each is stopped with one line (a UserError; exit status 2 through the command line).
 
 - Weights that are each finite but overflow in the forward pass (3e38, pos_scale=1e308) used to
-  generate id 0 forever (the argmax of NaN): `sheepop.generate.check_finite`, the one place every
+  generate id 0 forever (the argmax of NaN): `sheepop.sample.check_finite`, the one place every
   sampler passes through, stops them.
 """
 

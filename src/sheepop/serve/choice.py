@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.generate import NonFiniteLogits, next_token
+from sheepop.generate import next_token
+from sheepop.sample import NonFiniteLogits
 from sheepop.serve.protocol import ApiError, Request
 from sheepop.text_stream import StopStrings
 from sheepop.tokenizers import IncrementalDecoder, Tokenizer
