@@ -46,12 +46,12 @@ from pathlib import Path
 
 import torch
 
-from sheepop.config import resolve_vocab_size
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
+from sheepop.config.model_size import kv_cache_bytes_per_token, param_count
+from sheepop.config.schema import resolve_vocab_size
 from sheepop.data.dataset import load_dataset
 from sheepop.data.shards import TokenWriter, token_dtype_name, write_meta
 from sheepop.data.windows import WindowSampler
-from sheepop.model_size import kv_cache_bytes_per_token, param_count
 from sheepop.train.start import make_engine
 
 # name, preset, overrides on it, what differs from `tiny`

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from sheepop.config import ModelConfig, TrainConfig
+from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.scratch.gpt import gpt_backward, gpt_forward
 
 CONFIGS = {

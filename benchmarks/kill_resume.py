@@ -8,7 +8,7 @@ a random delay (uniform in [0, --max-delay] s). Then, before anything recovers t
 
   - what the kill interrupted is classified: a save before its commit record, a save after it
     (installing), or no save (between saves);
-  - a reader (`sheepop.inference.read_run`, what `generate` uses, and `load_trainer_state` with
+  - a reader (`sheepop.inference.load.read_run`, what `generate` uses, and `load_trainer_state` with
     its hash check) must load a complete checkpoint; its step S is noted;
 
 then `sheepop train DATA --resume --out R --steps S+1` must say "resuming R at step S", exit 0 and
@@ -32,8 +32,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from sheepop import checkpoint
-from sheepop.inference import read_run
+from sheepop.checkpoint import format as checkpoint
+from sheepop.inference.load import read_run
 
 TINY = ["--engine", "numpy", "--no-progress", "--set", "model.n_layer=1",
         "--set", "model.n_embd=16", "--set", "model.n_head=2", "--set", "model.block_size=16",

@@ -10,7 +10,7 @@ SwiGLU 1536, rope, context 8,192; random weights: the cache's size does not depe
 tokens after an 8-token prompt, and the cache's bytes are printed: allocated now, the peak
 (the old and the new buffers during the last growth), and what a cache preallocated to the whole
 context held, as every cache did before it grew (sheepop.arch.kv_cache). Then `--rows`
-sequences run together in the server's running batch (sheepop.arch.running_batch), and its
+sequences run together in the server's running batch (sheepop.generation.running_batch), and its
 bytes are printed after `--batch-steps` decode steps, against `--rows` whole contexts.
 
 Speed. A small model (tiny-llama's shape: 4 layers, width 128, 2 of 4 heads; context 4,096,
@@ -32,10 +32,10 @@ import numpy as np
 import torch
 
 from sheepop.arch.kv_cache import KVCache, cache_shape, describe_memory, slides
-from sheepop.arch.running_batch import RunningBatch
-from sheepop.config import ModelConfig, SampleConfig
-from sheepop.config_build import build_config
-from sheepop.generate import generate
+from sheepop.config.build import build_config
+from sheepop.config.schema import ModelConfig, SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.generation.running_batch import RunningBatch
 from sheepop.model import GPT, TorchLM
 from sheepop.scratch.lm import NumpyLM
 

@@ -15,7 +15,7 @@ ephemeral port of 127.0.0.1 and answers `--repeats` times each of the requests b
     layer       when another layer is chosen: {"layers": [l], "lens": false, "top": 1}
 
 It prints the best wall time of each request (the client's: HTTP, JSON and all), its JSON bytes,
-and the model's part: sheepop.inference.inspect in this process on the same threads (the
+and the model's part: sheepop.inference.load.inspect in this process on the same threads (the
 engine's forward pass, the logit lens through the head, the top-k).
 """
 
@@ -43,7 +43,7 @@ def requests(ids: list[int], n_layer: int) -> dict[str, dict]:
 
 def model_part(run: Path, engine: str, threads: int, ids: list[int], repeats: int) -> tuple:
     """Best seconds of inspect(model, ids) with and without the lens, in this process."""
-    from sheepop.inference import inspect, load
+    from sheepop.inference.load import inspect, load
     from sheepop.threads import apply as set_threads
     set_threads(threads)
     model = load(run, engine=engine, device="cpu")
@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
 
-    from sheepop.inference import read_run
+    from sheepop.inference.load import read_run
     config, tokenizer, _ = read_run(a.run)
     text = ("The capital of France is Paris. The capital of Germany is Berlin. The capital "
             "of Italy is Rome. The capital of Spain is Madrid. ") * 8

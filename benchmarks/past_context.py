@@ -9,7 +9,7 @@ one-token prompt. New tokens 1..255 are inside the context (the cache holds up t
 the rest are past it, where the ring overwrites its oldest column at every step
 (sheepop.arch.kv_cache). Timed, per engine:
 
-- cache: `sheepop.generate.generate` with the rolling cache; tokens/s inside and past the
+- cache: `sheepop.generation.generate.generate` with the rolling cache; tokens/s inside and past the
   context, each 1 / the median time between consecutive tokens of that phase;
 - window refill: what sheepop does past the context for absolute positions (and did for every
   model before the ring): a prefill of the last 256 tokens per new token (`lm.prefill`, on the
@@ -40,7 +40,8 @@ Absolute positions (`--absolute`; issue 18):
 The `baby` and `tiny` shapes with learned positions (random weights, 65 symbols) generate
 greedily after a one-token prompt, once per chunk C of `--chunks` (fractions of T: 8 is T / 8;
 1 is chunk 1, the old refill per token), taking turns `--repeats` times: past the context the
-window drops C tokens at once and the cache is refilled once per C tokens (sheepop.generate).
+window drops C tokens at once and the cache is refilled once per C tokens
+(sheepop.generation.generate).
 Inside: the T - 1 decode steps that fill the context; past: whole periods of C steps after it
 (at least two, and at least `--refill-tokens` steps); each is the count of steps over their
 total time (a period mixes one refill with C - 1 decodes: a median would hide the refill).
@@ -60,11 +61,11 @@ import time
 import numpy as np
 import torch
 
-from sheepop.config import ModelConfig, SampleConfig
-from sheepop.config_build import build_config
-from sheepop.generate import DEFAULT_CHUNK_FRACTION, generate
+from sheepop.config.build import build_config
+from sheepop.config.model_size import kv_cache_bytes_per_token
+from sheepop.config.schema import ModelConfig, SampleConfig
+from sheepop.generation.generate import DEFAULT_CHUNK_FRACTION, generate
 from sheepop.model import GPT, TorchLM
-from sheepop.model_size import kv_cache_bytes_per_token
 from sheepop.scratch.lm import NumpyLM
 
 TARGET_SPEEDUP, TARGET_PAST_RATIO = 5.0, 0.8

@@ -29,8 +29,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from sheepop.config_build import build_config  # noqa: E402
-from sheepop.inference import load  # noqa: E402
+from sheepop.config.build import build_config  # noqa: E402
+from sheepop.inference.load import load  # noqa: E402
 from sheepop.progression.data import Spec, load_progressions, write_dataset  # noqa: E402
 from sheepop.progression.report import evaluate_sets, plot, table  # noqa: E402
 from sheepop.progression.task import TaskOptions, train  # noqa: E402

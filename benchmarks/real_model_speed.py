@@ -37,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "helpers"
 
 from real_model import smollm2_gguf  # noqa: E402
 
-from sheepop import inference, threads  # noqa: E402
+from sheepop import threads  # noqa: E402
+from sheepop.inference import load as inference  # noqa: E402
 
 TEXT = ("The history of the printing press begins in the fifteenth century, when Johannes "
         "Gutenberg combined movable metal type, oil-based ink and a screw press. Within fifty "

@@ -6,7 +6,7 @@
 A `baby`-preset run (random weights, a character vocabulary of printable ASCII: the arithmetic
 of a trained model) is written to a temporary folder, unless `--run` names one. The serial loop
 runs the same requests one after the other through sheepop's own generation loop in this
-process (`sheepop.generate.generate`, its KV cache, the server's thread count), the fastest a
+process (`sheepop.generation.generate`, its KV cache, the server's thread count), the fastest a
 single sequence goes; it is measured again before each level, since on a shared machine the
 load moves. `sheepop serve` runs as a subprocess on an ephemeral port, and for each number of
 clients C, C threads each send streaming completions back to back (greedy, `--new-tokens`
@@ -38,11 +38,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sheepop import checkpoint
-from sheepop.config import SampleConfig
-from sheepop.config_build import build_config
-from sheepop.generate import generate
-from sheepop.inference import load
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.build import build_config
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.inference.load import load
 from sheepop.scratch.init import init_params
 from sheepop.tokenizers import train_tokenizer
 

@@ -57,7 +57,7 @@ def _timed(step, seconds: float, warmup: int = 1) -> float:
 def _train_step(engine: str):
     import numpy as np
 
-    from sheepop.config_build import build_config
+    from sheepop.config.build import build_config
     from sheepop.train.start import make_engine
     cfg = build_config(None, None, REFERENCE + [f"train.engine={engine}"])
     cfg.validate()
@@ -71,8 +71,8 @@ def _train_step(engine: str):
 def _decode_step(engine: str, preset: str):
     import dataclasses
 
-    from sheepop.config_build import build_config
-    from sheepop.inference import build
+    from sheepop.config.build import build_config
+    from sheepop.inference.load import build
     from sheepop.scratch.init import init_params
     cfg = build_config(preset)
     vocab = 50257 if preset.startswith("gpt2") else 65

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
 from sheepop.train.engine_torch import TorchEngine
 
 REFERENCE = ["model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.block_size=64",

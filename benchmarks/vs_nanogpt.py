@@ -42,7 +42,7 @@ from nanogpt_reference import (
 )
 from step_floor import floor_step
 
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
 from sheepop.train.engine_torch import TorchEngine
 
 SHAPES = {

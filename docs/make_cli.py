@@ -45,7 +45,7 @@ def subcommands(parser: argparse.ArgumentParser):
 def render() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal width
     from sheepop.cli import build_parser
-    from sheepop.config import describe_fields
+    from sheepop.config.schema import describe_fields
     parser = build_parser()
     parts = [INTRO.replace("{config}", describe_fields()), "## sheepop\n",
              f"```\n{parser.format_help().rstrip()}\n```\n"]

@@ -11,7 +11,7 @@ It trains (or reuses) two runs with the `sheepop` command line, then draws:
 - lr_schedule.png       the tiny preset's warmup + cosine schedule (sheepop.schedule.lr_for)
 - positional_encoding.png   the sinusoidal table (sheepop.positional.sinusoidal_table)
 - attention.png         attention weights of the trained tiny model on a line of Python
-- next_token.png        its next-token probabilities after a prompt (sheepop.sample)
+- next_token.png        its next-token probabilities after a prompt (sheepop.generation.sample)
 
 A finished run in the work directory is reused, so a second call only redraws. Every picture is
 written to a temporary name and renamed.
@@ -33,11 +33,12 @@ matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sheepop import checkpoint, files  # noqa: E402
-from sheepop.config import Config  # noqa: E402
-from sheepop.config_build import build_config  # noqa: E402
+from sheepop import files  # noqa: E402
+from sheepop.checkpoint import format as checkpoint  # noqa: E402
+from sheepop.config.build import build_config  # noqa: E402
+from sheepop.config.schema import Config  # noqa: E402
+from sheepop.generation.sample import probabilities  # noqa: E402
 from sheepop.positional import sinusoidal_table  # noqa: E402
-from sheepop.sample import probabilities  # noqa: E402
 from sheepop.schedule import lr_for  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent
@@ -174,7 +175,7 @@ def plot_positional(path: Path, n: int = 128, d: int = 128) -> None:
 def load_model(run_dir: Path, threads: int):
     import torch
 
-    from sheepop.inference import read_run
+    from sheepop.inference.load import read_run
     from sheepop.model.gpt import GPT
     if threads:
         torch.set_num_threads(threads)

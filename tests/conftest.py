@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.config import Config, ModelConfig
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.data.dataset import Dataset
 from sheepop.model import GPT, TorchLM
 from sheepop.tokenizers import train_tokenizer

@@ -19,7 +19,7 @@ from sheepop.arch.lora import (
     merge,
     parse_targets,
 )
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 
 GPT_SHAPED = ModelConfig(vocab_size=11, n_layer=2, n_head=2, n_embd=8, d_ff=12)

@@ -14,14 +14,14 @@ import sys
 import numpy as np
 import pytest
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
 from sheepop.cli.chat import Chat, escape, interactive, piped, unescape
-from sheepop.config import Config, ModelConfig, SampleConfig
-from sheepop.generate import generate
-from sheepop.inference import load
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.generation.text_stream import stream_text
+from sheepop.inference.load import load
 from sheepop.scratch.init import param_shapes
-from sheepop.text_stream import stream_text
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 from sheepop.tokenizers.chat import render_chat, with_chat_tokens
 from sheepop.train.keeping import save_best
@@ -168,7 +168,7 @@ def interrupted_stream(*args, **kwargs):
 
 
 def test_ctrl_c_stops_the_answer_not_the_chat(chat, monkeypatch):
-    monkeypatch.setattr("sheepop.text_stream.stream_text", interrupted_stream)
+    monkeypatch.setattr("sheepop.generation.text_stream.stream_text", interrupted_stream)
     out = io.StringIO()
     piped(chat, io.StringIO("x\ny\n"), out)
     assert out.getvalue() == "a\\nb\na\\nb\n"
@@ -180,7 +180,7 @@ def test_ctrl_c_stops_the_answer_not_the_chat(chat, monkeypatch):
         yield "a"
         raise Stopped(signal.SIGTERM)
 
-    monkeypatch.setattr("sheepop.text_stream.stream_text", terminated)
+    monkeypatch.setattr("sheepop.generation.text_stream.stream_text", terminated)
     with pytest.raises(Stopped):  # SIGTERM still stops the command (exit 143 in main)
         piped(chat, io.StringIO("x\n"), io.StringIO())
 

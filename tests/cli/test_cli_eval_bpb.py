@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.model import GPT
 from sheepop.tokenizers import train_tokenizer
 

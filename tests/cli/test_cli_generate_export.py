@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig, SampleConfig
-from sheepop.generate import generate
-from sheepop.inference import build, load
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.generation.text_stream import stream_text
+from sheepop.inference.load import build, load
 from sheepop.model import GPT
-from sheepop.text_stream import stream_text
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 from sheepop.tokenizers import load as load_tokenizer
 
@@ -85,7 +85,7 @@ def test_generate_slide_chunk_flag_sets_the_window_past_the_context(run_dir, cap
                                                                     monkeypatch):
     """Past the 32-token context of this learned-position model, --slide-chunk C reaches the
     loop as sample.slide_chunk = C and gives what the library gives with it."""
-    import sheepop.generate as loop
+    import sheepop.generation.generate as loop
     chunks = []
     real = loop.slide_chunk
     monkeypatch.setattr(loop, "slide_chunk", lambda cfg, T: chunks.append(real(cfg, T))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from cli_refusal import fails
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
 
 TEXT = ("The quick brown fox jumps over the lazy dog. " * 3 + "def f(x):\n    return x + 1\n"
@@ -136,9 +136,9 @@ def test_rotary_positions_may_run_past_the_source_context(capsys, imported_llama
 def test_an_imported_llama_starts_at_its_own_loss_in_both_engines(capsys, imported_llama, text,
                                                                   tmp_path):
     """Grouped-query attention, rotary positions, RMSNorm and SwiGLU in each training engine:
-    the step-0 evaluation equals the imported model's loss through sheepop.inference."""
-    from sheepop import inference
+    the step-0 evaluation equals the imported model's loss through sheepop.inference.load."""
     from sheepop.data.windows import eval_windows
+    from sheepop.inference import load as inference
     starts = {}
     for engine in ("torch", "numpy"):
         out = tmp_path / engine

@@ -3,10 +3,10 @@ line `sheepop generate` prints on stderr (stdout keeps only the text)."""
 
 import pytest
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
-from sheepop.config_build import build_config
-from sheepop.model_size import describe_kv_cache
+from sheepop.config.build import build_config
+from sheepop.config.model_size import describe_kv_cache
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: see tests/conftest.py
 

@@ -1,4 +1,4 @@
-"""The checkpoint save is all or nothing (sheepop.checkpoint_commit: stage, commit, install): the
+"""The checkpoint save is all or nothing (sheepop.checkpoint.commit: stage, commit, install): the
 state a crash can leave at each point of the protocol, and what recovery and readers make of it.
 Crashes injected at every file operation of a real save are in tests/train/
 test_checkpoint_crash.py."""
@@ -12,8 +12,8 @@ import shutil
 import numpy as np
 import pytest
 
-from sheepop import checkpoint
-from sheepop.checkpoint_commit import COMMIT_FILE, STAGING_DIR
+from sheepop.checkpoint import format as checkpoint
+from sheepop.checkpoint.commit import COMMIT_FILE, STAGING_DIR
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_bytes
 

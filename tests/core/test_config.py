@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from sheepop import config
 from sheepop.cli import build_parser, main
 from sheepop.cli.common import flag_values
 from sheepop.cli.launch import argv_from_args
 from sheepop.cli.train import config_from_args
-from sheepop.config import Config, ModelConfig, SampleConfig, resolve_vocab_size
-from sheepop.config_build import build_config
+from sheepop.config import schema as config
+from sheepop.config.build import build_config
+from sheepop.config.schema import Config, ModelConfig, SampleConfig, resolve_vocab_size
 from sheepop.errors import UserError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "sheepop"
@@ -268,7 +268,7 @@ def test_no_list_of_allowed_values_is_spelled_out_twice():
 
 
 def test_the_llama_preset_matches_tiny_in_size_and_the_modern_settings_are_checked():
-    from sheepop.model_size import kv_cache_bytes_per_token, param_count
+    from sheepop.config.model_size import kv_cache_bytes_per_token, param_count
     sizes = {}
     for preset in ("tiny", "tiny-llama"):
         cfg = build_config(preset)

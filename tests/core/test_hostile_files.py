@@ -4,9 +4,9 @@ wrong, before anything big is allocated, in bounded time. The files are made her
 real tiny run; nothing binary is committed.
 
 Through the real command line (`generate`, `train --resume`, `eval`) for a handful, through
-the Python loaders (`sheepop.inference.read_run`, `sheepop.checkpoint`, `sheepop.tokenizers`)
-for the rest. A FIFO is opened in a child process with a timeout, so a regression hangs the
-child, not the test run.
+the Python loaders (`sheepop.inference.load.read_run`, `sheepop.checkpoint.format`,
+`sheepop.tokenizers`) for the rest. A FIFO is opened in a child process with a timeout, so a
+regression hangs the child, not the test run.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import save as st_save
 
-from sheepop import checkpoint, inference
-from sheepop.checkpoint_check import check_weights_file, weights_from_bytes
+from sheepop.checkpoint import format as checkpoint
+from sheepop.checkpoint.check import check_weights_file, weights_from_bytes
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
+from sheepop.config.model_size import MAX_LAYERS, check_model_size, memory_bytes, param_count
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
-from sheepop.model_size import MAX_LAYERS, check_model_size, memory_bytes, param_count
+from sheepop.inference import load as inference
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import loads, train_tokenizer
 from sheepop.train.start import setup

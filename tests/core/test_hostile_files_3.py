@@ -2,8 +2,8 @@
 disk. Each is stopped with one line (a UserError; exit status 2 through the command line).
 
 - Weights that are each finite but overflow in the forward pass (3e38, pos_scale=1e308) used to
-  generate id 0 forever (the argmax of NaN): `sheepop.sample.check_finite`, the one place every
-  sampler passes through, stops them.
+  generate id 0 forever (the argmax of NaN): `sheepop.generation.sample.check_finite`, the one
+  place every sampler passes through, stops them.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig, SampleConfig
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
 from sheepop.errors import UserError
-from sheepop.generate import generate_batch
-from sheepop.inference import load
+from sheepop.generation.generate import generate_batch
+from sheepop.inference.load import load
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import train_tokenizer
 
@@ -149,7 +149,7 @@ def test_a_full_disk_is_one_line_naming_the_output(tmp_path, capsys, disk_full, 
 def trained(tmp_path_factory) -> Path:
     """A real run: 2 steps of a 1-layer model of width 16 (context 64: room for a chat), saved
     with its trainer state."""
-    from sheepop.config_build import build_config
+    from sheepop.config.build import build_config
     from sheepop.train.start import setup
     root = tmp_path_factory.mktemp("trained")
     (root / "data.txt").write_text(TEXT)

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from sheepop.config import Config, describe_fields
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
+from sheepop.config.schema import Config, describe_fields
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_text
-from sheepop.sample import draw, probabilities
+from sheepop.generation.sample import draw, probabilities
 
 
 def test_set_converts_types_and_presets_layer_in_order(tmp_path):

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from sheepop.config import SampleConfig
-from sheepop.generate import generate, next_token
-from sheepop.sample import penalize_repeats, probabilities
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.generate import generate, next_token
+from sheepop.generation.sample import penalize_repeats, probabilities
 
 LOGITS = np.log([0.5, 0.2, 0.15, 0.1, 0.05])
 

@@ -95,7 +95,7 @@ def test_apply_sets_torch_and_the_blas_whether_torch_is_loaded_or_not(torch_firs
 
 
 def test_the_training_engine_is_built_with_train_threads():
-    code = ("from sheepop.config_build import build_config\n"
+    code = ("from sheepop.config.build import build_config\n"
             "from sheepop.train.start import make_engine\n"
             "cfg = build_config('tiny', None, ['train.threads=1', 'model.n_layer=1', "
             "'model.vocab_size=32'])\n"
@@ -105,8 +105,8 @@ def test_the_training_engine_is_built_with_train_threads():
 
 
 def test_generate_threads_reach_torch_and_the_blas(tmp_path):
-    from sheepop import checkpoint
-    from sheepop.config import Config
+    from sheepop.checkpoint import format as checkpoint
+    from sheepop.config.schema import Config
     from sheepop.model import GPT
     from sheepop.tokenizers import train_tokenizer
     tokenizer = train_tokenizer("char", ["abc abc"], 0)

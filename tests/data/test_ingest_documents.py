@@ -14,7 +14,7 @@ import pytest
 import zstandard
 
 from sheepop.cli import main
-from sheepop.config import DataConfig
+from sheepop.config.schema import DataConfig
 from sheepop.data.dataset import load_dataset
 from sheepop.data.ingest import PrepareOptions, prepare
 from sheepop.data.ingest.collect import read_raw_text

@@ -13,7 +13,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from sheepop.config import DataConfig
+from sheepop.config.schema import DataConfig
 from sheepop.data.dataset import load_dataset
 from sheepop.data.ingest import PrepareOptions, prepare
 from sheepop.data.ingest.collect import read_raw_text

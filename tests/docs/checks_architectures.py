@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from sheepop.arch.batch import allowed_keys
-from sheepop.config import ModelConfig
-from sheepop.config_build import build_config
-from sheepop.layer_kinds import default_ffn_width
+from sheepop.config.build import build_config
+from sheepop.config.layer_kinds import default_ffn_width
+from sheepop.config.model_size import kv_cache_bytes_per_token, param_count
+from sheepop.config.schema import ModelConfig
 from sheepop.model import ffn as torch_ffn
 from sheepop.model import gpt as torch_gpt
 from sheepop.model import positions as torch_positions
-from sheepop.model_size import kv_cache_bytes_per_token, param_count
 from sheepop.positional import rope_frequencies
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L

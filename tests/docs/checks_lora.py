@@ -11,11 +11,11 @@ import numpy as np
 import torch
 
 from sheepop.arch.lora import LoraConfig, adapter_param_count, merge
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
+from sheepop.config.model_size import param_count
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import add_lora
 from sheepop.model.lora import LoRALinear
-from sheepop.model_size import param_count
 from sheepop.scratch import layers as L
 
 

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.model import attention as torch_attention
 from sheepop.model import ffn as torch_ffn
 from sheepop.model import gpt as torch_gpt

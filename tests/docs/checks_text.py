@@ -8,7 +8,7 @@ import math
 import numpy as np
 import torch
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.data.dataset import encode_documents, split_tokens
 from sheepop.data.ingest.normalize import normalize_text
 from sheepop.data.windows import chunk_starts, window

@@ -11,11 +11,11 @@ from checks_model import close, forward_pass_params, t64, torch_model
 
 from sheepop.arch.kv_cache import KVCache, cache_shape
 from sheepop.arch.params import decays
-from sheepop.config import ModelConfig, SampleConfig
-from sheepop.generate import generate
+from sheepop.config.schema import ModelConfig, SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.generation.sample import draw, penalize_repeats, probabilities
 from sheepop.model.gpt import GPT as TorchGPT
 from sheepop.model.gpt import cross_entropy as torch_cross_entropy
-from sheepop.sample import draw, penalize_repeats, probabilities
 from sheepop.schedule import lr_at, lr_for
 from sheepop.scratch import layers as L
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
@@ -116,7 +116,7 @@ def schedule(v):
 
 
 def schedule_preset(v):
-    from sheepop.config_build import build_config
+    from sheepop.config.build import build_config
     train = build_config(v["preset"]).train
     return {"lr": [lr_for(int(step), train) for step in v["steps"]],
             "warmup": train.warmup_steps, "total_steps": train.steps}
@@ -155,7 +155,7 @@ def repetition(v):
 
 
 def kv_cache(v):
-    from sheepop.config_build import build_config
+    from sheepop.config.build import build_config
     cfg = build_config(v["preset"]).model
     # As GPT.new_cache makes it ("meta": sizes only, no memory), and the NumPy engine's, each
     # grown to the whole context (a cache grows with the tokens: sheepop.arch.kv_cache).

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.positional import rope_frequencies
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop import checkpoint, inference
 from sheepop.arch.lora import LoraConfig, merge
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
 from sheepop.finetune.run import finetune
+from sheepop.inference import load as inference
 from sheepop.tokenizers.chat import CHAT_SPECIALS
 
 CHATS = [{"messages": [{"role": "user", "content": f"what comes after {n}?"},
@@ -230,7 +231,7 @@ def test_a_base_with_its_own_chat_template_trains_on_the_assistants_tokens(tmp_p
     from chatml import chatml_tokenizer
 
     from sheepop.arch import IGNORE_INDEX
-    from sheepop.config import Config, ModelConfig
+    from sheepop.config.schema import Config, ModelConfig
     from sheepop.data.chat import read_conversations
     from sheepop.tokenizers.chat import chat_ids, turn_end
     tok = chatml_tokenizer()

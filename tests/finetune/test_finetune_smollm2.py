@@ -12,15 +12,15 @@ import hashlib
 import numpy as np
 import pytest
 
-from sheepop import checkpoint
 from sheepop.arch.lora import LoraConfig
-from sheepop.config import SampleConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import SampleConfig
 from sheepop.data.chat import pad_examples, read_conversations
 from sheepop.finetune.demo import answers
 from sheepop.finetune.run import finetune
 from sheepop.finetune.tasks import Item
-from sheepop.generate import generate_batch_ids
-from sheepop.inference import load
+from sheepop.generation.generate import generate_batch_ids
+from sheepop.inference.load import load
 from sheepop.tokenizers.chat import chat_ids, turn_end
 
 pytestmark = pytest.mark.real_model

@@ -1,4 +1,4 @@
-"""`--engine auto` (sheepop.inference.choose_engine): NumPy for float32 on the CPU, torch for a
+"""`--engine auto` (sheepop.inference.load.choose_engine): NumPy for float32 on the CPU, torch for a
 GPU, bfloat16 or compile; the same greedy tokens as the torch engine; and `sheepop generate`
 on the NumPy engine never imports torch (or the other heavy modules) on its way to the text."""
 
@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-from sheepop import checkpoint, inference
-from sheepop.config import Config, SampleConfig
-from sheepop.generate import generate
-from sheepop.inference import build, choose_engine
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.inference import load as inference
+from sheepop.inference.load import build, choose_engine
 from sheepop.model import GPT
 from sheepop.tokenizers import train_tokenizer
 

@@ -1,16 +1,16 @@
-"""sheepop.inference: one place builds a model for inference, in either engine, and the tokens a
-model must never generate are left out by every generation loop."""
+"""sheepop.inference.load: one place builds a model for inference, in either engine, and the
+tokens a model must never generate are left out by every generation loop."""
 
 import numpy as np
 import pytest
 
-from sheepop import checkpoint
-from sheepop.config import Config, SampleConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, SampleConfig
 from sheepop.errors import UserError
-from sheepop.generate import generate, generate_batch_ids
-from sheepop.inference import build, load, never_generated
+from sheepop.generation.generate import generate, generate_batch_ids
+from sheepop.generation.text_stream import generate_texts, stream_text
+from sheepop.inference.load import build, load, never_generated
 from sheepop.model import GPT
-from sheepop.text_stream import generate_texts, stream_text
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 
 TEXT = "the cat sat on the mat. "

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from sheepop.arch.kv_cache import KVCache, cache_shape, describe_memory, grown, shrunk, slides
-from sheepop.arch.running_batch import RunningBatch
-from sheepop.config import Config, ModelConfig, SampleConfig
-from sheepop.generate import generate, generate_batch_ids
-from sheepop.inference import build
-from sheepop.model_size import kv_cache_bytes_per_token
+from sheepop.config.model_size import kv_cache_bytes_per_token
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
+from sheepop.generation.generate import generate, generate_batch_ids
+from sheepop.generation.running_batch import RunningBatch
+from sheepop.inference.load import build
 from sheepop.scratch.init import param_shapes
 
 CONTEXT, VOCAB = 8192, 31
@@ -203,7 +203,7 @@ def test_the_scheduler_reports_the_bytes_of_its_running_batch():
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 def test_sheepop_generate_prints_the_bytes_it_allocated(engine, tmp_path, capsys):
-    from sheepop import checkpoint
+    from sheepop.checkpoint import format as checkpoint
     from sheepop.cli import main
     from sheepop.tokenizers import train_tokenizer
     tok = train_tokenizer("char", ["abcdefgh ijk.\n"])

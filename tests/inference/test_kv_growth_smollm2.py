@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from sheepop.arch.kv_cache import KVCache, cache_shape, describe_memory
-from sheepop.config import SampleConfig
-from sheepop.generate import generate
-from sheepop.inference import load
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.inference.load import load
 
 pytestmark = [pytest.mark.real_model, pytest.mark.usefixtures("one_torch_thread")]
 

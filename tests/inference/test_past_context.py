@@ -1,4 +1,4 @@
-"""Absolute positions past the context: the window slides by a chunk (sheepop.generate).
+"""Absolute positions past the context: the window slides by a chunk (sheepop.generation.generate).
 
 With T = block_size and C = the chunk, the step that follows n tokens sees ids[s(n):n], with
 s(n) = 0 while n <= T and C * ceil((n - T) / C) past it: the cache is refilled once per C tokens.
@@ -11,10 +11,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sheepop.config import Config, ModelConfig, SampleConfig
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
 from sheepop.errors import UserError
-from sheepop.generate import generate, generate_batch, slide_chunk, window_start
-from sheepop.inference import build
+from sheepop.generation.generate import generate, generate_batch, slide_chunk, window_start
+from sheepop.inference.load import build
 from sheepop.scratch.init import param_shapes
 
 BLOCK, NEW, VOCAB = 8, 44, 23

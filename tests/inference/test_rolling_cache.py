@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.config import Config, ModelConfig, SampleConfig
-from sheepop.generate import generate, generate_batch_ids
-from sheepop.inference import build
-from sheepop.model_size import kv_cache_bytes_per_token
+from sheepop.config.model_size import kv_cache_bytes_per_token
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
+from sheepop.generation.generate import generate, generate_batch_ids
+from sheepop.inference.load import build
 from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import param_shapes
 from sheepop.scratch.lm import NumpyLM

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from sheepop.config import SampleConfig
-from sheepop.generate import generate
-from sheepop.sample import penalize_repeats
-from sheepop.text_stream import StopStrings, generate_texts, stream_text
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.generation.sample import penalize_repeats
+from sheepop.generation.text_stream import StopStrings, generate_texts, stream_text
 from sheepop.tokenizers import IncrementalDecoder
 from sheepop.tokenizers.char import CharTokenizer
 

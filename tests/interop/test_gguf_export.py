@@ -10,12 +10,12 @@ import pytest
 import torch
 from gguf import GGUFReader, GGUFValueType
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import export as export_cli
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
-from sheepop.inference import load
+from sheepop.inference.load import load
 from sheepop.interop import gguf_export
 from sheepop.interop.gguf import import_gguf
 from sheepop.interop.gguf_export import export_gguf

@@ -11,10 +11,10 @@ from gguf import GGMLQuantizationType
 from gguf_convert import gpt2_meta, gpt2_tensors, llama_meta, llama_tensors, write_gguf
 from scrambled import scramble
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
 from sheepop.errors import UserError
-from sheepop.inference import load
+from sheepop.inference.load import load
 from sheepop.interop import llama
 from sheepop.interop.gguf import import_gguf
 from sheepop.tokenizers import train_tokenizer

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.config import SampleConfig
-from sheepop.generate import generate
-from sheepop.inference import load, never_generated
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.inference.load import load, never_generated
 from sheepop.interop.gguf_export import export_gguf
 
 transformers = pytest.importorskip("transformers")
@@ -62,7 +62,7 @@ def test_smollm2_says_paris_and_continues_greedily_as_transformers(smollm2_run, 
     ids = tok("The capital of France is")["input_ids"]
     assert tok.decode([int(np.argmax(run.lm.full(ids)))]) == " Paris"
     # 64 greedy tokens, each side on its own KV cache; sheepop never draws padding, BOS or
-    # unknown (sheepop.inference.never_generated), so neither does transformers' loop here, and
+    # unknown (sheepop.inference.load.never_generated), so neither does transformers' loop here, and
     # neither stops at the end of turn (transformers' generate(min_new_tokens=...) would ban
     # it outright instead).
     ours = [s.token for s in generate(run.lm, ids, SampleConfig(max_new_tokens=64,

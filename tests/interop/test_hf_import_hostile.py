@@ -15,9 +15,9 @@ import pytest
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.interop import export_gpt2, export_llama
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import train_tokenizer

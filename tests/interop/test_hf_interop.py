@@ -7,8 +7,8 @@ import pytest
 import torch
 from scrambled import scramble
 
-from sheepop import checkpoint
-from sheepop.config import Config, ModelConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.interop import export_gpt2, import_gpt2
 from sheepop.model import GPT

@@ -10,13 +10,13 @@ import pytest
 import torch
 from scrambled import scramble
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import export as export_cli
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig, SampleConfig
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
 from sheepop.errors import UserError
-from sheepop.generate import generate
-from sheepop.inference import load, never_generated
+from sheepop.generation.generate import generate
+from sheepop.inference.load import load, never_generated
 from sheepop.interop import ARCHITECTURES, export_llama, import_hf, import_llama, llama
 from sheepop.model import GPT
 from sheepop.tokenizers import train_tokenizer

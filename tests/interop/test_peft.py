@@ -11,9 +11,9 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
-from sheepop import checkpoint
 from sheepop.arch.lora import LoraConfig, adapter_shapes
-from sheepop.config import Config, ModelConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.interop import export_hf
 from sheepop.interop.peft import CONFIG_FILE, WEIGHTS_FILE, export_peft

@@ -5,7 +5,7 @@ it once rounded the scores to float32, 5.5e-7 relative), and in float32 as befor
 import pytest
 import torch
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.model.attention import CausalSelfAttention
 
 

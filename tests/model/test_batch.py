@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.config import ModelConfig, SampleConfig
-from sheepop.generate import generate, generate_batch, generate_batch_ids
+from sheepop.config.schema import ModelConfig, SampleConfig
+from sheepop.generation.generate import generate, generate_batch, generate_batch_ids
 from sheepop.model import GPT, TorchLM
 
 PROMPTS = [[3], [5, 9, 2, 7, 7, 1, 30], [11, 4], [8, 8, 8, 8, 8]]

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.config import ModelConfig, SampleConfig
-from sheepop.generate import generate
+from sheepop.config.schema import ModelConfig, SampleConfig
+from sheepop.generation.generate import generate
 from sheepop.model import GPT, TorchLM
 from sheepop.positional import sinusoidal_table
 
@@ -127,7 +127,7 @@ def test_rope_trains_after_an_evaluation_at_the_same_positions():
     for a training step's backward."""
     import numpy as np
 
-    from sheepop.config import ModelConfig, TrainConfig
+    from sheepop.config.schema import ModelConfig, TrainConfig
     from sheepop.train.engine_torch import TorchEngine
     cfg = ModelConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8,
                       pos_encoding="rope")

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from sheepop.cli import main
-from sheepop.config import SampleConfig
-from sheepop.config_build import build_config
-from sheepop.generate import generate
-from sheepop.inference import build, read_run
+from sheepop.config.build import build_config
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.inference.load import build, read_run
 from sheepop.progression.data import Spec, load_progressions, write_dataset
 from sheepop.progression.evaluate import (
     predict_next_terms,

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from sheepop.config_build import build_config
-from sheepop.inference import build, read_run
+from sheepop.config.build import build_config
+from sheepop.inference.load import build, read_run
 from sheepop.progression.analysis import carries, error_tables, longest_run
 from sheepop.progression.data import Spec, load_progressions, write_dataset
 from sheepop.progression.evaluate import context_terms, predict_next_terms, prefixes

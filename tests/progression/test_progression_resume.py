@@ -3,7 +3,7 @@
 import json
 
 from sheepop.cli.common import run_config
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
 from sheepop.progression.data import Spec, load_progressions, write_dataset
 from sheepop.progression.task import TaskOptions, train
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.positional import sinusoidal_table
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L

@@ -10,12 +10,12 @@ import torch
 from scratch_gradcheck import check
 
 from sheepop.arch.batch import left_pad
-from sheepop.config import Config, ModelConfig
+from sheepop.config.model_size import param_count
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.model import GPT as TorchGPT
 from sheepop.model.positions import digit_places as torch_digit_places
 from sheepop.model.positions import term_index as torch_term_index
-from sheepop.model_size import param_count
 from sheepop.positional import digit_places, place_rows, term_index
 from sheepop.scratch.gpt import gpt_backward, gpt_forward, new_cache
 from sheepop.scratch.init import init_params, param_shapes
@@ -231,7 +231,7 @@ def test_rope_places_scores_depend_on_the_offsets_only():
 def test_the_numpy_trainer_draws_offsets_without_dropout():
     """The places of 3-digit terms read rows 0-3 at inference; a training step of the NumPy
     engine (dropout 0) moves them by 0..digit_offset, so rows past 3 get gradients too."""
-    from sheepop.config import TrainConfig
+    from sheepop.config.schema import TrainConfig
     from sheepop.train.engine_numpy import NumpyEngine
     cfg = config(pos_encoding="rope_terms", digit_positions=8, digit_offset=4, dropout=0.0,
                  vocab_size=11)

@@ -11,7 +11,7 @@ import torch
 from scratch_gradcheck import check, numerical_grad, rel_error
 
 from sheepop.arch.lora import LoraConfig, adapter_shapes, init_adapters, is_adapter, merge
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import LoRALinear, adapter_weights, add_lora, merge_lora
 from sheepop.scratch import layers as L

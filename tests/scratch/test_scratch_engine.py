@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from sheepop.cli import main
-from sheepop.config import ModelConfig, SampleConfig, TrainConfig
-from sheepop.generate import generate, generate_batch_ids
+from sheepop.config.schema import ModelConfig, SampleConfig, TrainConfig
+from sheepop.generation.generate import generate, generate_batch_ids
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import TorchLM
 from sheepop.scratch.gpt import GPT, gpt_forward, new_cache

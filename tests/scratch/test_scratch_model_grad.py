@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scratch_gradcheck import check
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.scratch.block import block_backward, block_forward
 from sheepop.scratch.ffn import ffn_backward, ffn_forward, swiglu_backward, swiglu_forward
 from sheepop.scratch.gpt import GPT, gpt_backward, gpt_forward

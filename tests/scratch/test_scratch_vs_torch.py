@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop import checkpoint
-from sheepop.config import ModelConfig, TrainConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.model import GPT as TorchGPT
 from sheepop.schedule import lr_at
 from sheepop.scratch.gpt import GPT, gpt_backward, gpt_forward

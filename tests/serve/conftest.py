@@ -7,7 +7,7 @@ import signal
 import pytest
 from serve_helpers import KEY, ServerProcess, make_runs
 
-from sheepop.inference import load
+from sheepop.inference.load import load
 
 
 @pytest.fixture(autouse=True)

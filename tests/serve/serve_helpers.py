@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint
-from sheepop.config import Config, ModelConfig, SampleConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
+from sheepop.generation.text_stream import stream_text
 from sheepop.scratch.init import param_shapes
-from sheepop.text_stream import stream_text
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 from sheepop.tokenizers.chat import END, with_chat_tokens
 

@@ -16,10 +16,10 @@ import pytest
 import uvicorn
 from serve_helpers import BOUND_S, CONTEXT, call, weights
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
-from sheepop.config import Config, ModelConfig
-from sheepop.inference import load
+from sheepop.config.schema import Config, ModelConfig
+from sheepop.inference.load import load
 from sheepop.serve import runs as runs_module
 from sheepop.serve.app import Settings, create_app
 from sheepop.serve.page import routes as page_routes

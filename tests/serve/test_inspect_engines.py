@@ -1,4 +1,4 @@
-"""sheepop.inference.inspect: attention weights, logit lens, next-token distributions and the
+"""sheepop.inference.load.inspect: attention weights, logit lens, next-token distributions and the
 positional encoding of one prompt, equal to the engine's own numbers and to a hand-written
 NumPy reference, in both engines."""
 
@@ -10,9 +10,9 @@ import torch
 from serve_helpers import weights
 
 from sheepop.arch.inspect import softmax
-from sheepop.config import Config, ModelConfig
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
-from sheepop.inference import build, inspect
+from sheepop.inference.load import build, inspect
 from sheepop.model import GPT
 from sheepop.positional import place_rope_frequencies, rope_frequencies, sinusoidal_table
 from sheepop.scratch import gpt_forward

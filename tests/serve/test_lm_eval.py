@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from serve_helpers import ServerProcess
 
-from sheepop.inference import load
+from sheepop.inference.load import load
 from sheepop.interop.hf_files import export_tokenizer
 
 pytest.importorskip("lm_eval")

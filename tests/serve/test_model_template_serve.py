@@ -13,10 +13,10 @@ from chatml import chatml_tokenizer
 from openai import BadRequestError, OpenAI
 from serve_helpers import ServerProcess, call, weights
 
-from sheepop import checkpoint
-from sheepop.config import Config, ModelConfig, SampleConfig
-from sheepop.inference import load
-from sheepop.text_stream import stream_text
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
+from sheepop.generation.text_stream import stream_text
+from sheepop.inference.load import load
 from sheepop.tokenizers import IncrementalDecoder
 from sheepop.tokenizers.chat import chat_ids
 

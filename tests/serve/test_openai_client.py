@@ -9,7 +9,7 @@ import pytest
 from openai import OpenAI
 from serve_helpers import KEY, call, reference
 
-from sheepop.generate import generate
+from sheepop.generation.generate import generate
 from sheepop.serve.choice import log_softmax
 from sheepop.tokenizers.chat import chat_ids
 
@@ -36,7 +36,7 @@ def test_a_completion_is_sheepops_own_greedy_generation(client, chat_model):
 
 
 def _greedy(n: int):
-    from sheepop.config import SampleConfig
+    from sheepop.config.schema import SampleConfig
     return SampleConfig(temperature=0, max_new_tokens=n)
 
 

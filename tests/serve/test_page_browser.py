@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from serve_helpers import ServerProcess, call, weights
 
-from sheepop import checkpoint
-from sheepop.config import Config, ModelConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.tokenizers import train_tokenizer
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")

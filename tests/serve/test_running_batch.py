@@ -1,4 +1,4 @@
-"""`RunningBatch` (sheepop.arch.running_batch), the server's continuous batch, without HTTP:
+"""`RunningBatch` (sheepop.generation.running_batch), the server's continuous batch, without HTTP:
 sequences that join and leave at any step get exactly the greedy tokens they get alone, in both
 engines, with absolute and rotary positions, through left extensions and compactions."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sheepop.arch.running_batch import RunningBatch
-from sheepop.config import SampleConfig
-from sheepop.config_build import build_config
-from sheepop.generate import generate
-from sheepop.inference import build
+from sheepop.config.build import build_config
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.generation.running_batch import RunningBatch
+from sheepop.inference.load import build
 from sheepop.scratch.init import init_params
 
 CONTEXT = 48

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from serve_helpers import ServerProcess, call, make_runs, reference, weights
 
-from sheepop import checkpoint
-from sheepop.inference import load
+from sheepop.checkpoint import format as checkpoint
+from sheepop.inference.load import load
 from sheepop.train.keeping import save_best
 
 PROMPT, MAX_TOKENS = "abc d", 8

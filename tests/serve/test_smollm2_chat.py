@@ -32,7 +32,7 @@ def hf_tokenizer(smollm2_gguf_path):
 
 @pytest.fixture(scope="module")
 def tokenizer(smollm2_run):
-    from sheepop import checkpoint
+    from sheepop.checkpoint import format as checkpoint
     from sheepop.tokenizers import loads
     return loads(checkpoint.load_tokenizer_json(smollm2_run), "SmolLM2's tokenizer")
 

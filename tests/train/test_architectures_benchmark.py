@@ -8,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "architectures.py"
 spec = importlib.util.spec_from_file_location("architectures_benchmark", SCRIPT)

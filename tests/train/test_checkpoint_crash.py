@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from fault_injector import Faults, exit_now, raise_disk_full
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.errors import UserError
-from sheepop.inference import read_run
+from sheepop.inference.load import read_run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

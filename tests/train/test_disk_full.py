@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.errors import UserError
-from sheepop.inference import read_run
+from sheepop.inference.load import read_run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

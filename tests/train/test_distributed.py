@@ -26,7 +26,7 @@ from safetensors.numpy import load_file
 
 from sheepop.cli import main
 from sheepop.cli.launch import argv_from_args, torchrun_command
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
 from sheepop.data.dataset import load_dataset
 from sheepop.data.windows import IGNORE_INDEX, WindowSampler
 from sheepop.train.distributed import RankSampler

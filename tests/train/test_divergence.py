@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
-from sheepop.config import TrainConfig
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
+from sheepop.config.schema import TrainConfig
 from sheepop.errors import UserError
 from sheepop.train import divergence
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -1,6 +1,6 @@
 """`sheepop train DATA --init-from RUN_DIR`: a new run from another run's model, tokenizer and
 weights (sheepop.train.init_from). Its first evaluation is the source model's loss computed
-through sheepop.inference, in both engines; step 0 and a fresh optimizer; the source untouched;
+through sheepop.inference.load, in both engines; step 0 and a fresh optimizer; the source untouched;
 a LoRA run starts from its merged weights; the context lowered (a learned table cut) or raised
 (rope only); an imported Hugging Face Llama keeps learning; the refusals."""
 
@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sheepop import checkpoint, inference
 from sheepop.arch.lora import LoraConfig
+from sheepop.checkpoint import format as checkpoint
 from sheepop.data.windows import eval_windows
 from sheepop.errors import UserError
+from sheepop.inference import load as inference
 from sheepop.schedule import lr_for
 from sheepop.train.init_from import init_config, open_source
 from sheepop.train.start import setup
@@ -67,7 +68,7 @@ def files_of(run_dir: Path) -> dict[str, bytes]:
 
 
 def inference_loss(run_dir, engine: str, tokens: np.ndarray, block_size: int, n: int) -> float:
-    """The mean loss of the run's model (sheepop.inference) on the evaluation windows of
+    """The mean loss of the run's model (sheepop.inference.load) on the evaluation windows of
     `tokens`: the windows any evaluation of those tokens uses."""
     model = inference.load(run_dir, engine=engine, device="cpu")
     pad = model.tokenizer.pad_id if model.tokenizer.pad_id is not None else 0
@@ -144,7 +145,7 @@ def test_a_fresh_optimizer_from_step_zero_and_the_source_untouched(source, text_
 def test_resuming_keeps_the_record_of_where_the_run_started(source, text_file, tmp_path):
     start(source, text_file, tmp_path / "new", steps=2).run()
     cfg = checkpoint.load_config(tmp_path / "new")
-    from sheepop.config import Config
+    from sheepop.config.schema import Config
     resumed = Config.from_saved(cfg, "config.json")
     resumed.set("train.steps", 4)
     setup(str(text_file), resumed, tmp_path / "new", resume=True, progress=False,

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
 from sheepop.errors import UserError
 from sheepop.train.keeping import read_best

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop import checkpoint
 from sheepop.arch.lora import LoraConfig, adapter_param_count, adapter_shapes
-from sheepop.config import ModelConfig, TrainConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.schedule import lr_at
 from sheepop.scratch.init import init_params
 from sheepop.train.engine_numpy import NumpyEngine

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.config import TrainConfig
+from sheepop.config.schema import TrainConfig
 from sheepop.schedule import lr_at
 from sheepop.train.engine_torch import TorchEngine, decay_groups
 

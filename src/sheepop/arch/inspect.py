@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.positional import digit_places, place_rope_frequencies, rope_frequencies, term_index
 
 MAX_POSITION_COLUMNS = 128

@@ -21,9 +21,9 @@ arrays and torch tensors alike. A cache made without a hook has a fixed capacity
 Past the context. With absolute positions (sinusoidal, learned) a position past the table does
 not exist, so a full cache cannot take another token: the generation loop drops the oldest
 tokens of its window a chunk at a time and refills the cache with the rest, at positions from 0
-(sheepop.generate, `window_start`). With rotary positions attention depends only on the offset
-between a query and a key, so the cache becomes a ring (`rolling`): once all T_max columns are
-filled (growth has reached T_max by then), each new token overwrites the oldest, and every query
+(`sheepop.generation.generate.window_start`). With rotary positions attention depends only on the
+offset between a query and a key, so the cache becomes a ring (`rolling`): once all T_max columns
+are filled (growth has reached T_max by then), each new token overwrites the oldest, and every query
 attends over the T_max most recent keys, each rotated by its own absolute position. The
 reference this computes exactly is sliding-window attention over the whole sequence: query i
 sees key j iff i - T_max < j <= i, in every layer (`sheepop.arch.batch.allowed_keys` with
@@ -37,8 +37,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sheepop.config import ModelConfig
-from sheepop.layer_kinds import POSITION_KINDS
+from sheepop.config.layer_kinds import POSITION_KINDS
+from sheepop.config.schema import ModelConfig
 
 # The smallest step of a cache's capacity, in columns (positions): a prompt of p tokens starts
 # with p rounded up to it. 64 columns of SmolLM2 (30 layers, 3 kv heads of 64) are 2.8 MiB.

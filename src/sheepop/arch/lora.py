@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from sheepop.arch.params import check_shapes
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_text, read_json, shown
 

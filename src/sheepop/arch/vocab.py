@@ -12,7 +12,7 @@ random N(0, 0.02) one, would put every new token at the same point (or at noise)
 freezing the embedding, keep them there; the mean of its spelling starts each one distinct, near
 the tokens a reader would associate with it, and at the scale of the trained rows. The rule is
 deterministic, so a LoRA run, which saves only its adapters, rebuilds the same rows from its
-base run (sheepop.inference).
+base run (sheepop.inference.load).
 """
 
 from __future__ import annotations

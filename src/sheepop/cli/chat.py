@@ -34,9 +34,9 @@ from sheepop.cli.common import (
     model_dir,
     run_config,
 )
-from sheepop.config import INFERENCE_ENGINES, SampleConfig
+from sheepop.config.model_size import param_count
+from sheepop.config.schema import INFERENCE_ENGINES, SampleConfig
 from sheepop.errors import UserError
-from sheepop.model_size import param_count
 
 COMMANDS = "/reset (forget the conversation), /system TEXT (set the system message), /quit"
 NO_TEMPLATE = ("this run's tokenizer has no chat template: fine-tune it with sheepop finetune "
@@ -145,7 +145,7 @@ class Chat:
     def answer(self, user: str, write) -> str:
         """Stream the answer to `user` through `write(piece)`; Ctrl-C stops it early. The
         answer (as far as it got) joins the conversation."""
-        from sheepop.text_stream import stream_text
+        from sheepop.generation.text_stream import stream_text
         from sheepop.tokenizers import IncrementalDecoder
         ids = self.prompt(user)
         cfg = dataclasses.replace(self.sample, seed=self.sample.seed + self.answers)
@@ -242,7 +242,7 @@ def interactive(chat: Chat, stdin: TextIO, out: TextIO, note: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sheepop.inference import load
+    from sheepop.inference.load import load
     from sheepop.tokenizers.chat import can_chat, require_chat_tokens
     sample = run_config(args.run_dir, [], None, flag_values(args), only=("sample",)
                         ).validate().sample

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sheepop.config import Config, config_field
-from sheepop.config_build import build_config
-from sheepop.config_values import field_type
-from sheepop.presets import PRESETS
+from sheepop.config.build import build_config
+from sheepop.config.presets import PRESETS
+from sheepop.config.schema import Config, config_field
+from sheepop.config.values import field_type
 
 CONFIG_FLAGS = "config_flags"  # parser default: {dest: "section.key"} of the flags that set keys
 
@@ -160,7 +160,9 @@ def run_config(run_dir: str | Path, overrides: list[str] | None = None,
                only: tuple[str, ...] | None = None) -> Config:
     """A run's saved config, then a TOML file, then `--set` overrides, then typed flag values
     (`only`: the sections the file and `--set` may change)."""
-    from sheepop import checkpoint  # here: it loads numpy, which most commands never need
+    from sheepop.checkpoint import (
+        format as checkpoint,  # here: it loads numpy, which most commands never need
+    )
 
     saved = checkpoint.load_config(run_dir)
     cfg = Config.from_saved(saved, str(Path(run_dir) / checkpoint.CONFIG_FILE))

@@ -12,7 +12,7 @@ import json
 import math
 
 from sheepop.cli.common import HelpFormatter, add_best_option, add_threads_option, model_dir
-from sheepop.config import ENGINES
+from sheepop.config.schema import ENGINES
 from sheepop.words import plural
 
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from sheepop.data.dataset import load_dataset
     from sheepop.data.windows import eval_windows
-    from sheepop.inference import load
+    from sheepop.inference.load import load
     from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
     model = load(model_dir(args), args.engine)
     cfg, tokenizer = model.config, model.tokenizer

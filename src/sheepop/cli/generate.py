@@ -15,9 +15,9 @@ from sheepop.cli.common import (
     model_dir,
     run_config,
 )
-from sheepop.config import INFERENCE_DTYPES, INFERENCE_ENGINES, SampleConfig
+from sheepop.config.model_size import describe_kv_cache, param_count
+from sheepop.config.schema import INFERENCE_DTYPES, INFERENCE_ENGINES, SampleConfig
 from sheepop.errors import UserError
-from sheepop.model_size import describe_kv_cache, param_count
 from sheepop.words import plural
 
 
@@ -138,9 +138,9 @@ def model_line(model, dtype: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sheepop.generate import generate
-    from sheepop.inference import load
-    from sheepop.text_stream import stream_text
+    from sheepop.generation.generate import generate
+    from sheepop.generation.text_stream import stream_text
+    from sheepop.inference.load import load
     from sheepop.tokenizers import IncrementalDecoder
     sample_cfg = validate(args)
     stops = stop_strings(args.stop)

@@ -12,7 +12,7 @@ from sheepop.cli.common import (
     add_config_options,
     add_threads_option,
 )
-from sheepop.config import ENGINES
+from sheepop.config.schema import ENGINES
 from sheepop.errors import UserError
 
 DEFAULT_MINUTES = 10.0
@@ -136,8 +136,8 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_train(args: argparse.Namespace) -> int:
     from sheepop.cli.common import flag_values, run_config
-    from sheepop.config import describe_fields
-    from sheepop.config_build import build_config
+    from sheepop.config.build import build_config
+    from sheepop.config.schema import describe_fields
     from sheepop.progression.data import load_progressions
     from sheepop.progression.task import TaskOptions, train
     if args.help_config:
@@ -174,7 +174,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from sheepop.files import atomic_write_text
-    from sheepop.inference import build, read_run
+    from sheepop.inference.load import build, read_run
     from sheepop.progression.data import load_progressions
     from sheepop.progression.report import evaluate_sets, plot, table
     from sheepop.progression.task import TaskOptions

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from sheepop.cli.common import HelpFormatter, add_best_option, add_threads_option, model_dir
-from sheepop.config import ENGINES, INFERENCE_DTYPES
+from sheepop.config.model_size import param_count
+from sheepop.config.schema import ENGINES, INFERENCE_DTYPES
 from sheepop.errors import UserError
-from sheepop.model_size import param_count
 
 API_KEY_ENV = "SHEEPOP_API_KEY"
 
@@ -120,7 +120,7 @@ def _loopback(host: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sheepop.inference import load
+    from sheepop.inference.load import load
     from sheepop.serve.app import Settings, create_app
     from sheepop.serve.connections import limits
     from sheepop.serve.page import routes as page_routes

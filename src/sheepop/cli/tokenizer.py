@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sheepop.cli.common import HelpFormatter
 from sheepop.cli.writing import writing
-from sheepop.config import TOKENIZER_KINDS
+from sheepop.config.schema import TOKENIZER_KINDS
 from sheepop.errors import UserError
 
 

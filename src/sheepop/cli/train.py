@@ -16,8 +16,8 @@ from sheepop.cli.common import (
     flag_values,
     run_config,
 )
-from sheepop.config import Config, describe_fields
-from sheepop.config_build import build_config
+from sheepop.config.build import build_config
+from sheepop.config.schema import Config, describe_fields
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from sheepop.checkpoint_commit import describe_os_error
+from sheepop.checkpoint.commit import describe_os_error
 from sheepop.errors import UserError
 
 

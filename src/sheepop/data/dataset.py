@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.config import DataConfig
+from sheepop.config.schema import DataConfig
 from sheepop.data import source
 from sheepop.data.corpus import stdlib_texts
 from sheepop.errors import UserError

@@ -21,15 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sheepop import checkpoint
 from sheepop.arch.lora import LoraConfig
-from sheepop.config import SampleConfig
-from sheepop.config_build import build_config
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.build import build_config
+from sheepop.config.schema import SampleConfig
 from sheepop.files import atomic_write_text
 from sheepop.finetune.run import base_model, finetune
 from sheepop.finetune.tasks import read_items, score, write_demo_data
-from sheepop.generate import generate_batch_ids
-from sheepop.inference import build, load
+from sheepop.generation.generate import generate_batch_ids
+from sheepop.inference.load import build, load
 from sheepop.tokenizers.chat import chat_ids, turn_end
 
 N_TRAIN, N_HELDOUT = 20_000, 300
@@ -133,7 +133,7 @@ def _total(weights) -> int:
 
 def _trainable(cfg, lora: LoraConfig | None) -> int:
     from sheepop.arch.lora import adapter_param_count
-    from sheepop.model_size import param_count
+    from sheepop.config.model_size import param_count
     return param_count(cfg.model) if lora is None else adapter_param_count(cfg.model, lora)
 
 

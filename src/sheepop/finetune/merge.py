@@ -2,7 +2,7 @@
 `--to FORMAT --adapters`: the base model and the adapters for Hugging Face and PEFT.
 
 Every adapted weight becomes W + (alpha / r) B A (sheepop.arch.lora.merge, through
-sheepop.inference.read_run), every other weight is the base run's (grown to the chat tokens),
+sheepop.inference.load.read_run), every other weight is the base run's (grown to the chat tokens),
 and the result is an ordinary run directory: config, tokenizer, one weights file, no lora.json,
 no reference to the base run. Its logits equal the adapted model's (up to float32 rounding of
 the sum), which tests/finetune checks in both engines.
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sheepop import checkpoint
 from sheepop.arch.lora import LoraConfig
+from sheepop.checkpoint import format as checkpoint
 from sheepop.errors import UserError
-from sheepop.inference import read_run
+from sheepop.inference.load import read_run
 
 
 def write_merged(run_dir: str | Path, out_dir: str | Path) -> None:
@@ -40,7 +40,7 @@ def export_with_adapters(run_dir: str | Path, out_dir: str | Path, format: str) 
     Returns the notes of the export."""
     import tempfile
 
-    from sheepop.inference import grown_for
+    from sheepop.inference.load import grown_for
     from sheepop.interop.hf import export_hf
     from sheepop.interop.peft import export_peft
     run_dir, out_dir = Path(run_dir), Path(out_dir)

@@ -13,7 +13,7 @@ What belongs to the fine-tuning lives in the run's `finetune.json`:
      "lora": null | {"rank": r, "alpha": a, "targets": [...], "new_tokens": n, ...}}
 
 A full fine-tune is a plain run afterwards (every weight saved; `generate`, `eval`, `chat`
-read it like any other). A LoRA run saves only its adapters; `sheepop.inference` rebuilds the
+read it like any other). A LoRA run saves only its adapters; `sheepop.inference.load` rebuilds the
 model from the base run (the grown rows are deterministic: sheepop.arch.vocab), puts the added
 tokens' trained rows in place and adds (alpha / r) B A to each adapted weight. The base run
 must stay where it was.
@@ -27,15 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint
 from sheepop.arch.lora import LoraConfig
-from sheepop.config import Config
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config
 from sheepop.data.chat import read_conversations
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, read_document, write_document
 from sheepop.finetune.sampler import ChatSampler, fixed_batches
-from sheepop.inference import grown_for, read_run
+from sheepop.inference.load import grown_for, read_run
 from sheepop.tokenizers.chat import has_model_template, with_chat_tokens
 
 RUN_FILE = "finetune.json"
@@ -108,7 +108,7 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
     """Fine-tune `base_run` on the conversations in `data_path` into `run_dir` (or continue
     it with `resume`); the trainer's Summary. With LoRA, the rows of the tokens added to the
     vocabulary train with the adapters unless `train_new_tokens` is False (sheepop.arch.lora)."""
-    from sheepop.config_build import build_config
+    from sheepop.config.build import build_config
     from sheepop.train.start import setup
     run_dir = Path(run_dir)
     if resume:

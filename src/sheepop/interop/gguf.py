@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sheepop import checkpoint
-from sheepop.config import Config, ModelConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.interop.gguf_config import model_config_from_gguf
 from sheepop.interop.gguf_tensors import GGUFFile, read_gguf

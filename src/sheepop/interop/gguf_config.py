@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 
 DEFAULT_THETA = 10000.0  # llama.cpp's rope.freq_base when the file has none

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint
-from sheepop.config import Config
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config
 from sheepop.errors import UserError
-from sheepop.inference import read_run
+from sheepop.inference.load import read_run
 from sheepop.interop.gguf_config import llama_metadata
 from sheepop.interop.llama import check_llama_shaped
 from sheepop.tokenizers import loads as load_tokenizer

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 
 Weights = dict[str, np.ndarray]

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint
-from sheepop.config import Config, ModelConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.model_size import param_count
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
-from sheepop.inference import read_run
+from sheepop.inference.load import read_run
 from sheepop.interop import gpt2, llama
 from sheepop.interop.hf_files import (
     export_tokenizer,
@@ -33,7 +34,6 @@ from sheepop.interop.hf_files import (
     write_json,
     write_weights,
 )
-from sheepop.model_size import param_count
 from sheepop.tokenizers import loads as load_tokenizer
 
 Weights = dict[str, np.ndarray]

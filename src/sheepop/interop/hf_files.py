@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save as st_save
 
-from sheepop.checkpoint_check import (
+from sheepop.checkpoint.check import (
     DTYPES,
     MAX_HEADER_BYTES,
     TensorEntry,
@@ -87,7 +87,7 @@ def weight_files(hf_dir: Path) -> list[Path]:
 
 def _header(f: Any, path: Path) -> tuple[int, dict[str, TensorEntry]]:
     """(where the data part starts, the tensors) of an open safetensors file, checked against
-    its size (sheepop.checkpoint_check.parse_header) before a tensor is read."""
+    its size (sheepop.checkpoint.check.parse_header) before a tensor is read."""
     size = os.fstat(f.fileno()).st_size
     first = f.read(8)
     n = int.from_bytes(first, "little") if len(first) == 8 else -1

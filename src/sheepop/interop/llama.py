@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import shown
 

@@ -38,7 +38,7 @@ import numpy as np
 from safetensors.numpy import save as st_save
 
 from sheepop.arch.lora import NEW_ROWS, LoraConfig, check_adapters, target_modules
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_bytes
 from sheepop.interop.hf import ARCHITECTURES

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.model.positions import Pos, Positions
 
 

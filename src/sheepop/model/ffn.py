@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 
 ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),                        # x * Phi(x), Phi the normal CDF (erf)

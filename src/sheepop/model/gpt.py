@@ -23,7 +23,7 @@ from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.params import check_shapes, init_rule
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.model.attention import CausalSelfAttention
 from sheepop.model.ffn import make_ffn
 from sheepop.model.norm import make_norm
@@ -175,7 +175,7 @@ class GPT(nn.Module):
     def cache_buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
         """The cache's allocation hook: zeros in the model's device and dtype. Made outside
         inference mode even when a forward pass grows the cache, so that code outside it may
-        still write into the buffers (sheepop.arch.running_batch does)."""
+        still write into the buffers (sheepop.generation.running_batch does)."""
         p = self.tok_emb.weight
         with torch.inference_mode(False):
             return torch.zeros(shape, device=p.device, dtype=p.dtype)

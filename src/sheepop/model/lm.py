@@ -1,6 +1,6 @@
 """The torch engine's side of the generation loops: `TorchLM`, the arithmetic of a `CachedLM`.
 
-The bookkeeping of caches and left-padded batches is shared (sheepop.arch.lm); this class runs
+The bookkeeping of caches and left-padded batches is shared (sheepop.generation.lm); this class runs
 the forward pass under `torch.inference_mode`, with an optional `torch.compile`, a chosen dtype,
 and the weight layout that makes a single-token step fastest on the CPU.
 """
@@ -15,7 +15,7 @@ import torch
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
-from sheepop.arch.lm import CachedLM
+from sheepop.generation.lm import CachedLM
 from sheepop.model.gpt import GPT, cross_entropy
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 
 NORMS = {"layernorm": lambda d, eps: nn.LayerNorm(d, eps=eps),
          "rmsnorm": lambda d, eps: nn.RMSNorm(d, eps=eps)}

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.positional import (
     DIGIT_IDS,
     place_rope_frequencies,

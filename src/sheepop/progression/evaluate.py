@@ -8,7 +8,7 @@ window's terms), so a prefix costs at most m (D+1) - 1 positions however long th
 
 All prefixes with the same number of context terms have the same length, so they run as one
 batch: one forward over the contexts, then D - 1 one-token steps with the engine's KV cache
-(`CachedLM.greedy` of a model built by sheepop.inference, in either engine).
+(`CachedLM.greedy` of a model built by sheepop.inference.load, in either engine).
 
 Continuing the whole rest of the sequence is not run separately: with greedy decoding and the
 separator written by the harness, the model's context after k correct terms is the true one, so
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sheepop.arch.lm import CachedLM
+from sheepop.generation.lm import CachedLM
 from sheepop.progression.stream import SPACE_ID, digits_value, term_digits
 from sheepop.progression.task import TaskOptions
 

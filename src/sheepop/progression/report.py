@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from sheepop.files import atomic_write_bytes
-from sheepop.inference import InferenceModel
+from sheepop.inference.load import InferenceModel
 from sheepop.progression.analysis import analysis_table, error_tables
 from sheepop.progression.data import Progressions
 from sheepop.progression.evaluate import context_terms, predict_next_terms, seen_in_training

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sheepop import checkpoint
-from sheepop.config import Config, resolve_vocab_size
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, resolve_vocab_size
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, read_document, write_document

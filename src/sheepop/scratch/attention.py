@@ -28,7 +28,7 @@ import numpy as np
 
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.scratch.layers import (
     Adapter,
     LinearCache,

@@ -19,7 +19,7 @@ import numpy as np
 
 from sheepop.arch.kv_cache import KVCache
 from sheepop.arch.lora import LoraConfig
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import (
     Rotation,
     self_attention_backward,

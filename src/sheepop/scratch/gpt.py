@@ -40,7 +40,7 @@ from sheepop.arch.lora import (
     is_adapter,
     with_new_rows,
 )
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.positional import ROTATED_BY_DIGITS, uses_digits
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from sheepop.arch.params import check_shapes, init_rule
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import attention_params
 from sheepop.scratch.ffn import FFNS
 from sheepop.scratch.norm import NORMS

@@ -1,6 +1,6 @@
 """The NumPy engine's side of the generation loops: `NumpyLM`, the arithmetic of a `CachedLM`.
 
-The bookkeeping of caches and left-padded batches is shared (sheepop.arch.lm); the logits come
+The bookkeeping of caches and left-padded batches is shared (sheepop.generation.lm); the logits come
 from the one forward pass of the engine, `gpt_forward`, with its KV cache.
 """
 
@@ -12,8 +12,8 @@ import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.kv_cache import KVCache, slides
-from sheepop.arch.lm import CachedLM
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
+from sheepop.generation.lm import CachedLM
 from sheepop.scratch.gpt import gpt_forward, new_cache
 from sheepop.scratch.init import check_weights
 

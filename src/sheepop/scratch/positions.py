@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from sheepop.config import ModelConfig
+from sheepop.config.schema import ModelConfig
 from sheepop.positional import (
     digit_places,
     place_rope_frequencies,

@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sheepop.inference import InferenceModel
+from sheepop.inference.load import InferenceModel
 from sheepop.serve.choice import Event, Job
 from sheepop.serve.origin import SameOrigin
 from sheepop.serve.protocol import ApiError, Served, bad, parse

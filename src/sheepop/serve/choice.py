@@ -1,13 +1,13 @@
 """One request (`Job`) and the sequences it generates (`Choice`), as the scheduler sees them.
 
 A choice turns each row of logits the running batch gives it into one token, with the sampling
-rule every sheepop loop uses (`sheepop.generate.next_token`: the run's never-generated ids
-excluded, then repetition penalty, temperature, top-k, top-p) and its own
+rule every sheepop loop uses (`sheepop.generation.generate.next_token`: the run's never-generated
+ids excluded, then repetition penalty, temperature, top-k, top-p) and its own
 `numpy.random.default_rng(seed + j)` for the j-th choice of a prompt, so a request with a seed
 gets the tokens `sheepop generate --seed` gives. Its text is released as it becomes certain
-(`sheepop.text_stream.StopStrings`, `IncrementalDecoder`), and it ends at one of the request's
-end tokens (EOS; <|end|> in a chat; not shown), at a stop string (cut off, not shown) or after
-`max_tokens` tokens. Each token gives one `Event`, which the app turns into OpenAI's JSON.
+(`sheepop.generation.text_stream.StopStrings`, `IncrementalDecoder`), and it ends at one of
+the request's end tokens (EOS; <|end|> in a chat; not shown), at a stop string (cut off, not shown)
+or after `max_tokens` tokens. Each token gives one `Event`, which the app turns into OpenAI's JSON.
 
 Log-probabilities are those of the model's own distribution, log softmax(z) with the
 never-generated ids at -inf, whatever the temperature or top-p the token was drawn with.
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.generate import next_token
-from sheepop.sample import NonFiniteLogits
+from sheepop.generation.generate import next_token
+from sheepop.generation.sample import NonFiniteLogits
+from sheepop.generation.text_stream import StopStrings
 from sheepop.serve.protocol import ApiError, Request
-from sheepop.text_stream import StopStrings
 from sheepop.tokenizers import IncrementalDecoder, Tokenizer
 
 NOT_FINITE = ApiError(422, "the model's logits are not finite (NaN or infinite: its weights or "

@@ -9,7 +9,7 @@
                        it is most of the time)
 
 The answer, computed by the model's own engine on the scheduler's thread between two decode
-steps (sheepop.inference.inspect): `attention.weights[l][h][t]` is row t of layer l's head h,
+steps (sheepop.inference.load.inspect): `attention.weights[l][h][t]` is row t of layer l's head h,
 query t over keys 0..t (the causal triangle; the zeros above it are left out), rounded to 7
 decimals; `lens` the top tokens each layer's residual stream predicts at each position through
 the final norm and the head; `next` the model's own next-token distribution at each position;
@@ -33,7 +33,7 @@ from starlette.routing import Route
 from sheepop.arch.inspect import Inspection, TopK
 from sheepop.errors import UserError
 from sheepop.files import shown
-from sheepop.inference import InferenceModel, inspect
+from sheepop.inference.load import InferenceModel, inspect
 from sheepop.serve.app import read_json
 from sheepop.serve.json_out import FiniteJSONResponse
 from sheepop.serve.protocol import ApiError, bad

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from sheepop.config import SampleConfig
+from sheepop.config.schema import SampleConfig
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.tokenizers import Tokenizer

@@ -12,8 +12,8 @@ loop (docs/serve.md, "Continuous batching"):
 4. lets the finished ones leave, and hands the iteration's events to the app in one call.
 
 Nothing waits for the batch to drain: a choice joins at the step after its prefill and leaves at
-the step it ends. The rows are a `RunningBatch` (sheepop.arch.running_batch), so each row keeps
-its own positions and keys, and a choice gets the same tokens alone or among others.
+the step it ends. The rows are a `RunningBatch` (sheepop.generation.running_batch), so each
+row keeps its own positions and keys, and a choice gets the same tokens alone or among others.
 
 Other work on the model (e.g. inspecting it) goes through `call`, which runs a function on this
 thread between two steps: the model is never used from two threads.
@@ -30,8 +30,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from sheepop.arch.running_batch import RunningBatch
-from sheepop.inference import InferenceModel
+from sheepop.generation.running_batch import RunningBatch
+from sheepop.inference.load import InferenceModel
 from sheepop.serve.choice import Choice, Event, Job, prompt_logprobs
 from sheepop.serve.protocol import ApiError
 

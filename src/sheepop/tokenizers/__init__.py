@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sheepop.config import TOKENIZER_KINDS
+from sheepop.config.schema import TOKENIZER_KINDS
 from sheepop.errors import UserError
 from sheepop.files import MAX_JSON_BYTES, parse_document, read_text, shown
 from sheepop.tokenizers.base import (
@@ -30,7 +30,7 @@ from sheepop.tokenizers.base import (
 )
 from sheepop.tokenizers.streaming import IncrementalDecoder, decode_stream
 
-KINDS = TOKENIZER_KINDS  # the one list of tokenizer kinds (sheepop.config)
+KINDS = TOKENIZER_KINDS  # the one list of tokenizer kinds (sheepop.config.schema)
 DEFAULT_BPE_VOCAB = 4096
 
 # Kinds are imported when first used, so that loading a char tokenizer never pays for bpe.

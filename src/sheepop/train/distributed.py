@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from sheepop.config import TrainConfig
+from sheepop.config.schema import TrainConfig
 from sheepop.errors import UserError
 from sheepop.train.distributed_engine import DistributedEngine
 

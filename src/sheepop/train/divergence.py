@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sheepop.config import TrainConfig
+from sheepop.config.schema import TrainConfig
 
 
 def problem(loss: float, grad_norm: float, cfg: TrainConfig) -> str | None:

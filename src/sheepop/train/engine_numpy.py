@@ -19,7 +19,7 @@ import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.lora import LoraConfig
-from sheepop.config import ModelConfig, TrainConfig
+from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import GPT, gpt_forward
 

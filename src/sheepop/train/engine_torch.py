@@ -23,7 +23,7 @@ import torch
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.lora import LoraConfig
 from sheepop.arch.params import decays
-from sheepop.config import ModelConfig, TrainConfig
+from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.errors import UserError
 from sheepop.model.device import resolve_device
 from sheepop.model.gpt import GPT, cross_entropy

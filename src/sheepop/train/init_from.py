@@ -2,7 +2,7 @@
 
 RUN_DIR is any run directory: one `sheepop train` wrote (or its best/), an imported model
 (`sheepop import`), a fine-tune, or a LoRA fine-tune (its base's weights with the adapters
-merged, W + (alpha/r) B A: sheepop.inference.read_run). The new run takes from it
+merged, W + (alpha/r) B A: sheepop.inference.load.read_run). The new run takes from it
 
 - its [model] section: the weights fix the architecture, so a setting that would change it is
   refused by name. Two may be set: model.dropout (no weight depends on it) and
@@ -36,15 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint
-from sheepop.config import Config, ModelConfig
-from sheepop.config_build import build_config
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.build import build_config
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.data.dataset import Dataset
 from sheepop.data.shards import META_DOCUMENT, META_FILE, is_prepared_dir
 from sheepop.data.shards import TOKENIZER_FILE as PREPARED_TOKENIZER
 from sheepop.errors import UserError
 from sheepop.files import MAX_JSON_BYTES, parse_json, read_bytes, read_document
-from sheepop.inference import read_run
+from sheepop.inference.load import read_run
 from sheepop.tokenizers import Tokenizer, load
 from sheepop.train.same_model import changes
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint
 from sheepop.arch.lora import LORA_FILE
+from sheepop.checkpoint import format as checkpoint
 from sheepop.errors import UserError
 from sheepop.files import (
     DocumentFormat,

@@ -31,8 +31,8 @@ from typing import Any, Protocol, TextIO
 
 import numpy as np
 
-from sheepop import checkpoint
-from sheepop.config import Config
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config
 from sheepop.data.dataset import Dataset
 from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError

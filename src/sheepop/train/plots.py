@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
-from sheepop.config import TrainConfig  # noqa: E402
+from sheepop.config.schema import TrainConfig  # noqa: E402
 from sheepop.files import atomic_write_bytes  # noqa: E402
 from sheepop.schedule import lr_for  # noqa: E402
 

@@ -12,8 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from sheepop import checkpoint
-from sheepop.config import Config, ModelConfig
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.words import plural
 

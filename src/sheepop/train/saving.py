@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.errors import UserError
 from sheepop.train import divergence, keeping
 

@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from sheepop import checkpoint, files, threads
+from sheepop import files, threads
 from sheepop.arch.lora import LoraConfig
-from sheepop.config import Config, resolve_vocab_size
+from sheepop.checkpoint import format as checkpoint
+from sheepop.config.model_size import describe_kv_cache
+from sheepop.config.schema import Config, resolve_vocab_size
 from sheepop.data import source as data_source
 from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.errors import UserError
-from sheepop.model_size import describe_kv_cache
 from sheepop.tokenizers import loads as load_tokenizer
 from sheepop.train import run_lock, signals
 from sheepop.train.init_from import (

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from sheepop import checkpoint
+from sheepop.checkpoint import format as checkpoint
 from sheepop.words import plural
 
 

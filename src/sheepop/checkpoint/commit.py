@@ -1,5 +1,5 @@
 """A run directory's files, and a checkpoint's save into it all together or not at all (see
-docs/architecture.md, "Checkpoints"; what the files hold is sheepop.checkpoint).
+docs/architecture.md, "Checkpoints"; what the files hold is sheepop.checkpoint.format).
 
 A checkpoint is several files (model, config, tokenizer, trainer state, trainer JSON) and a save
 replaces them together or not at all (`commit_files`):
@@ -20,7 +20,7 @@ the writer (`generate` while a run trains) never changes the directory: each fil
 the staging folder when a commit record lists it and it is still there, else from run_dir
 (`current_path`), so every file read belongs to a committed checkpoint. Files of consecutive
 checkpoints of one run differ only in the weights and trainer state (the model's shape and the
-tokenizer never change), and `sheepop.checkpoint.load_trainer_state` checks the weights
+tokenizer never change), and `sheepop.checkpoint.format.load_trainer_state` checks the weights
 against the trainer state's hashes.
 """
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, check_own_entry, document_text, parse_document
 
-# The names of a run directory's files live here, below sheepop.checkpoint (which re-exports
+# The names of a run directory's files live here, below sheepop.checkpoint.format (which re-exports
 # them): recovery must know them (a commit record moves only these; only their temporary
 # files are removed).
 MODEL_FILE = "model.safetensors"

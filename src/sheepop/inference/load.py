@@ -4,11 +4,11 @@
     build(config, weights, tokenizer, ...)          weights in memory (a task, a test, a server)
 
 Both return an `InferenceModel`: the run's `Config`, its tokenizer, and `lm`, the engine's
-`CachedLM` (sheepop.arch.lm) that the generation loops (sheepop.generate) drive, one sequence
-or a batch, with the KV cache. The tokens a model must never generate (padding, BOS, unknown)
-are set here from the tokenizer, so every caller, single, batched, streamed or through the Python
-API, gets the same rule. The command line, the progression task and (later) the server all come
-through here; the trainer is the only other module that builds an engine's model.
+`CachedLM` (sheepop.generation.lm) that the generation loops (sheepop.generation.generate)
+drive, one sequence or a batch, with the KV cache. The tokens a model must never generate (padding,
+BOS, unknown) are set here from the tokenizer, so every caller, single, batched, streamed or through
+the Python API, gets the same rule. The command line, the progression task and (later) the server
+all come through here; the trainer is the only other module that builds an engine's model.
 
 `inspect(model, ids)` looks inside it on one prompt: attention weights, logit lens, next-token
 distributions, positions (sheepop.arch.inspect; the server's page shows them).
@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sheepop import checkpoint
 from sheepop.arch.inspect import Inspection, inspection
-from sheepop.arch.lm import CachedLM
 from sheepop.arch.lora import LoraConfig, adapter_shapes, merge
 from sheepop.arch.vocab import grow_vocabulary
-from sheepop.checkpoint_check import check_weights_file
-from sheepop.config import INFERENCE_DTYPES, Config
+from sheepop.checkpoint import format as checkpoint
+from sheepop.checkpoint.check import check_weights_file
+from sheepop.config.schema import INFERENCE_DTYPES, Config
 from sheepop.errors import UserError
+from sheepop.generation.lm import CachedLM
 from sheepop.tokenizers import Tokenizer
 from sheepop.tokenizers import loads as load_tokenizer
 
@@ -66,7 +66,7 @@ def read_run(run_dir: str | Path, _seen: tuple[Path, ...] = ()
     anything big is allocated: the config's values and sizes (`Config.validate`, which refuses
     a model this machine cannot hold), the tokenizer's ids against the model's, then the weights
     file's header (names, shapes, dtypes) against the config before a tensor is read, and last
-    every tensor finite (sheepop.checkpoint_check).
+    every tensor finite (sheepop.checkpoint.check).
 
     A LoRA run (`sheepop finetune --lora-rank`: a lora.json, adapters only) gives its base
     run's weights, grown to its tokenizer, with every adapted weight merged: W + (alpha/r) B A.

@@ -1,4 +1,4 @@
-"""The next-token interface of the generation loops (`sheepop.generate`), written once.
+"""The next-token interface of the generation loops (`sheepop.generation.generate`), written once.
 
 An engine subclasses `CachedLM` and supplies the arithmetic (and `loss_sum` for evaluation):
 
@@ -9,7 +9,7 @@ An engine subclasses `CachedLM` and supplies the arithmetic (and `loss_sum` for 
 Everything else, one sequence (`prefill`/`decode`/`full`, the `LanguageModel` protocol) or a
 batch of left-padded sequences (`prefill_batch`/`decode_batch`/`full_batch`/`keep_rows`, the
 `BatchLanguageModel` protocol), is the bookkeeping below. `never_generate` lists the token ids
-the generation loops must never draw (padding, BOS, unknown: see `sheepop.inference`).
+the generation loops must never draw (padding, BOS, unknown: see `sheepop.inference.load`).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class CachedLM:
         self.cache = self._new_cache(1)
         self.batch_cache = None
 
-    # ----- one sequence: sheepop.generate.LanguageModel ------------------------------------
+    # ----- one sequence: sheepop.generation.generate.LanguageModel ----------------------------
     @property
     def cache_length(self) -> int:
         return self.cache.length
@@ -81,7 +81,7 @@ class CachedLM:
         """The logits (V,) after the last of `ids`, recomputed without a cache."""
         return self._logits(self._row(ids), None)[0]
 
-    # ----- a batch of sequences (left padding): sheepop.generate.BatchLanguageModel --------
+    # ----- a batch of sequences (left padding): sheepop.generation.generate.BatchLanguageModel
     @property
     def batch_length(self) -> int:
         """Columns filled in the batch cache (the longest row's length, padding included)."""
@@ -142,7 +142,7 @@ class CachedLM:
     def greedy(self, contexts: np.ndarray, n_new: int) -> np.ndarray:
         """The `n_new` tokens (B, n_new) that greedy decoding writes after each row of
         `contexts` (B, T), all rows at once with one cache of T + n_new positions (the
-        `never_generate` ids excluded, as in `sheepop.generate`)."""
+        `never_generate` ids excluded, as in `sheepop.generation.generate`)."""
         x = np.asarray(contexts, dtype=np.int64)
         cache = self._new_cache(len(x), x.shape[1] + n_new)
         out = np.empty((len(x), n_new), dtype=np.int64)

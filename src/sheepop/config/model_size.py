@@ -17,14 +17,14 @@ line before anything is allocated. The rule:
 with V = vocab_size, d = n_embd, f = d_ff (or its kind's default), T = block_size, L = n_layer,
 R = digit_positions and S = term_positions (0: no such table),
 k = kv_heads * head_dim (= d without grouped-query attention), and what each
-layer kind costs from its entry in sheepop.layer_kinds: n = NORM_VECTORS[norm] (layernorm: gain and
-shift), m and b = FFN_SHAPES[ffn] (mlp: two matrices, one bias of width f). A model is
-refused when these bytes exceed the machine's physical memory (`os.sysconf`: page size x
+layer kind costs from its entry in sheepop.config.layer_kinds: n = NORM_VECTORS[norm]
+(layernorm: gain and shift), m and b = FFN_SHAPES[ffn] (mlp: two matrices, one bias of width f). A
+model is refused when these bytes exceed the machine's physical memory (`os.sysconf`: page size x
 physical pages; a machine that cannot say is taken to have 1 TiB), or when L > MAX_LAYERS
 (1024: each block is a few Python objects, so depth costs time and memory beyond its floats;
 the deepest published transformers have ~1000 layers). P is exact for the layer kinds that
 exist (tests/core/test_hostile_files.py compares it with both engines' parameter lists); a new
-kind states its cost in its one line of sheepop.layer_kinds.
+kind states its cost in its one line of sheepop.config.layer_kinds.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from sheepop.config.layer_kinds import FFN_SHAPES, NORM_VECTORS
 from sheepop.errors import UserError
-from sheepop.layer_kinds import FFN_SHAPES, NORM_VECTORS
 
 MAX_LAYERS = 1024
 FALLBACK_MEMORY = 2**40  # when os.sysconf cannot say (not POSIX)

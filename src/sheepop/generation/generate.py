@@ -32,9 +32,9 @@ a batch sees what it sees alone.
 
 Every step of every sequence draws the next token from its own `numpy.random.Generator`, so a
 prompt generated inside a batch gets the same tokens as generated alone. The tokens a model lists
-in `never_generate` (set by sheepop.inference: padding, BOS, unknown) get probability 0 in every
-loop. sheepop.text_stream turns these tokens into text: pieces streamed as they become certain,
-and stop strings.
+in `never_generate` (set by sheepop.inference.load: padding, BOS, unknown) get probability 0
+in every loop. sheepop.generation.text_stream turns these tokens into text: pieces streamed as
+they become certain, and stop strings.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from sheepop.config import SampleConfig
-from sheepop.sample import (
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.sample import (
     check_finite,
     check_settings,
     draw,
@@ -131,7 +131,7 @@ def _check(cfg: SampleConfig) -> None:
 
 
 def never_generated(lm: LanguageModel | BatchLanguageModel) -> list[int]:
-    """The ids `lm` must never produce (set by sheepop.inference from the tokenizer)."""
+    """The ids `lm` must never produce (set by sheepop.inference.load from the tokenizer)."""
     return list(getattr(lm, "never_generate", ()))
 
 

@@ -5,7 +5,7 @@ safetensors and JSON, so loading a user's checkpoint never runs code (no pickle)
 records the SHA-256 of the weight files, so a checkpoint torn some other way is still detected.
 
 A save replaces the checkpoint's files all together or not at all, and a reader reads only the
-files of a committed checkpoint: sheepop.checkpoint_commit, which also names the files (its
+files of a committed checkpoint: sheepop.checkpoint.commit, which also names the files (its
 names are re-exported here, so `checkpoint.MODEL_FILE`, `checkpoint.recover` work).
 """
 
@@ -21,8 +21,8 @@ from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
 
-from sheepop.checkpoint_check import MAX_CONFIG_BYTES, check_weights_file, weights_from_bytes
-from sheepop.checkpoint_commit import (  # noqa: F401 (re-exported: checkpoint.X for callers)
+from sheepop.checkpoint.check import MAX_CONFIG_BYTES, check_weights_file, weights_from_bytes
+from sheepop.checkpoint.commit import (  # noqa: F401 (re-exported: checkpoint.X for callers)
     BEST_DIR,
     BEST_JSON,
     CHECKPOINT_FILES,
@@ -128,7 +128,7 @@ def load_config(run_dir: str | Path) -> dict[str, Any]:
 
 
 def load_weights(run_dir: str | Path) -> dict[str, np.ndarray]:
-    """The float32 weights, checked (sheepop.checkpoint_check: header, dtypes, finite); the
+    """The float32 weights, checked (sheepop.checkpoint.check: header, dtypes, finite); the
     header first, so a file padded past its tensors is refused unread."""
     check_weights_file(current_path(Path(run_dir), MODEL_FILE))
     path, data = _read(Path(run_dir), MODEL_FILE, "weights")

@@ -1,4 +1,4 @@
-"""Text from the generation loops (sheepop.generate): pieces streamed as soon as they are
+"""Text from the generation loops (sheepop.generation.generate): pieces streamed as soon as they are
 certain, and stop strings.
 
 A token does not always end a character (byte-level BPE splits UTF-8 sequences), and a stop
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from sheepop.config import SampleConfig
-from sheepop.generate import BatchLanguageModel, LanguageModel, generate, generate_batch
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.generate import BatchLanguageModel, LanguageModel, generate, generate_batch
 
 
 class TextDecoder(Protocol):

@@ -1,5 +1,5 @@
 """Presets: whole configurations a user starts from (`--preset NAME`); anything can be
-overridden after them (`sheepop.config_build.build_config` applies preset, TOML file, `--set`,
+overridden after them (`sheepop.config.build.build_config` applies preset, TOML file, `--set`,
 flags).
 
 Each is a nested dict of config sections, `{"model": {...}, "train": {...}, "data": {...}}`.

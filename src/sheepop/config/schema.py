@@ -1,6 +1,6 @@
 """Configuration: one dataclass per section, and the whole `Config` (config.json, setting
 `section.key`, validation). Building one from a preset, a TOML file, `--set section.key=value`
-and flags, in that order: `sheepop.config_build`.
+and flags, in that order: `sheepop.config.build`.
 
 Every field has a default and a one-line help text (shown by `sheepop train --help-config`).
 `Config.validate()` turns every impossible combination into one clear `UserError`.
@@ -19,20 +19,20 @@ import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from sheepop.config_checks import check_config
-from sheepop.config_values import convert_value
+from sheepop.config.checks import check_config
+from sheepop.config.layer_kinds import FFN_SHAPES, NORM_VECTORS, POSITION_KINDS, default_ffn_width
+from sheepop.config.values import convert_value
 from sheepop.errors import UserError
 from sheepop.files import shown
-from sheepop.layer_kinds import FFN_SHAPES, NORM_VECTORS, POSITION_KINDS, default_ffn_width
 
 # The allowed values of every setting that is one of a list.
 ENGINES = ("torch", "numpy")
-INFERENCE_ENGINES = ("auto", *ENGINES)  # auto: sheepop.inference.choose_engine
+INFERENCE_ENGINES = ("auto", *ENGINES)  # auto: sheepop.inference.load.choose_engine
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 INFERENCE_DTYPES = ("float32", "bfloat16")  # `sheepop generate --dtype`: weights and KV cache
 POS_ENCODINGS = tuple(POSITION_KINDS)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
-NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.layer_kinds
+NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.config.layer_kinds
 FFNS = tuple(FFN_SHAPES)
 TOKENIZER_KINDS = ("char", "word", "bpe", "digits", "pretrained")  # pretrained: imported only
 SAMPLING_MODES = ("random", "chunks")
@@ -244,7 +244,7 @@ class Config:
         setattr(getattr(self, section), key, convert_value(value, f, dotted, where))
 
     def validate(self) -> Config:
-        """One UserError for the first impossible value (the rules: sheepop.config_checks)."""
+        """One UserError for the first impossible value (the rules: sheepop.config.checks)."""
         check_config(self, SECTIONS)
         return self
 

@@ -1,7 +1,7 @@
 """The rules a configuration must satisfy (`Config.validate`): one UserError, for the first
 impossible value: a choice not in its list, a number out of its range (NaN and infinity
-included), or a model too big for this machine (`sheepop.model_size`, checked last, once every
-size is known to be positive)."""
+included), or a model too big for this machine (`sheepop.config.model_size`, checked
+last, once every size is known to be positive)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import math
 from dataclasses import fields
 from typing import Any
 
+from sheepop.config.model_size import check_model_size, physical_memory
 from sheepop.errors import UserError
 from sheepop.files import shown
-from sheepop.model_size import check_model_size, physical_memory
 
 
 def check_config(cfg: Any, sections: dict[str, type]) -> None:
-    """Raise a UserError for the first value of `cfg` (a sheepop.config.Config, whose section
+    """Raise a UserError for the first value of `cfg` (a sheepop.config.schema.Config, whose section
     classes are `sections`) that breaks a rule."""
     m, t, d, s = cfg.model, cfg.train, cfg.data, cfg.sample
     values = [(f"{section}.{f.name}", getattr(getattr(cfg, section), f.name), f)

@@ -1,7 +1,7 @@
 """Where a configuration's values come from, applied in order: the defaults (or a saved run's
-config), a preset (`sheepop.presets`), a TOML file, each `--set section.key=value` string, and
-last the typed values of the command-line flags. Each value goes through `Config.set`, so every
-source is converted and checked the same way (`sheepop.config_values`)."""
+config), a preset (`sheepop.config.presets`), a TOML file, each `--set section.key=value`
+string, and last the typed values of the command-line flags. Each value goes through `Config.set`,
+so every source is converted and checked the same way (`sheepop.config.values`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sheepop.config import Config
+from sheepop.config.presets import PRESETS
+from sheepop.config.schema import Config
 from sheepop.errors import UserError
-from sheepop.presets import PRESETS
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,6 +1,6 @@
 """The layer kinds a config can choose for its positions, norms and feed-forward networks, and
-what each costs in parameters: the one list of them (sheepop.config's allowed values are its
-keys) and the numbers the size rule (sheepop.model_size) needs to refuse a config before
+what each costs in parameters: the one list of them (sheepop.config.schema's allowed values are its
+keys) and the numbers the size rule (sheepop.config.model_size) needs to refuse a config before
 anything is allocated. A new kind is one line here, plus its unit in each engine
 (docs/architecture.md).
 """
@@ -18,7 +18,7 @@ in relative to the query's but not where inside it; `rope_places` by (term index
 half the rotation pairs each. Digit places and term indices
 (model.digit_positions = R, model.term_positions = S) are not kinds but additions to any of
 them: learned (R, d) and (S, d) tables read at each digit's place in its number and at each
-token's term index ((R + S) d parameters, sheepop.model_size)."""
+token's term index ((R + S) d parameters, sheepop.config.model_size)."""
 
 NORM_VECTORS = {"layernorm": 2, "rmsnorm": 1}
 """A norm kind's parameter vectors of width d: layernorm's gain and shift, rmsnorm's gain."""

@@ -1,0 +1,1 @@
+"""One place builds a model for inference, in either engine (load), and looks inside it."""
