@@ -51,7 +51,7 @@ from sheepop.serve.scheduler import QueueFull, Scheduler
 # Answered without the API key: a liveness probe and the page's own files hold no secret (the
 # page asks for the key and sends it with every call to the API).
 OPEN_PATHS = ("/health", "/")
-OPEN_PREFIXES = ("/static/", "/docs/math/")
+OPEN_PREFIXES = ("/static/", "/docs/")
 
 
 @dataclass
