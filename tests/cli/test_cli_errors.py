@@ -32,7 +32,7 @@ def test_missing_data(capsys, tmp_path):
 def test_empty_data(capsys, tmp_path):
     (tmp_path / "empty.txt").write_text("")
     fails(capsys, ["train", str(tmp_path / "empty.txt"), "--out", str(tmp_path / "r")],
-          "no usable text")
+          "nothing usable found in", "1 file (1 empty file)")
 
 
 def test_block_size_larger_than_data(capsys, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from sheepop.cli.common import (
@@ -97,8 +98,11 @@ def run(args: argparse.Namespace) -> int:
         from sheepop.cli.launch import argv_from_args, launch
         return launch(args.nproc, ["train", *argv_from_args(args.train_parser, args, ("nproc",))])
     from sheepop.train import signals
-    from sheepop.train.start import setup
+    from sheepop.train.start import refuse_run_as_data, schedule_warning, setup
+    refuse_run_as_data(args.data)
     cfg = config_from_args(args)
+    if (warning := schedule_warning(cfg.train)) is not None:
+        print(f"sheepop: warning: {warning}", file=sys.stderr)
     with distributed.session(cfg.train) as job:  # one process, or this rank of a torchrun job
         trainer = setup(args.data, cfg, args.out, resume=args.resume, log=job.log,
                         is_main=job.is_main, progress="lines" if args.no_progress else True,

@@ -11,6 +11,7 @@ metrics after the resumed step are dropped (they are written again).
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from sheepop import files, threads
 from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.model_size import describe_kv_cache
-from sheepop.config.schema import Config, resolve_vocab_size
+from sheepop.config.schema import Config, TrainConfig, resolve_vocab_size
 from sheepop.data import source as data_source
 from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.errors import UserError
@@ -59,8 +60,33 @@ def _make_engine(cfg: Config, weights: dict[str, np.ndarray] | None, lora: LoraC
         from sheepop.train.engine_numpy import NumpyEngine
         return NumpyEngine(cfg.model, cfg.train, weights, **kw)
     from sheepop.train.engine_torch import TorchEngine
-    return TorchEngine(cfg.model, cfg.train, weights, **kw)
+    engine = TorchEngine(cfg.model, cfg.train, weights, **kw)
+    threads.apply_to_torch()  # its inter-op pool, which no environment variable sizes
+    return engine
 
+
+
+def refuse_run_as_data(data_path: str | Path | None) -> None:
+    """A run directory given as DATA (`sheepop train runs/mine`, a natural guess at "continue
+    my run") would train a new model on its JSON files: refused, with the commands meant."""
+    if data_path is None or not Path(data_path).is_dir() or not checkpoint.holds_checkpoint(
+            data_path):
+        return
+    run = shlex.quote(str(data_path))
+    raise UserError(f"DATA {run} is a run directory (it holds a model), not text to train on: "
+                    f"to continue that run, sheepop train --resume --out {run}; to start a new "
+                    f"run from its model, sheepop train [DATA] --init-from {run} --out NEW_RUN")
+
+
+def schedule_warning(train: TrainConfig) -> str | None:
+    """The learning rate's warmup takes train.steps or more: it only rises and never decays
+    (sheepop.schedule), a silent surprise for a short run; None when it decays."""
+    if train.steps > train.warmup_steps:
+        return None
+    return (f"train.steps ({train.steps}) is not above train.warmup_steps "
+            f"({train.warmup_steps}): the learning rate only warms up, to "
+            f"{train.steps / train.warmup_steps:.0%} of train.lr, and never decays (lower it: "
+            f"--set train.warmup_steps=N)")
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

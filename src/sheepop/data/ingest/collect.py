@@ -120,7 +120,7 @@ def read_raw_text(path: str | Path, max_bytes: int, text_field: str = "text",
         finally:
             extract.close_worker()  # the store of an in-process run (a no-op otherwise)
     if not raw.texts:
-        raise UserError(f"no usable text found in {raw.root}")
+        raise UserError(raw.summary.nothing_usable(raw.root))
     return raw
 
 

@@ -252,11 +252,8 @@ def prepare(opts: PrepareOptions, log: Callable[[str], None] | None = None) -> P
         if not len(docs):
             if log:
                 log(summary.table())
-            reasons = ", ".join(f"{n} {code}" for code, n in summary.reasons.most_common(3))
-            raise UserError(f"nothing usable found in "
-                            f"{', '.join(printable(str(p)) for p in opts.inputs)}: "
-                            f"{plural(summary.total('files'), 'file')}"
-                            + (f" ({reasons})" if reasons else ""))
+            raise UserError(summary.nothing_usable(
+                ", ".join(printable(str(p)) for p in opts.inputs)))
         _split(docs, opts.val_fraction, opts.seed)
         clock = time.perf_counter()
         tok = _tokenizer(docs, tmp, opts)

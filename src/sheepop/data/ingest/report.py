@@ -93,6 +93,18 @@ class Summary:
             "skipped_records": dict(self.record_reasons.most_common()),
         }
 
+    def nothing_usable(self, where: str) -> str:
+        """The one line of a read that found no document, with why, as `sheepop prepare`,
+        `train` and `eval` all say it: 'nothing usable found in chats.jsonl: 1 file (1 no
+        documents; lines/rows: 1 no field 'text')'."""
+        files = self.total("files")
+        reasons = [f"{n} {code}" for code, n in self.reasons.most_common(3)]
+        records = ", ".join(f"{n:,} {why}" for why, n in self.record_reasons.most_common(3))
+        if records:
+            reasons.append(f"lines/rows: {records}")
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        return f"nothing usable found in {where}: {files} file{'s' if files != 1 else ''}{why}"
+
     def outside_lines(self) -> list[str]:
         """Which files came from outside the inputs (through links, with --follow-links)."""
         if not self.outside_count:

@@ -1,0 +1,68 @@
+"""Commands that used to succeed and mislead (issue 32): each now refuses in one line with the
+command meant, or warns on stderr, through the command line itself."""
+
+from __future__ import annotations
+
+import pytest
+from cli_refusal import fails
+
+from sheepop.cli import main
+
+TINY = ["--no-progress", "--set", "model.n_layer=1", "--set", "model.n_head=1",
+        "--set", "model.n_embd=16", "--set", "model.block_size=8", "--set", "train.batch_size=2",
+        "--set", "train.eval_batches=1", "--set", "train.eval_interval=2",
+        "--set", "train.log_interval=2", "--set", "train.threads=1"]
+TEXT = "the quick brown fox jumps over the lazy dog, and seven sheep sleep. " * 40
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A two-step run on plain English text (char tokenizer), its text beside it."""
+    root = tmp_path_factory.mktemp("trained")
+    (root / "text.txt").write_text(TEXT, encoding="utf-8")
+    run = root / "run"
+    assert main(["train", str(root / "text.txt"), "--out", str(run), *TINY, "--steps", "2",
+                 "--set", "train.warmup_steps=1"]) == 0
+    return run
+
+
+def test_a_run_directory_as_data_is_refused_with_the_commands_meant(trained, capsys, tmp_path):
+    out = tmp_path / "new"
+    line = fails(capsys, ["train", str(trained), "--steps", "20", "--out", str(out)],
+                 f"DATA {trained} is a run directory",
+                 f"sheepop train --resume --out {trained}",
+                 f"--init-from {trained} --out NEW_RUN")
+    assert "not text to train on" in line
+    assert not out.exists()
+    fails(capsys, ["train", str(trained / "best"), "--out", str(out)], "--init-from")
+
+
+def test_steps_within_the_warmup_warn_that_the_rate_never_decays(capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    assert main(["train", str(text), "--out", str(tmp_path / "a"), *TINY, "--steps", "4",
+                 "--set", "train.warmup_steps=10"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == ["sheepop: warning: train.steps (4) is not above train.warmup_steps (10): "
+                        "the learning rate only warms up, to 40% of train.lr, and never decays "
+                        "(lower it: --set train.warmup_steps=N)"]
+    assert main(["train", str(text), "--out", str(tmp_path / "b"), *TINY, "--steps", "4",
+                 "--set", "train.warmup_steps=3"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, content, reason", [
+    ("chats.jsonl", '{"messages": [{"role": "user", "content": "hi"}]}\n',
+     "(1 no documents; lines/rows: 1 no field 'text')"),
+    ("blob.bin", bytes(range(256)) * 4, "(1 unsupported type)"),
+])
+def test_no_usable_text_says_why_in_prepare_train_and_eval(trained, capsys, tmp_path, name,
+                                                          content, reason):
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    expected = f"nothing usable found in {path}: 1 file {reason}"
+    for argv in (["prepare", str(path), "--out", str(tmp_path / "p")],
+                 ["train", str(path), "--out", str(tmp_path / "r")],
+                 ["eval", str(trained), "--data", str(path)]):
+        assert fails(capsys, argv) == f"sheepop: error: {expected}"
+    assert not (tmp_path / "p").exists() and not (tmp_path / "r").exists()
