@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     """'1 file', '0 files', '1,024 files'; `many` is the plural when it is not `word` + 's'."""
@@ -18,3 +21,10 @@ def duration(seconds: float) -> str:
     if s < 3600:
         return f"{s // 60}m {s % 60:02d}s"
     return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
+def near_match(word: str, known: Iterable[str]) -> str | None:
+    """The known word closest to a misspelt one (difflib's ratio, at least 0.6), or None: the
+    "did you mean" of every refusal (options, choices, commands, config keys)."""
+    close = difflib.get_close_matches(word, [str(k) for k in known], n=1)
+    return close[0] if close else None

@@ -66,3 +66,13 @@ def test_no_usable_text_says_why_in_prepare_train_and_eval(trained, capsys, tmp_
                  ["eval", str(trained), "--data", str(path)]):
         assert fails(capsys, argv) == f"sheepop: error: {expected}"
     assert not (tmp_path / "p").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("item, meant", [("model.n_layers=2", "model.n_layer"),
+                                         ("train.step=3", "train.steps"),
+                                         ("train.block_size=8", "model.block_size"),
+                                         ("modle.n_layer=2", "model.n_layer")])
+def test_a_misspelt_config_key_gets_the_near_match(capsys, tmp_path, item, meant):
+    fails(capsys, ["train", "--set", item, "--out", str(tmp_path / "r")],
+          f"(did you mean {meant}?)")
+    assert not (tmp_path / "r").exists()

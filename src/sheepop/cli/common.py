@@ -4,7 +4,6 @@ that set config keys, and loading a run's config (or its best checkpoint's)."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from sheepop.config.build import build_config
 from sheepop.config.presets import PRESETS
 from sheepop.config.schema import Config, config_field
 from sheepop.config.values import field_type
+from sheepop.words import near_match
 
 CONFIG_FLAGS = "config_flags"  # parser default: {dest: "section.key"} of the flags that set keys
 
@@ -34,21 +34,18 @@ class Parser(argparse.ArgumentParser):
         words = f"unrecognized argument{'s' if len(extras) > 1 else ''}: {' '.join(extras)}"
         options = [o for a in self._actions for o in a.option_strings]
         for extra in extras:
-            if extra.startswith("-"):
-                close = difflib.get_close_matches(extra.split("=", 1)[0], options, n=1)
-                if close:
-                    return f"{words} (did you mean {close[0]}?)"
+            if extra.startswith("-") and (close := near_match(extra.split("=", 1)[0], options)):
+                return f"{words} (did you mean {close}?)"
         return words
 
     def _check_value(self, action: argparse.Action, value) -> None:
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as e:
-            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices or ()],
-                                              n=1)
-            if not close:
+            close = near_match(str(value), action.choices or ())
+            if close is None:
                 raise
-            raise argparse.ArgumentError(action, f"{e.message} (did you mean {close[0]}?)"
+            raise argparse.ArgumentError(action, f"{e.message} (did you mean {close}?)"
                                          ) from None
 
 
@@ -134,6 +131,20 @@ def add_best_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--best", action="store_true",
                    help="load the run's best checkpoint (RUN_DIR/best/: the lowest val loss "
                         "of its evaluations) instead of its latest")
+
+
+DTYPE_HELP = (
+    "how the weights are stored (torch engine; docs/performance.md, 'Weights in fewer bytes'): "
+    "float32 as trained; bfloat16: weights, activations and KV cache in bf16, half the bytes a "
+    "token reads (fast on GPUs and CPUs with bf16 instructions, emulated and slower on others); "
+    "int8: weight-only, every linear layer's and the head's weight in int8 with one scale per "
+    "output channel (W ~ s q), a quarter of the bytes, multiplied with bf16 inputs; norms, "
+    "embedding and KV cache stay float32")
+
+
+def add_dtype_option(p: argparse.ArgumentParser) -> None:
+    from sheepop.config.schema import INFERENCE_DTYPES
+    p.add_argument("--dtype", choices=INFERENCE_DTYPES, default="float32", help=DTYPE_HELP)
 
 
 def model_dir(args: argparse.Namespace) -> str:

@@ -24,6 +24,7 @@ from sheepop.config.layer_kinds import FFN_SHAPES, NORM_VECTORS, POSITION_KINDS,
 from sheepop.config.values import convert_value
 from sheepop.errors import UserError
 from sheepop.files import shown
+from sheepop.words import near_match
 
 # The allowed values of every setting that is one of a list.
 ENGINES = ("torch", "numpy")
@@ -264,12 +265,24 @@ def config_field(dotted: str, where: str = "--set") -> dataclasses.Field:
     section, _, key = dotted.partition(".")
     if section not in SECTIONS or not key:
         raise UserError(f"{where}: '{dotted}' must be section.key with section one of "
-                        f"{', '.join(SECTIONS)}")
+                        f"{', '.join(SECTIONS)}{_did_you_mean(section, key)}")
     names = {f.name: f for f in fields(SECTIONS[section])}
     if key not in names:
-        raise UserError(f"{where}: unknown config key '{dotted}' (known in [{section}]: "
-                        f"{', '.join(names)})")
+        raise UserError(f"{where}: unknown config key '{dotted}'{_did_you_mean(section, key)} "
+                        f"(known in [{section}]: {', '.join(names)})")
     return names[key]
+
+
+def _did_you_mean(section: str, key: str) -> str:
+    """' (did you mean model.n_layer?)' for a misspelt key, as options get it: the same key in
+    another section (train.block_size: model.block_size), or the nearest key of its section
+    (of the nearest section when the section is misspelt); '' when nothing is near."""
+    elsewhere = [s for s, cls in SECTIONS.items() if key in {f.name for f in fields(cls)}]
+    if elsewhere:
+        return f" (did you mean {elsewhere[0]}.{key}?)"
+    near = section if section in SECTIONS else near_match(section, SECTIONS)
+    close = near and near_match(key, [f.name for f in fields(SECTIONS[near])])
+    return f" (did you mean {near}.{close}?)" if close else ""
 
 
 def describe_fields() -> str:
