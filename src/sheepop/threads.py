@@ -14,9 +14,20 @@ thread that shares its core with another busy process holds up the whole product
 An OMP_NUM_THREADS in the environment (`sheepop train --nproc` sets cores // N per process) is
 taken as the default instead.
 
-torch is never imported here: if it is not loaded yet, OMP_NUM_THREADS (read by its OpenMP
-runtime when it loads) carries the count to it; if it is, torch.set_num_threads sets it. The
-BLAS libraries already loaded (OpenBLAS or MKL under NumPy) get it through threadpoolctl.
+Every pool gets the count, whichever command runs (generate, chat, serve, eval: `cli.main`;
+train, finetune: `train.start`, from train.threads):
+
+- libraries already loaded: torch's intra-op pool and its MKL (`torch.set_num_threads`), its
+  inter-op pool (`torch.set_num_interop_threads`, which torch allows only before the pool's
+  first use), and every BLAS and OpenMP runtime threadpoolctl finds (OpenBLAS or MKL under
+  NumPy, libgomp under torch);
+- libraries loaded later: OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS, which each
+  reads when it loads (torch's at::init_num_threads and libgomp read OMP_NUM_THREADS, OpenBLAS
+  prefers OPENBLAS_NUM_THREADS over it, so a value inherited from the shell cannot win); child
+  processes inherit them too. A module that imports torch after `apply` calls `apply_to_torch()`
+  for the inter-op pool, which reads no environment variable.
+
+torch is never imported here (~2 s): the NumPy engine starts without it.
 """
 
 from __future__ import annotations
@@ -27,6 +38,9 @@ import sys
 
 AUTO = 0  # `--threads 0` / `--threads auto` / train.threads = 0: the default below
 _ENV = "OMP_NUM_THREADS"
+# What the thread pools loaded after `apply` read when they start (OpenBLAS prefers its own).
+_POOL_ENV = (_ENV, "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+_applied: int | None = None  # the count `apply` set last, for torch loaded after it
 
 
 def parse_threads(text: str) -> int:
@@ -81,26 +95,54 @@ def resolve(threads: int, spare: int = 0) -> int:
 
 
 def apply(threads: int = AUTO, spare: int = 0) -> int:
-    """Set torch's intra-op threads and the loaded BLAS libraries' threads to `threads` (AUTO:
-    the default less `spare`); returns the count set. torch is not imported: when it loads
-    later it reads OMP_NUM_THREADS, set here."""
+    """Set every thread pool to `threads` (AUTO: the default less `spare`): torch's intra-op
+    and inter-op pools if torch is loaded, every BLAS and OpenMP runtime loaded, and the
+    environment the ones loaded later read (module docstring); returns the count set."""
+    global _applied
     n = resolve(threads, spare)
-    torch = sys.modules.get("torch")
-    if torch is not None and hasattr(torch, "set_num_threads"):
-        torch.set_num_threads(n)
-    else:  # its OpenMP runtime reads it when torch loads (and so do processes started later)
-        os.environ[_ENV] = str(n)
+    for name in _POOL_ENV:  # read by libraries when they load, and by child processes
+        os.environ[name] = str(n)
+    _applied = n
+    apply_to_torch()
     from threadpoolctl import threadpool_limits
-    threadpool_limits(limits=n, user_api="blas")
+    threadpool_limits(limits=n)  # user_api None: "blas" and "openmp" alike
     return n
 
 
+def apply_to_torch() -> None:
+    """Give torch, if loaded, the count `apply` set: its intra-op pool (and MKL's) and its
+    inter-op pool. torch refuses a new inter-op size once that pool has run something (a
+    RuntimeError): it then keeps the size it started with, which only `torch.jit.fork` and
+    similar use (no path of sheepop's)."""
+    torch = sys.modules.get("torch")
+    if _applied is None or torch is None or not hasattr(torch, "set_num_threads"):
+        return
+    if torch.get_num_threads() != _applied:
+        torch.set_num_threads(_applied)
+    if torch.get_num_interop_threads() != _applied:
+        try:
+            torch.set_num_interop_threads(_applied)
+        except RuntimeError:  # the inter-op pool already started
+            pass
+
+
 def describe() -> dict[str, int]:
-    """{"torch": its intra-op threads (if loaded), "<blas library>": its threads}: what runs."""
+    """{"torch": its intra-op threads, "torch interop": its inter-op threads (if torch is
+    loaded), "<library>": threads, for every BLAS and OpenMP library loaded (threadpoolctl's
+    internal_api: openblas, mkl, openmp...)}: what runs."""
     from threadpoolctl import threadpool_info
-    out = {lib["internal_api"]: lib["num_threads"] for lib in threadpool_info()
-           if lib["user_api"] == "blas"}
+    out = {lib["internal_api"]: lib["num_threads"] for lib in threadpool_info()}
     torch = sys.modules.get("torch")
     if torch is not None:
         out["torch"] = torch.get_num_threads()
+        out["torch interop"] = torch.get_num_interop_threads()
     return out
+
+
+def blas_kernels() -> list[str]:
+    """The BLAS libraries loaded and the kernels they run: 'openblas 0.3.31 (Haswell, 2
+    threads)' (threadpoolctl's architecture: the CPU kernel set the library chose)."""
+    from threadpoolctl import threadpool_info
+    return [f"{lib['internal_api']} {lib.get('version') or ''} "
+            f"({lib.get('architecture') or 'kernel unknown'}, {lib['num_threads']} threads)"
+            for lib in threadpool_info() if lib["user_api"] == "blas"]

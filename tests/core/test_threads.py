@@ -71,8 +71,9 @@ def test_a_bad_thread_count_is_one_line_and_exit_2(value, capsys):
 
 
 def _threads_in_child(code: str) -> dict[str, int]:
-    """Run `code` in a fresh Python, then print the threads of torch and of the BLAS."""
-    tail = ("\nimport torch\nfrom sheepop.threads import describe\nimport json\n"
+    """Run `code` in a fresh Python, then print what sheepop.threads.describe() reports: torch's
+    pools and every BLAS and OpenMP library threadpoolctl finds loaded."""
+    tail = ("\nimport numpy, torch\nfrom sheepop.threads import describe\nimport json\n"
             "print(json.dumps(describe()))")
     env = {k: v for k, v in os.environ.items()  # the count set here, not one inherited
            if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -82,16 +83,21 @@ def _threads_in_child(code: str) -> dict[str, int]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _blas_and_torch(found: dict[str, int]) -> tuple[set[int], int]:
-    return {n for name, n in found.items() if name != "torch"}, found["torch"]
+def _pools(found: dict[str, int]) -> dict[str, int]:
+    """The libraries found, checked to include torch, a BLAS and an OpenMP runtime."""
+    assert {"torch", "torch interop", "openmp"} <= set(found), found
+    assert set(found) & {"openblas", "mkl", "blis", "flexiblas"}, found
+    return found
 
 
+@pytest.mark.parametrize("n", [1, 2])
 @pytest.mark.parametrize("torch_first", [False, True])
-def test_apply_sets_torch_and_the_blas_whether_torch_is_loaded_or_not(torch_first):
+def test_apply_sets_every_pool_whether_torch_is_loaded_or_not(torch_first, n):
     code = ("import numpy\n" + ("import torch\n" if torch_first else "")
-            + "from sheepop.threads import apply\nassert apply(1) == 1")
-    blas, torch_threads = _blas_and_torch(_threads_in_child(code))
-    assert blas == {1} and torch_threads == 1
+            + f"from sheepop import threads\nassert threads.apply({n}) == {n}\n"
+            + ("" if torch_first else "import torch\nthreads.apply_to_torch()"))
+    found = _pools(_threads_in_child(code))
+    assert set(found.values()) == {n}, found
 
 
 def test_the_training_engine_is_built_with_train_threads():
@@ -100,23 +106,44 @@ def test_the_training_engine_is_built_with_train_threads():
             "cfg = build_config('tiny', None, ['train.threads=1', 'model.n_layer=1', "
             "'model.vocab_size=32'])\n"
             "make_engine(cfg)")
-    blas, torch_threads = _blas_and_torch(_threads_in_child(code))
-    assert blas == {1} and torch_threads == 1
+    found = _pools(_threads_in_child(code))
+    assert set(found.values()) == {1}, found
 
 
-def test_generate_threads_reach_torch_and_the_blas(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
     from sheepop.checkpoint import format as checkpoint
     from sheepop.config.schema import Config
     from sheepop.model import GPT
     from sheepop.tokenizers import train_tokenizer
+    run = tmp_path_factory.mktemp("run")
     tokenizer = train_tokenizer("char", ["abc abc"], 0)
     cfg = Config()
     cfg.model.vocab_size, cfg.model.n_layer, cfg.model.n_head = tokenizer.vocab_size, 1, 2
     cfg.model.n_embd, cfg.model.block_size = 16, 16
-    checkpoint.save_checkpoint(tmp_path, GPT(cfg.model).numpy_weights(), cfg.to_dict(),
+    checkpoint.save_checkpoint(run, GPT(cfg.model).numpy_weights(), cfg.to_dict(),
                                tokenizer.to_json())
+    (run / "text.txt").write_text("abc abc " * 20)
+    return run
+
+
+@pytest.mark.parametrize(("command", "n"), [
+    ("generate torch", 1), ("generate torch", 2), ("generate numpy", 1), ("generate numpy", 2),
+    ("eval", 1), ("eval", 2),
+])
+def test_the_commands_threads_reach_every_pool(tiny_run, command, n):
+    """Through the command line: the count of --threads in torch's intra-op and inter-op pools,
+    OpenBLAS's and libgomp's (whichever engine ran, and torch loaded before or after)."""
+    argv = {"generate torch": ["generate", str(tiny_run), "--prompt", "ab", "--max-new-tokens",
+                               "2", "--engine", "torch", "--device", "cpu"],
+            "generate numpy": ["generate", str(tiny_run), "--prompt", "ab", "--max-new-tokens",
+                               "2", "--engine", "numpy"],
+            "eval": ["eval", str(tiny_run), "--data", str(tiny_run / "text.txt"),
+                     "--engine", "torch"]}[command]
     code = ("from sheepop.cli import main\n"
-            f"main(['generate', {str(tmp_path)!r}, '--prompt', 'ab', '--max-new-tokens', '2', "
-            "'--engine', 'torch', '--device', 'cpu', '--threads', '1'])")
-    blas, torch_threads = _blas_and_torch(_threads_in_child(code))
-    assert blas == {1} and torch_threads == 1
+            f"assert main({[*argv, '--threads', str(n)]!r}) == 0\n"
+            # the NumPy engine never loads torch: when it does later, apply_to_torch sizes it
+            + ("import torch\nfrom sheepop.threads import apply_to_torch\napply_to_torch()"
+               if "numpy" in command else ""))
+    found = _pools(_threads_in_child(code))
+    assert set(found.values()) == {n}, found

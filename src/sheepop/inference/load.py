@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sheepop import threads
 from sheepop.arch.inspect import Inspection, inspection
 from sheepop.arch.lora import LoraConfig, adapter_shapes, merge
 from sheepop.arch.vocab import grow_vocabulary
@@ -152,14 +153,17 @@ def choose_engine(engine: str, device: str = "auto", dtype: str = "float32",
 def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
           engine: str = "torch", device: str = "auto", dtype: str = "float32",
           compile: bool = False) -> InferenceModel:
-    """A model for inference from weights in memory. `dtype` (float32 | bfloat16) and
-    `compile` are for the torch engine; the NumPy engine runs in float32; `auto`: the engine
-    `choose_engine` picks."""
+    """A model for inference from weights in memory. `dtype` (float32 | bfloat16 | int8: the
+    linear layers' weights in int8, sheepop.model.quantized) and `compile` are for the torch
+    engine; the NumPy engine runs in float32; `auto`: the engine `choose_engine` picks."""
     if dtype not in INFERENCE_DTYPES:
         raise UserError(f"inference dtype must be one of {', '.join(INFERENCE_DTYPES)}, "
                         f"not '{dtype}'")
-    if engine not in ("torch", "auto") and (dtype != "float32" or compile):
-        raise UserError("a bfloat16 dtype and compile are for the torch engine")
+    if engine not in ("torch", "auto") and dtype != "float32":
+        raise UserError(f"--dtype {dtype} is for the torch engine: the NumPy engine computes in "
+                        "float32 (docs/performance.md, 'Weights in fewer bytes')")
+    if engine not in ("torch", "auto") and compile:
+        raise UserError("compile is for the torch engine")
     never = never_generated(tokenizer)
     engine = choose_engine(engine, device, dtype, compile)
     if engine == "numpy":
@@ -170,11 +174,15 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
 
         from sheepop.model import GPT, TorchLM
         from sheepop.model.device import resolve_device
+        threads.apply_to_torch()  # the inter-op pool, if torch loaded after --threads
         model = GPT(config.model)
         model.load_numpy_weights(weights)
+        if dtype == "int8":  # weight-only int8: a unit that wraps the linear layers
+            from sheepop.model.quantized import quantize_int8
+            quantize_int8(model)
         lm = TorchLM(model.to(resolve_device(device)), never_generate=never)
-        if dtype != "float32":
-            lm.cast(getattr(torch, dtype))
+        if dtype == "bfloat16":
+            lm.cast(torch.bfloat16)
         if compile:
             lm.compile()
     else:
@@ -190,10 +198,10 @@ def load(run_dir: str | Path, engine: str = "torch", device: str = "auto",
 
 
 def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5,
-            lens: bool = True) -> Inspection:
+            lens: bool = True, logits_at: Sequence[int] = ()) -> Inspection:
     """Every layer's attention weights, the logit lens (`lens`) and the next-token
     distributions (top `k`) of one prompt of at most block_size tokens, computed by the model's
-    own engine (sheepop.arch.inspect)."""
+    own engine (sheepop.arch.inspect); the final logits of the positions `logits_at`."""
     ids = list(ids)
     if not 1 <= len(ids) <= model.config.model.block_size:
         raise UserError(f"a prompt to inspect holds 1 to {model.config.model.block_size} "
@@ -202,4 +210,5 @@ def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5,
         from sheepop.scratch.inspect import trace
     else:
         from sheepop.model.inspect import trace
-    return inspection(trace(model.lm, ids), model.config.model, ids, k, lens)
+    return inspection(trace(model.lm, ids), model.config.model, ids, k, lens,
+                      tuple(logits_at))
