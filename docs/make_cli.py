@@ -23,8 +23,12 @@ A mistake in what you give (a missing path, a bad value, a corrupt checkpoint) p
 `sheepop: error: ...`, and exits with status 2; nothing is half-written.
 
 Configuration keys (`--set section.key=value`, or a TOML file with `[model]`, `[train]`, `[data]`,
-`[sample]` tables given with `--config`) are applied in order: defaults, preset, file, `--set`.
-`sheepop train --help-config` prints every key with its default and meaning:
+`[sample]` tables given with `--config`) are applied in order: defaults, preset, file, `--set`,
+then the flags that name a key (`--steps`). `sheepop train --help-config` prints every key with
+the value that will apply, its meaning, and its default where the preset or a setting changed it
+(below: a plain `sheepop train`, which starts from the `tiny` preset; add `--preset NAME`,
+`--config`, `--set` or flags to see theirs). `sheepop train --print-config` prints the same
+values as a TOML file that `--config FILE` reads back, and trains nothing:
 
 ```
 {config}
@@ -45,9 +49,12 @@ def subcommands(parser: argparse.ArgumentParser):
 def render() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps help to the terminal width
     from sheepop.cli import build_parser
-    from sheepop.config.schema import describe_fields
+    from sheepop.cli.common import DEFAULT_PRESET
+    from sheepop.cli.show_config import describe_values
+    from sheepop.config.build import build_config
     parser = build_parser()
-    parts = [INTRO.replace("{config}", describe_fields()), "## sheepop\n",
+    config = describe_values(build_config(DEFAULT_PRESET), f"the {DEFAULT_PRESET} preset")
+    parts = [INTRO.replace("{config}", config), "## sheepop\n",
              f"```\n{parser.format_help().rstrip()}\n```\n"]
     for name, sub in subcommands(parser):
         parts.append(f"## sheepop {name}\n")

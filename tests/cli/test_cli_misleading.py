@@ -76,3 +76,45 @@ def test_a_misspelt_config_key_gets_the_near_match(capsys, tmp_path, item, meant
     fails(capsys, ["train", "--set", item, "--out", str(tmp_path / "r")],
           f"(did you mean {meant}?)")
     assert not (tmp_path / "r").exists()
+
+
+def test_help_config_shows_the_values_that_apply(capsys):
+    assert main(["train", "--help-config"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    steps = next(line for line in lines if line.startswith("  train.steps = "))
+    assert steps == ("  train.steps = 1500    # optimizer steps (default 1000; set by the tiny "
+                     "preset)")
+    assert "  train.lr = 0.002    # peak learning rate (default 0.001; set by the tiny preset)" \
+        in lines
+    assert any(line.startswith("  train.eval_interval = 250    #") for line in lines)
+    assert main(["train", "--help-config", "--preset", "baby", "--steps", "7"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert ("  train.steps = 7    # optimizer steps (default 1000; set by the baby preset, the "
+            "flags)") in lines
+    assert any(line.startswith("  model.n_embd = 384    #") for line in lines)
+
+
+def test_print_config_prints_the_resolved_config_as_toml_and_trains_nothing(capsys, tmp_path):
+    import tomllib
+    out = tmp_path / "r"
+    argv = ["train", "--print-config", "--preset", "baby", "--steps", "7",
+            "--set", "model.n_layer=2", "--out", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    printed = tomllib.loads(text)
+    assert set(printed) == {"model", "train", "data", "sample"}
+    assert (printed["train"]["steps"], printed["model"]["n_layer"],
+            printed["model"]["n_embd"], printed["train"]["lr"]) == (7, 2, 384, 1e-3)
+    assert not out.exists()
+    (tmp_path / "c.toml").write_text(text, encoding="utf-8")
+    assert main(["train", "--print-config", "--config", str(tmp_path / "c.toml")]) == 0
+    assert capsys.readouterr().out == text  # --config reads it back to the same config
+
+
+def test_train_help_states_the_defaults_that_apply(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "optimizer steps (train.steps; default: 1500 with the tiny preset)" in out
+    assert "(train.seed; default: 1337)" in out

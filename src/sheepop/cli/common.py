@@ -62,14 +62,40 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def add_config_options(p: argparse.ArgumentParser, default_preset: str | None = "tiny") -> None:
+DEFAULT_PRESET = "tiny"  # what `sheepop train` starts from without --preset
+WITH_DEFAULT = "{key}; default: {default}"  # the note of a training flag: what applies without it
+
+
+def add_config_options(p: argparse.ArgumentParser,
+                       default_preset: str | None = DEFAULT_PRESET) -> None:
     p.add_argument("--preset", default=default_preset, metavar="NAME",
                    help=f"start from a preset: {', '.join(PRESETS)} (default: %(default)s)")
     p.add_argument("--config", metavar="FILE", help="a TOML file with [model], [train], [data], "
                    "[sample] tables, applied after the preset (default: none)")
     add_set_option(p)
     p.add_argument("--help-config", action="store_true",
-                   help="print every config key with its default and exit")
+                   help="print every config key with the value that applies (the preset's, "
+                        "then --config's, --set's and the flags'), its meaning and its default, "
+                        "and exit")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the config that applies as TOML (what --config FILE reads) and "
+                        "exit without training")
+
+
+def config_origin(args: argparse.Namespace) -> str:
+    """What set the config's values besides the defaults, in words: 'the tiny preset, --set'."""
+    given = [f"the {args.preset} preset" if args.preset else "",
+             "the run" if getattr(args, "resume", False) else "",
+             "--config" if args.config else "", "--set" if args.overrides else "",
+             "the flags" if flag_values(args) else ""]
+    return ", ".join(g for g in given if g) or "nothing"
+
+
+def show_config(args: argparse.Namespace, cfg: Config) -> int:
+    """`--help-config` or `--print-config`: print `cfg` (the config that applies); exit 0."""
+    from sheepop.cli.show_config import config_toml, describe_values
+    print(describe_values(cfg, config_origin(args)) if args.help_config else config_toml(cfg))
+    return 0
 
 
 def add_set_option(p: argparse.ArgumentParser, example: str = "model.n_layer=4",
@@ -78,20 +104,30 @@ def add_set_option(p: argparse.ArgumentParser, example: str = "model.n_layer=4",
                    help=f"override one config field, e.g. --set {example} (repeatable); {keys}")
 
 
+def _applied_default(key: str, f: Any, preset: str | None) -> str:
+    """The value of `key` without its flag: `preset`'s where the preset sets it, else the
+    field's default ('1500 with the tiny preset', '1337')."""
+    section, _, name = key.partition(".")
+    if preset is not None and name in PRESETS[preset].get(section, {}):
+        return f"{PRESETS[preset][section][name]} with the {preset} preset"
+    return f"{f.default}"
+
+
 def add_config_flag(p: argparse.ArgumentParser, flag: str, key: str, help: str | None = None,
-                    note: str = "{key}", **kw: Any) -> None:
+                    note: str = "{key}", preset: str | None = None, **kw: Any) -> None:
     """A flag that sets config key `key` (e.g. --steps for train.steps): its type and its
     choices are the field's, its help the field's unless given, followed by `note` ({key} and
-    {default}: the field's default); not given, it sets nothing."""
+    {default}: the value without the flag, `_applied_default`); not given, it sets nothing."""
     f = config_field(key)
     kind = field_type(f)
     if kind is bool:
         raise TypeError(f"{flag}: a bool config key needs a store_true flag, not a typed one")
     if f.metadata["choices"]:
         kw.setdefault("choices", f.metadata["choices"])
+    default = _applied_default(key, f, preset)
     action = p.add_argument(flag, type=kind, default=None,
                             help=f"{help or f.metadata['help']} "
-                                 f"({note.format(key=key, default=f.default)})", **kw)
+                                 f"({note.format(key=key, default=default)})", **kw)
     p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
 
 

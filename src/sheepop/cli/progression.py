@@ -135,14 +135,15 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from sheepop.cli.common import flag_values, run_config
+    from sheepop.cli.common import flag_values, run_config, show_config
     from sheepop.config.build import build_config
-    from sheepop.config.schema import describe_fields
     from sheepop.progression.data import load_progressions
     from sheepop.progression.task import TaskOptions, train
-    if args.help_config:
-        print(describe_fields())
-        return 0
+    if args.help_config or args.print_config:
+        return show_config(args, run_config(args.out, args.overrides, args.config,
+                                            flag_values(args)) if args.resume else
+                           build_config(args.preset, args.config, args.overrides,
+                                        values=flag_values(args)))
     for name, value in (("--minutes", args.minutes), ("--steps", args.steps)):
         if value is not None and value <= 0:
             raise UserError(f"{name} must be positive")

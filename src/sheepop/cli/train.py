@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from sheepop.cli.common import (
+    DEFAULT_PRESET,
+    WITH_DEFAULT,
     HelpFormatter,
     add_config_flag,
     add_config_options,
@@ -16,9 +18,13 @@ from sheepop.cli.common import (
     add_threads_option,
     flag_values,
     run_config,
+    show_config,
 )
 from sheepop.config.build import build_config
-from sheepop.config.schema import Config, describe_fields
+from sheepop.config.schema import Config
+
+# The training flags' help says the value that applies without them: the default preset's.
+DEFAULTS = {"note": WITH_DEFAULT, "preset": DEFAULT_PRESET}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,17 +46,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "standard library source)")
     p.add_argument("--out", default="runs/default", metavar="RUN_DIR",
                    help="run directory for checkpoints, metrics and plots")
-    add_config_flag(p, "--steps", "train.steps")
-    add_config_flag(p, "--seed", "train.seed")
-    add_config_flag(p, "--engine", "train.engine")
-    add_config_flag(p, "--device", "train.device")
-    add_config_flag(p, "--dtype", "train.dtype")
+    add_config_flag(p, "--steps", "train.steps", **DEFAULTS)
+    add_config_flag(p, "--seed", "train.seed", **DEFAULTS)
+    add_config_flag(p, "--engine", "train.engine", **DEFAULTS)
+    add_config_flag(p, "--device", "train.device", **DEFAULTS)
+    add_config_flag(p, "--dtype", "train.dtype", **DEFAULTS)
     add_threads_option(p, "train.threads")
     add_config_flag(p, "--tokenizer", "data.tokenizer",
                     help="the tokenizer kind trained on raw-text DATA (a prepared DATA directory "
-                         "brings its own)")
-    add_config_flag(p, "--vocab-size", "data.vocab_size")
-    add_config_flag(p, "--text-field", "data.text_field", metavar="FIELD")
+                         "brings its own)", **DEFAULTS)
+    add_config_flag(p, "--vocab-size", "data.vocab_size", **DEFAULTS)
+    add_config_flag(p, "--text-field", "data.text_field", metavar="FIELD", **DEFAULTS)
     add_config_switch(p, "--follow-links", "data.follow_links",
                       "raw-text DATA: also read what symbolic links leading outside it point to")
     add_config_switch(p, "--tensorboard", "train.tensorboard",
@@ -90,9 +96,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.help_config:
-        print(describe_fields())
-        return 0
+    if args.help_config or args.print_config:
+        return show_config(args, config_from_args(args))
     from sheepop.train import distributed
     if args.nproc and not distributed.under_torchrun():
         from sheepop.cli.launch import argv_from_args, launch
