@@ -45,13 +45,13 @@ def test_export_then_import_gives_back_the_same_run(run_dir, tmp_path, capsys):
 
 def test_export_refusal_is_one_line_and_exit_2(run_dir, tmp_path, capsys):
     cfg = Config.from_dict({"model": checkpoint.load_config(run_dir)["model"]})
-    cfg.model.activation = "relu"
-    checkpoint.save_checkpoint(tmp_path / "relu", checkpoint.load_weights(run_dir),
+    cfg.model.activation = "silu"
+    checkpoint.save_checkpoint(tmp_path / "silu", checkpoint.load_weights(run_dir),
                                cfg.to_dict(), checkpoint.load_tokenizer_json(run_dir))
-    assert main(["export", str(tmp_path / "relu"), "--to", "hf-gpt2", str(tmp_path / "o")]) == 2
+    assert main(["export", str(tmp_path / "silu"), "--to", "hf-gpt2", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == ("sheepop: error: cannot export as GPT-2: model.activation=relu "
-                           "(GPT-2 uses gelu_tanh)")
+    assert err.strip() == ("sheepop: error: cannot export as GPT-2: model.activation=silu "
+                           "(GPT-2's are gelu_tanh, gelu, relu)")
 
 
 def test_generate_with_stop_and_penalty_prints_what_stream_text_gives(run_dir, capsys):

@@ -109,9 +109,10 @@ def test_export_loads_in_transformers_with_the_same_logits(tmp_path, bpe):
 
 
 @pytest.mark.parametrize("setting, match", [
-    ({"pos_encoding": "sinusoidal"}, "model.pos_encoding=sinusoidal"),
-    ({"activation": "relu"}, "model.activation=relu"),
-    ({"activation": "gelu"}, "model.activation=gelu"),
+    ({"pos_encoding": "rope"}, "model.pos_encoding=rope"),
+    ({"activation": "silu"}, "model.activation=silu"),
+    ({"ffn": "swiglu"}, "model.ffn=swiglu"),
+    ({"n_kv_head": 2}, "model.n_kv_head=2"),
     ({"tie_weights": False}, "model.tie_weights=false"),
     ({"head_bias": True}, "model.head_bias=true"),
     ({"bias": False}, "model.bias=false"),

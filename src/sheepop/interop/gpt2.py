@@ -17,6 +17,11 @@ slices, final LayerNorm). The names map one to one:
 GPT-2's linear layers are `Conv1D`s, which compute y = x W + b with W stored (in, out): the
 transpose of torch's `nn.Linear` (out, in), sheepop's convention. Every linear weight is
 transposed on the way in and out; biases, LayerNorms and embeddings are copied as they are.
+
+Sinusoidal positions export too: sheepop adds s * P[pos] to the token embeddings (P the fixed
+table of sheepop.positional, s = `sinusoid_scale`), and GPT-2 adds wpe[pos], so wpe = s * P
+gives the same logits (the table becomes a learned one if the exported model is trained on).
+The exact GELU exports as `gelu`, the tanh form as `gelu_new`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
+from sheepop.positional import sinusoidal_table
 
 Weights = dict[str, np.ndarray]
 
@@ -44,9 +50,13 @@ _CONV1D = {"attn.qkv.weight", "attn.proj.weight", "ffn.fc.weight", "ffn.proj.wei
 _TOP = {"tok_emb.weight": "wte.weight", "pos_emb.weight": "wpe.weight",
         "ln_f.weight": "ln_f.weight", "ln_f.bias": "ln_f.bias"}
 
-# Hugging Face activation names sheepop computes the same function for.
+# Hugging Face activation names sheepop computes the same function for, and the name each of
+# sheepop's activations is exported as.
 HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                   "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
+EXPORTED_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+# Position kinds GPT-2's wpe table holds: its own learned table, or the fixed sinusoidal one.
+EXPORTED_POSITIONS = ("learned", "sinusoidal")
 
 
 def _name_map(n_layer: int) -> dict[str, str]:
@@ -66,14 +76,17 @@ def _is_conv1d(name: str) -> bool:
 def check_gpt2_shaped(cfg: ModelConfig) -> None:
     """Raise a UserError naming the first setting that makes the model not GPT-2."""
     problems = [
-        (cfg.pos_encoding == "learned", f"model.pos_encoding={cfg.pos_encoding} (GPT-2 has "
-         "learned positions)"),
-        (cfg.activation == "gelu_tanh", f"model.activation={cfg.activation} (GPT-2 uses "
-         "gelu_tanh)"),
+        (cfg.pos_encoding in EXPORTED_POSITIONS, f"model.pos_encoding={cfg.pos_encoding} "
+         "(GPT-2 adds a position table to the embeddings: learned or sinusoidal)"),
+        (cfg.activation in EXPORTED_ACTIVATION, f"model.activation={cfg.activation} (GPT-2's "
+         f"are {', '.join(EXPORTED_ACTIVATION)})"),
         (cfg.tie_weights, "model.tie_weights=false (GPT-2's head is the token embedding)"),
         (not cfg.head_bias, "model.head_bias=true (GPT-2's head has no bias)"),
         (cfg.bias, "model.bias=false (GPT-2 has biases in every linear layer)"),
         (cfg.norm == "layernorm", f"model.norm={cfg.norm} (GPT-2 uses layernorm)"),
+        (cfg.ffn == "mlp", f"model.ffn={cfg.ffn} (GPT-2's feed-forward is the two-layer mlp)"),
+        (cfg.n_kv_head in (0, cfg.n_head), f"model.n_kv_head={cfg.n_kv_head} (GPT-2 has one "
+         "key/value head per query head)"),
     ]
     for ok, setting in problems:
         if not ok:
@@ -89,7 +102,8 @@ def hf_config(cfg: ModelConfig, bos_id: int | None = None, eos_id: int | None = 
         "vocab_size": cfg.vocab_size, "n_positions": cfg.block_size, "n_embd": cfg.n_embd,
         "n_layer": cfg.n_layer, "n_head": cfg.n_head,
         "n_inner": cfg.d_ff if cfg.d_ff and cfg.d_ff != 4 * cfg.n_embd else None,
-        "activation_function": "gelu_new", "layer_norm_epsilon": cfg.ln_eps,
+        "activation_function": EXPORTED_ACTIVATION[cfg.activation],
+        "layer_norm_epsilon": cfg.ln_eps,
         "resid_pdrop": cfg.dropout, "embd_pdrop": cfg.dropout, "attn_pdrop": cfg.dropout,
         "initializer_range": 0.02, "scale_attn_weights": True,
         "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
@@ -101,6 +115,9 @@ def hf_config(cfg: ModelConfig, bos_id: int | None = None, eos_id: int | None = 
 def to_hf_weights(weights: Weights, cfg: ModelConfig) -> Weights:
     """sheepop weights -> GPT2LMHeadModel's state dict (float32; the tied head not stored)."""
     check_gpt2_shaped(cfg)
+    if cfg.pos_encoding == "sinusoidal":
+        table = sinusoidal_table(cfg.block_size, cfg.n_embd) * cfg.sinusoid_scale
+        weights = {**weights, "pos_emb.weight": table.astype(np.float32)}
     names = _name_map(cfg.n_layer)
     missing = sorted(set(names) - set(weights))
     if missing:

@@ -69,7 +69,7 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, format: str) -> list[str
     saved = checkpoint.load_config(run_dir)
     cfg = Config.from_dict({k: v for k, v in saved.items() if k == "model"},
                            str(run_dir / checkpoint.CONFIG_FILE)).model
-    arch.check_shaped(cfg)  # before reading the weights or writing anything
+    _check_shaped(arch, cfg)  # before reading the weights or writing anything
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"output path exists and is not a directory: {out_dir}")
     tokenizer = load_tokenizer(checkpoint.load_tokenizer_json(run_dir),
@@ -81,6 +81,23 @@ def export_hf(run_dir: str | Path, out_dir: str | Path, format: str) -> list[str
     write_json(out_dir / "generation_config.json",
                {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id})
     return export_tokenizer(tokenizer, out_dir, cfg.block_size)
+
+
+def _check_shaped(arch: Architecture, cfg: ModelConfig) -> None:
+    """`arch`'s refusal of `cfg`, naming the other format when that one takes the model."""
+    try:
+        arch.check_shaped(cfg)
+    except UserError as refusal:
+        takers = []
+        for other in ARCHITECTURES.values():
+            try:
+                other.check_shaped(cfg)
+                takers.append(other.format)
+            except UserError:
+                pass
+        if not takers:
+            raise
+        raise UserError(f"{refusal} (--to {takers[0]} takes this model)") from None
 
 
 def export_gpt2(run_dir: str | Path, out_dir: str | Path) -> list[str]:

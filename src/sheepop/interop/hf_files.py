@@ -146,20 +146,23 @@ def read_weights(files: list[Path], max_values: int | None = None) -> dict[str, 
 # ----- tokenizer ------------------------------------------------------------------------------
 
 def export_tokenizer(tok: Tokenizer, out_dir: Path, max_length: int) -> list[str]:
-    """Write a byte-level BPE as tokenizer.json, vocab.json + merges.txt and
-    tokenizer_config.json, or a pretrained tokenizer as its own tokenizer.json and
-    tokenizer_config.json; any other kind gets a note for the user instead."""
+    """Write the tokenizer as tokenizer.json and tokenizer_config.json: a byte-level BPE also
+    as GPT-2's vocab.json + merges.txt, a char or word tokenizer as the tokenizer.json of
+    sheepop.tokenizers.hf (same ids), a pretrained tokenizer as its own tokenizer.json. Any
+    other kind gets a note for the user instead."""
+    from sheepop.tokenizers.hf import EXPORTED_KINDS, export_hf
     if tok.kind == "pretrained":
         return _export_pretrained(tok, out_dir, max_length)
-    if tok.kind != "bpe":
+    if tok.kind not in EXPORTED_KINDS:
         return [f"the run's tokenizer is '{tok.kind}', which has no Hugging Face form: wrote "
                 f"the model only (encode text with sheepop, or train a bpe tokenizer)"]
-    from sheepop.tokenizers.gpt2 import export_gpt2 as export_vocab_merges
-    from sheepop.tokenizers.hf import export_hf
     export_hf(tok, out_dir / "tokenizer.json")
-    export_vocab_merges(tok, out_dir / "vocab.json", out_dir / "merges.txt")
-    config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": max_length,
-              "add_prefix_space": False, "clean_up_tokenization_spaces": False}
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast",
+                              "model_max_length": max_length, "clean_up_tokenization_spaces": False}
+    if tok.kind == "bpe":
+        from sheepop.tokenizers.gpt2 import export_gpt2 as export_vocab_merges
+        export_vocab_merges(tok, out_dir / "vocab.json", out_dir / "merges.txt")
+        config.update(tokenizer_class="GPT2Tokenizer", add_prefix_space=False)
     write_json(out_dir / "tokenizer_config.json", {**config, **_special_names(tok)})
     return []
 
