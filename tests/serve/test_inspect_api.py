@@ -2,6 +2,7 @@
 the numbers the page draws are the engine's own (1e-6), in both engines; bad requests get a 4xx
 JSON error and the server keeps serving."""
 
+import base64
 import json
 import math
 import signal
@@ -13,6 +14,7 @@ import pytest
 import torch
 from serve_helpers import KEY, ServerProcess, call
 
+from sheepop.generation.sample import probabilities
 from sheepop.scratch import gpt_forward
 from sheepop.tokenizers.chat import chat_ids
 
@@ -59,12 +61,66 @@ def test_the_attention_of_the_numpy_engine(plain_server, plain_model):
     assert np.shape(answer["lens"]["probs"]) == (m.n_layer + 1, len(ids), 3)
     assert answer["lens"]["ids"][-1] == answer["next"]["ids"]  # the last layer is the model
     assert answer["next"]["next_prob"][-1] is None
-    # The probability of the prompt's own next token, from the model's logits.
-    logits = plain_model.lm.prompt_logits(ids)
+    # The probability of the prompt's own next token, from the model's logits, the
+    # never-generated ids excluded (the sampler's rule).
+    logits = plain_model.lm.prompt_logits(ids).astype(np.float64)
+    logits[:, answer["never_generate"]] = -np.inf
+    assert sorted(answer["never_generate"]) == sorted(plain_model.lm.never_generate)
     p = np.exp(logits - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     np.testing.assert_allclose(answer["next"]["next_prob"][:-1],
                                p[np.arange(len(ids) - 1), ids[1:]], atol=1e-5)
+
+
+def logits_row(answer: dict) -> np.ndarray:
+    """The final logits of `logits_at` (V,), decoded from little-endian float32 in base64."""
+    raw = base64.b64decode(answer["logits"]["float32"])
+    return np.frombuffer(raw, dtype="<f4").astype(np.float64)
+
+
+def test_one_p_everywhere_and_the_distribution_each_token_was_drawn_from(plain_server,
+                                                                         plain_model):
+    """A token's p in /v1/inspect is the completion's logprob exp'ed (1e-6), the model's
+    distribution with the never-generated ids excluded; each generated token's `sampled` is
+    q = probabilities(z, T, k, p) of the logits /v1/inspect gives at its position: after
+    top-k 3 it is 3 tokens that sum to 1, and the token drawn is one of them."""
+    prompt, T, k = "abc de", 0.8, 3
+    r = call(plain_server.url, "POST", "/v1/completions", {
+        "prompt": prompt, "max_tokens": 6, "temperature": T, "top_k": k, "logprobs": 5,
+        "seed": 3})
+    assert r.status == 200, r.text
+    lp = r.json()["choices"][0]["logprobs"]
+    generated = [s["id"] for s in lp["sampled"]]
+    assert "".join(lp["tokens"]) == plain_model.tokenizer.decode(generated)
+    ids = plain_model.tokenizer.encode(prompt)
+    answer = call(plain_server.url, "POST", "/v1/inspect", {
+        "prompt": prompt, "generated": generated[:-1], "lens": False}).json()
+    assert [t["id"] for t in answer["tokens"]] == ids + generated[:-1]
+    n = len(ids)
+    shown = np.exp(lp["token_logprobs"][:-1])
+    np.testing.assert_allclose(answer["next"]["next_prob"][n - 1:-1], shown, rtol=0, atol=1e-6)
+    for j, top in enumerate(lp["top_logprobs"]):  # the alternatives: the same five, same p
+        assert list(top) == answer["next"]["texts"][n - 1 + j]
+        np.testing.assert_allclose(np.exp(list(top.values())),
+                                   answer["next"]["probs"][n - 1 + j], rtol=0, atol=1e-6)
+    for j, (token, drawn) in enumerate(zip(generated, lp["sampled"])):
+        at = call(plain_server.url, "POST", "/v1/inspect", {
+            "prompt": prompt, "generated": generated[:j], "layers": [], "lens": False,
+            "logits_at": n - 1 + j}).json()
+        z = logits_row(at)
+        assert np.isneginf(z[answer["never_generate"]]).all()
+        q = probabilities(z, T, k, 1.0)
+        assert np.count_nonzero(q) == k and math.isclose(q.sum(), 1, abs_tol=1e-12)
+        top = drawn["top_logprobs"]
+        assert len(top) == k and token in [t["id"] for t in top]
+        # (generation's logits came through the KV cache, and these from a shorter forward pass:
+        # float32 sums in another order, ~2e-6 apart in p and q)
+        np.testing.assert_allclose(np.exp([t["logprob"] for t in top]),
+                                   q[[t["id"] for t in top]], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(math.exp(drawn["logprob"]), q[token], rtol=0, atol=1e-5)
+        p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+        np.testing.assert_allclose(np.exp([t["model_logprob"] for t in top]),
+                                   p[[t["id"] for t in top]], rtol=0, atol=1e-5)
 
 
 def test_the_attention_of_the_torch_engine_for_a_conversation(server, chat_model):
@@ -102,6 +158,11 @@ def test_the_models_shape(server, plain_server):
     ({"prompt": "abc", "lens": "no"}, 400, "lens", None),
     ({"messages": [{"role": "user", "content": "a"}]}, 400, "messages", "no_chat_template"),
     ({"prompt": "abc", "model": "other"}, 404, "model", "model_not_found"),
+    ({"prompt": "abc", "generated": [1, "b"]}, 400, "generated", None),
+    ({"prompt": "abc", "generated": [10_000]}, 400, "generated", None),
+    ({"prompt": "abc", "generated": [1] * 62}, 400, "prompt", "context_length_exceeded"),
+    ({"prompt": "abc", "logits_at": 3}, 400, "logits_at", None),
+    ({"prompt": "abc", "logits_at": True}, 400, "logits_at", None),
     ([1, 2], 400, None, None),
 ])
 def test_bad_requests_are_refused_and_the_server_keeps_serving(plain_server, body, status,

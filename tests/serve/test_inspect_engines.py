@@ -1,6 +1,7 @@
 """sheepop.inference.load.inspect: attention weights, logit lens, next-token distributions and the
 positional encoding of one prompt, equal to the engine's own numbers and to a hand-written
-NumPy reference, in both engines."""
+NumPy reference, in both engines. Every distribution is the sampler's: the never-generated ids
+(padding, BOS, unknown) at probability 0."""
 
 import math
 
@@ -37,6 +38,13 @@ def config(tokenizer, kind: str) -> Config:
     cfg.model = ModelConfig(vocab_size=tokenizer.vocab_size, block_size=16, n_layer=2, n_head=2,
                             n_embd=16, **KINDS[kind])
     return cfg
+
+
+def sampled_softmax(z, never):
+    """softmax(z) in float64 with the never-generated ids' logits at -inf (next_token's rule)."""
+    z = np.array(z, dtype=np.float64)
+    z[..., list(never)] = -np.inf
+    return softmax(z)
 
 
 def layernorm(x, w, b, eps):
@@ -90,10 +98,12 @@ def test_the_first_layer_and_the_lens_of_the_embedding_equal_a_hand_written_refe
     cfg = config(tokenizer, "gpt")
     w = weights(cfg.model)
     ids = tokenizer.encode("the mat")
-    x = inspect(build(cfg, w, tokenizer, engine, "cpu"), ids, k=4)
+    model = build(cfg, w, tokenizer, engine, "cpu")
+    assert len(model.lm.never_generate) == 3  # the char tokenizer's padding, BOS, unknown
+    x = inspect(model, ids, k=4)
     attention, lens0 = reference_layer0(cfg.model, w, ids)
     np.testing.assert_allclose(x.attention[0], attention, atol=1e-6)
-    p0 = softmax(lens0)
+    p0 = sampled_softmax(lens0, model.lm.never_generate)
     top = np.argsort(-p0, axis=-1)[:, :4]
     np.testing.assert_array_equal(x.lens.ids[0], top)
     np.testing.assert_allclose(x.lens.probs[0], np.take_along_axis(p0, top, -1), atol=1e-6)
@@ -110,7 +120,7 @@ def test_the_last_layers_lens_is_the_models_next_token_distribution(tokenizer, e
     x = inspect(model, ids, k=5)
     # The logits generation reads, one token at a time through the KV cache: the same sums in
     # another order, so float32 rounding differs by ~1e-6.
-    p = softmax(model.lm.prompt_logits(ids))
+    p = sampled_softmax(model.lm.prompt_logits(ids), model.lm.never_generate)
     top = np.argsort(-p, axis=-1)[:, :5]
     np.testing.assert_array_equal(x.next.ids, top)
     np.testing.assert_allclose(x.next.probs, np.take_along_axis(p, top, -1), atol=1e-5)
@@ -118,6 +128,43 @@ def test_the_last_layers_lens_is_the_models_next_token_distribution(tokenizer, e
                                atol=1e-5)
     assert np.isnan(x.lens_next[:, -1]).all()  # nothing follows the prompt's last token
     assert x.lens.ids.shape == (cfg.model.n_layer + 1, len(ids), 5)
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+def test_each_layers_rank_entropy_and_kl_to_the_final_distribution(tokenizer, engine):
+    """Per layer and position: the rank of the prompt's next token (1 + the tokens scoring
+    more), H(p_l) = -sum p ln p and KL(p_L || p_l) = sum p_L ln(p_L / p_l), against float64
+    sums over the whole (never-excluded) distribution of each layer's lens; and the final
+    logits of one position, the sampler's input."""
+    cfg = config(tokenizer, "llama")
+    model = build(cfg, weights(cfg.model), tokenizer, engine, "cpu")
+    ids = tokenizer.encode("the cat sat on")
+    x = inspect(model, ids, k=3, logits_at=[2])
+    never = model.lm.never_generate
+    if engine == "numpy":
+        from sheepop.scratch.inspect import trace
+    else:
+        from sheepop.model.inspect import trace
+    t = trace(model.lm, ids)
+    logits = [np.array(t.lens(h), dtype=np.float64) for h in t.residuals]
+    final = sampled_softmax(logits[-1], never)
+    for layer, z in enumerate(logits):
+        p = sampled_softmax(z, never)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            entropy = -np.where(p > 0, p * np.log(p), 0).sum(-1)
+            kl = np.where(final > 0, final * (np.log(final) - np.log(p)), 0).sum(-1)
+        np.testing.assert_allclose(x.lens_entropy[layer], entropy, atol=1e-5)
+        np.testing.assert_allclose(x.lens_kl[layer], kl, atol=1e-5)
+        z = z.copy()
+        z[:, list(never)] = -np.inf
+        rank = [1 + int((z[i] > z[i, ids[i + 1]]).sum()) for i in range(len(ids) - 1)]
+        assert x.lens_rank[layer].tolist() == rank + [0]
+    assert np.all(x.lens_kl[-1] < 1e-6) and np.all(x.lens_rank[-1][:-1] >= 1)
+    np.testing.assert_allclose(x.next_entropy, x.lens_entropy[-1])
+    assert list(x.logits) == [2]
+    np.testing.assert_allclose(x.logits[2], model.lm.prompt_logits(ids)[2]
+                               + np.where(np.isin(np.arange(len(final[0])), never), -np.inf, 0),
+                               atol=1e-5)
 
 
 def test_both_engines_inspect_the_same_numbers(tokenizer):

@@ -11,11 +11,20 @@ head. From it `inspection` computes, in NumPy:
                    next-token distribution (docs/math/07-transformer.md)
     next token     p(. | x_<=t) = p_L: its top-k at every position, and the probability of the
                    prompt's own next token x_t+1 (its loss is -log of it, docs/math/08-loss.md)
+    per layer      the rank of x_t+1 under p_l (1: the likeliest), the entropy
+                   H(p_l) = -sum_i p_l,i ln p_l,i and KL(p_L || p_l) = sum_i p_L,i ln(p_L,i / p_l,i)
+                   in nats: how far each layer's guess is from the model's final one
     positions      sinusoidal or learned: the rows P[t] added to the embeddings; rope: the
                    angles t * omega_i, omega_i = theta^(-2i/d_k) (docs/math/03-positions.md)
 
+Every distribution is the one the sampler draws from at temperature 1: the model's
+`never_generate` ids (padding, BOS, unknown: sheepop.inference.load.never_generated) get logit
+-inf, probability 0, as in sheepop.generation.generate.next_token and the API's logprobs, so
+one token has one p on every view of the page.
+
 Probabilities are computed in float64 from the engine's float32 logits, and only the top k
-and the prompt's own next token's of each row: never a (T, V) table of them (`distribution`).
+and the prompt's own next token's of each row: never a (T, V) float64 table of them
+(`distribution`).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ class Trace:
     residuals: list[np.ndarray]                 # L + 1 arrays (T, d): h_0 .. h_L
     lens: Callable[[np.ndarray], np.ndarray]    # h (T, d) -> logits (T, V): Norm_f, then head
     positions: np.ndarray | None                # (T, d) rows added to the embeddings; rope: None
+    never: tuple[int, ...] = ()                 # ids the sampler never draws (logit -inf)
 
 
 @dataclass
@@ -52,6 +62,16 @@ class TopK:
 
 
 @dataclass
+class Rows:
+    """One layer's distributions p_l(. | x_<=t) at T positions, summarised."""
+    top: TopK
+    following: np.ndarray   # (T,) p_l(x_t+1), NaN at the last position
+    rank: np.ndarray        # (T,) int64: 1 + the tokens scoring more than x_t+1; 0 at the last
+    entropy: np.ndarray     # (T,) H(p_l) in nats
+    kl: np.ndarray          # (T,) KL(p_L || p_l) in nats (0 at the last layer)
+
+
+@dataclass
 class Inspection:
     ids: list[int]
     attention: list[np.ndarray]    # L arrays (H, T, T) float32, zero above the diagonal
@@ -59,6 +79,11 @@ class Inspection:
     next_prob: np.ndarray          # (T,) p_L(x_t+1), NaN at the last position
     lens: TopK | None              # (L + 1, T, k), its last layer `next`; None: not asked
     lens_next: np.ndarray | None   # (L + 1, T) p_l(x_t+1), NaN at the last position
+    lens_rank: np.ndarray | None   # (L + 1, T) rank of x_t+1 under p_l (1: top), 0 at the last
+    lens_entropy: np.ndarray | None  # (L + 1, T) H(p_l), nats
+    lens_kl: np.ndarray | None     # (L + 1, T) KL(p_L || p_l), nats
+    next_entropy: np.ndarray       # (T,) H(p_L), nats
+    logits: dict[int, np.ndarray]  # position t -> (V,) float32 final logits z (never: -inf)
     positions_kind: str            # sinusoidal | learned | rope
     positions: np.ndarray          # (T, columns): P[t] rows, or rope's angles t * omega_i
     position_columns: int          # the table's full width (d, or d_k / 2 for rope)
@@ -90,36 +115,82 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return out.astype(np.int64).reshape(*scores.shape[:-1], k)
 
 
-def distribution(logits: np.ndarray, ids: list[int], k: int) -> tuple[TopK, np.ndarray]:
-    """The top k of p = softmax(z) at each position, and p(x_t+1 | x_<=t) for t = 0 .. T-2 (NaN
-    at T-1: no next token in the prompt): log p_i = z_i - m - log sum_j exp(z_j - m), m = max z.
-    Only those k + 1 probabilities per row are formed, in float64, never the (T, V) table of
-    them; the normaliser's V terms are float32 exponentials (each within 1.2e-7 of its float64
-    value, 10x faster) summed in float64."""
-    z = np.asarray(logits, dtype=np.float32)
+def masked(logits: np.ndarray, never: tuple[int, ...]) -> np.ndarray:
+    """float32 logits with the never-generated ids at -inf (the sampler's rule)."""
+    z = np.array(logits, dtype=np.float32)
+    if never:
+        z[:, list(never)] = -np.inf
+    return z
+
+
+def distribution(z: np.ndarray, after: np.ndarray, k: int,
+                 final: tuple[np.ndarray, np.ndarray] | None = None
+                 ) -> tuple[Rows, np.ndarray]:
+    """The `Rows` of logits z (n, V) (never-generated ids already -inf), the token after each
+    row `after` (n,) (-1: none), and p = softmax(z) (n, V) float32 for the next layers' KL.
+
+    log p_i = z_i - m - log S, m = max z, S = sum_j exp(z_j - m): only the top k and x_t+1's
+    probabilities are formed, in float64; the normaliser's V terms are float32 exponentials
+    (each within 1.2e-7 of its float64 value, 10x faster) summed in float64. With u = z - m,
+
+        H(p)        = log S - sum_i p_i u_i
+        KL(q || p)  = sum_i q_i (ln q_i - ln p_i) = -H(q) - sum_i q_i u_i + log S
+
+    for q = `final` = (p_L, H(p_L)), each a float32 product summed in float64 (a never-generated
+    id has p = q = 0 and u = -inf: its term is 0)."""
     peak = z.max(axis=-1, keepdims=True)
-    log_norm = np.log(np.exp(z - peak).sum(axis=-1, dtype=np.float64, keepdims=True))
-    log_norm += peak  # log sum_j exp(z_j), float64: then log p_i = z_i - log_norm exactly
+    u = z - peak
+    e = np.exp(u)
+    total = e.sum(axis=-1, dtype=np.float64)
+    log_norm = np.log(total)
+    u[~np.isfinite(u)] = 0.0  # (0 * -inf would be NaN; those terms are 0)
+    entropy = log_norm - (e * u).sum(axis=-1, dtype=np.float64) / total
+    kl = np.zeros_like(entropy)
+    if final is not None:
+        q, q_entropy = final
+        kl = -q_entropy - (q * u).sum(axis=-1, dtype=np.float64) + log_norm
     top = top_k(z, k)
-    log_p = np.take_along_axis(z, top, axis=-1).astype(np.float64) - log_norm
-    following = np.full(z.shape[0], np.nan)
-    rows = np.arange(len(ids) - 1)
-    following[:-1] = np.exp(z[rows, ids[1:]].astype(np.float64) - log_norm[rows, 0])
-    return TopK(top, np.exp(log_p)), following
+    log_p = (np.take_along_axis(z, top, axis=-1).astype(np.float64)
+             - (peak.astype(np.float64) + log_norm[:, None]))
+    rows = np.flatnonzero(after >= 0)
+    following = np.full(len(z), np.nan)
+    rank = np.zeros(len(z), dtype=np.int64)
+    target = z[rows, after[rows]]
+    following[rows] = np.exp(target.astype(np.float64) - peak[rows, 0] - log_norm[rows])
+    rank[rows] = 1 + (z[rows] > target[:, None]).sum(axis=-1)
+    p = (e / total[:, None]).astype(np.float32)
+    return Rows(TopK(top, np.exp(log_p)), following, rank, entropy, np.maximum(kl, 0.0)), p
+
+
+def _joined(parts: list[Rows]) -> Rows:
+    cat = np.concatenate
+    return Rows(TopK(cat([r.top.ids for r in parts]), cat([r.top.probs for r in parts])),
+                cat([r.following for r in parts]), cat([r.rank for r in parts]),
+                cat([r.entropy for r in parts]), cat([r.kl for r in parts]))
 
 
 def lens_distributions(trace: Trace, residuals: list[np.ndarray], ids: list[int], k: int
-                       ) -> list[tuple[TopK, np.ndarray]]:
-    """`distribution` of each residual stream's lens, put through the head LENS_ROWS rows at a
-    time (several layers of a short prompt in one product: Norm_f and the head act row by
-    row)."""
+                       ) -> list[Rows]:
+    """The `Rows` of each residual stream's lens (the last one: the model's own distribution,
+    which the others' KL is measured against), LENS_ROWS positions at a time; several layers of
+    a short prompt go through the head in one product (Norm_f and the head act row by row)."""
     n = len(ids)
-    group = max(1, LENS_ROWS // n)
-    out = []
-    for start in range(0, len(residuals), group):
-        logits = trace.lens(np.concatenate(residuals[start:start + group]))
-        out += [distribution(logits[i:i + n], ids, k) for i in range(0, len(logits), n)]
-    return out
+    after = np.asarray(ids[1:] + [-1], dtype=np.int64)
+    parts: list[list[Rows]] = [[] for _ in residuals]
+    for a in range(0, n, LENS_ROWS):
+        b = min(n, a + LENS_ROWS)
+        last, p = distribution(masked(trace.lens(residuals[-1][a:b]), trace.never), after[a:b], k)
+        parts[-1].append(last)
+        group = max(1, LENS_ROWS // (b - a))
+        for start in range(0, len(residuals) - 1, group):
+            stop = min(len(residuals) - 1, start + group)
+            logits = masked(trace.lens(np.concatenate([h[a:b] for h in residuals[start:stop]])),
+                            trace.never)
+            for i, layer in enumerate(range(start, stop)):
+                rows, _ = distribution(logits[i * (b - a):(i + 1) * (b - a)], after[a:b], k,
+                                       (p, last.entropy))
+                parts[layer].append(rows)
+    return [_joined(layer) for layer in parts]
 
 
 def rope_angles(n_positions: int, cfg: ModelConfig) -> np.ndarray:
@@ -130,14 +201,19 @@ def rope_angles(n_positions: int, cfg: ModelConfig) -> np.ndarray:
 
 
 def inspection(trace: Trace, cfg: ModelConfig, ids: list[int], k: int = 5,
-               lens: bool = True) -> Inspection:
+               lens: bool = True, logits_at: tuple[int, ...] = ()) -> Inspection:
     """The `Inspection` of a prompt from its engine's `Trace`, the top `k` tokens per row; the
-    logit lens of every layer with `lens`, else only the last layer's (the next token)."""
+    logit lens of every layer with `lens`, else only the last layer's (the next token); the
+    final logits of the positions `logits_at`."""
     ids = [int(i) for i in ids]
-    tops, nexts = zip(*lens_distributions(trace, trace.residuals if lens
-                                          else trace.residuals[-1:], ids, k))
-    layers = (TopK(np.stack([t.ids for t in tops]), np.stack([t.probs for t in tops]))
-              if lens else None)
+    layers = lens_distributions(trace, trace.residuals if lens else trace.residuals[-1:], ids, k)
+    last = layers[-1]
+    stacked = lambda f: np.stack([f(r) for r in layers]) if lens else None  # noqa: E731
+    lens_top = (TopK(stacked(lambda r: r.top.ids), stacked(lambda r: r.top.probs))
+                if lens else None)
+    rows = sorted(set(int(t) for t in logits_at))
+    logits = ({} if not rows else
+              dict(zip(rows, masked(trace.lens(trace.residuals[-1][rows]), trace.never))))
     if cfg.pos_encoding == "none":  # no positional encoding: nothing to show
         table, width = np.zeros((len(ids), 0)), 0
     elif cfg.pos_encoding == "rope_terms":  # turned by the index of each token's number
@@ -154,6 +230,8 @@ def inspection(trace: Trace, cfg: ModelConfig, ids: list[int], k: int = 5,
     else:
         table, width = trace.positions, cfg.n_embd
     attention = [np.asarray(a, dtype=np.float32) for a in trace.attention]
-    return Inspection(ids, attention, tops[-1], nexts[-1], layers,
-                      np.stack(nexts) if lens else None, cfg.pos_encoding,
+    return Inspection(ids, attention, last.top, last.following, lens_top,
+                      stacked(lambda r: r.following), stacked(lambda r: r.rank),
+                      stacked(lambda r: r.entropy), stacked(lambda r: r.kl), last.entropy,
+                      logits, cfg.pos_encoding,
                       np.asarray(table[:, :MAX_POSITION_COLUMNS], dtype=np.float64), width)

@@ -6,6 +6,7 @@ over the prompt that keeps every layer's attention weights and residual stream.
     h_0 .. h_{L-1}, h_L                      the inputs of each block and of the final norm
                                              (forward pre-hooks: the model is not changed)
     lens(h) = Norm_f(h) W_head^T (+ b)       the model's own final norm and head
+    never                                    the ids its sampler never draws
 """
 
 from __future__ import annotations
@@ -49,4 +50,4 @@ def trace(lm: TorchLM, ids: Sequence[int]) -> Trace:
             return _numpy(model.head(model.ln_f(x), model.tok_emb.table()))
 
     return Trace([_numpy(a[0]) for a in attention], [_numpy(h[0]) for h in residuals], lens,
-                 positions)
+                 positions, tuple(lm.never_generate))

@@ -4,6 +4,7 @@ over the prompt that keeps every layer's attention weights and residual stream.
     A_l = softmax(Q K^T / sqrt(d_k) + M)     read from each block's attention cache
     h_0, h_1 .. h_L                          gpt_forward's `residuals`
     lens(h) = Norm_f(h) W_head^T (+ b)       the model's own final norm and head
+    never                                    the ids its sampler never draws
 """
 
 from __future__ import annotations
@@ -36,4 +37,5 @@ def trace(lm: NumpyLM, ids: Sequence[int]) -> Trace:
     embed = POSITIONS[cfg.pos_encoding].embed_forward
     positions = None if embed is None else embed(params, cfg, slice(0, idx.shape[1]),
                                                  lm.dtype)[0]
-    return Trace(attention, [h[0] for h in residuals], lens, positions)
+    return Trace(attention, [h[0] for h in residuals], lens, positions,
+                 tuple(lm.never_generate))

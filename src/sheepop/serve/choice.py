@@ -10,7 +10,12 @@ the request's end tokens (EOS; <|end|> in a chat; not shown), at a stop string (
 or after `max_tokens` tokens. Each token gives one `Event`, which the app turns into OpenAI's JSON.
 
 Log-probabilities are those of the model's own distribution, log softmax(z) with the
-never-generated ids at -inf, whatever the temperature or top-p the token was drawn with.
+never-generated ids at -inf, whatever the temperature or top-p the token was drawn with (as
+OpenAI's and vLLM's are). Beside them each generated token's `Sampled` says what the token was
+actually drawn from: q, the distribution after the repetition penalty, temperature, top-k and
+top-p (`sheepop.generation.generate.next_token`'s; greedy: all of q on the argmax), its
+log q for the chosen token and its likeliest tokens (sheepop's extension of the JSON,
+`sampled`, which the page tints by).
 """
 
 from __future__ import annotations
@@ -33,10 +38,18 @@ NOT_FINITE = ApiError(422, "the model's logits are not finite (NaN or infinite: 
 
 
 @dataclass
+class Sampled:
+    """The distribution q a token was drawn from (log q; -inf where q = 0)."""
+    logprob: float                       # log q of the token drawn
+    top: list[tuple[int, float, float]]  # q's likeliest tokens (q > 0): (id, log q, log p)
+
+
+@dataclass
 class Logprob:
     token: int
     logprob: float | None  # (None: a prompt's first token, which nothing predicts)
     top: list[tuple[int, float]]  # the most likely tokens and their log-probabilities
+    sampled: Sampled | None = None  # (generated tokens only)
 
 
 @dataclass
@@ -57,6 +70,15 @@ def log_softmax(logits: np.ndarray, never: Sequence[int]) -> np.ndarray:
     z[list(never)] = -np.inf
     m = z.max()
     return z - (m + np.log(np.exp(z - m).sum()))
+
+
+def sampled(q: np.ndarray, logp: np.ndarray, token: int, k: int) -> Sampled:
+    """The `Sampled` of distribution q (V,) whose draw was `token`; logp: log p, the model's."""
+    top = np.flatnonzero(q > 0)
+    top = top[np.argsort(-q[top], kind="stable")[:k]]
+    with np.errstate(divide="ignore"):
+        return Sampled(float(np.log(q[token])),
+                       [(int(i), float(np.log(q[i])), float(logp[i])) for i in top])
 
 
 def logprob(logp: np.ndarray, token: int, k: int) -> Logprob:
@@ -102,7 +124,8 @@ class Choice:
         """Draw the next token from `logits` (V,); the event it makes."""
         r = self.job.request
         try:
-            token, _ = next_token(logits, r.sample, self.rng, self.seen, never=never)
+            token, q = next_token(logits, r.sample, self.rng, self.seen,
+                                  want_probs=r.logprobs is not None, never=never)
         except NonFiniteLogits:  # (weights that overflow: no distribution to draw)
             self.finish = "error"
             return Event(self.index, error=NOT_FINITE)
@@ -114,7 +137,12 @@ class Choice:
             return self._ended(Event(self.index, token=token), "stop")
         lp = None
         if r.logprobs is not None:
-            lp = logprob(log_softmax(logits, never), token, r.logprobs)
+            logp = log_softmax(logits, never)
+            lp = logprob(logp, token, r.logprobs)
+            if r.sample.temperature <= 0:  # greedy: next_token reports softmax(z); q is 1-hot
+                q = np.zeros(len(logp))
+                q[token] = 1.0
+            lp.sampled = sampled(q, logp, token, r.logprobs)
         event = Event(self.index, self.cut.feed(self.decoder.step(token)), token, lp)
         if self.cut.stopped:
             return self._ended(event, "stop")

@@ -6,20 +6,27 @@
                        own, with the assistant's turn opened), "top" (1..20, default 5),
                        "layers" (the attention of these layers only; default all), "lens"
                        (false: neither compute nor send the logit lens: on a 49k vocabulary
-                       it is most of the time)
+                       it is most of the time), "generated" (token ids appended after the
+                       prompt or the opened assistant turn: what the model generated),
+                       "logits_at" (a position: its final logits z, all V of them, as
+                       little-endian float32 in base64, for a client to sample from)
 
 The answer, computed by the model's own engine on the scheduler's thread between two decode
 steps (sheepop.inference.load.inspect): `attention.weights[l][h][t]` is row t of layer l's head h,
 query t over keys 0..t (the causal triangle; the zeros above it are left out), rounded to 7
 decimals; `lens` the top tokens each layer's residual stream predicts at each position through
 the final norm and the head; `next` the model's own next-token distribution at each position;
-`positions` the positional encoding in use. A prompt longer than the context, or an answer
-larger than MAX_ATTENTION_CELLS weights, is refused with a 400 that says what to ask instead.
+`positions` the positional encoding in use. Every distribution excludes the model's
+never-generated ids (`never_generate`: padding, BOS, unknown), as its sampler and the API's
+logprobs do, so one token's p is the same number in every view. A prompt longer than the
+context, or an answer larger than MAX_ATTENTION_CELLS weights, is refused with a 400 that says
+what to ask instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import math
 from collections.abc import Callable
 from typing import Any
@@ -86,14 +93,20 @@ def _prompt_ids(body: dict, tokenizer: Tokenizer) -> list[int]:
     p = body.get("prompt")
     if isinstance(p, str) and p:
         return tokenizer.encode(p)
-    if isinstance(p, list) and p and all(type(i) is int for i in p):
-        wrong = next((i for i in p if not 0 <= i < tokenizer.vocab_size), None)
-        if wrong is not None:
-            raise bad("prompt", f"token id {wrong} is outside the vocabulary "
-                                f"(0..{tokenizer.vocab_size - 1})")
-        return list(p)
+    if isinstance(p, list) and p:
+        return _token_ids(p, "prompt", tokenizer)
     raise bad("prompt", "'prompt' must be a non-empty string or list of token ids, not "
                         f"{shown(p)}")
+
+
+def _token_ids(ids: Any, name: str, tokenizer: Tokenizer) -> list[int]:
+    if not isinstance(ids, list) or not all(type(i) is int for i in ids):
+        raise bad(name, f"'{name}' must be a list of token ids, not {shown(ids)}")
+    wrong = next((i for i in ids if not 0 <= i < tokenizer.vocab_size), None)
+    if wrong is not None:
+        raise bad(name, f"token id {wrong} is outside the vocabulary "
+                        f"(0..{tokenizer.vocab_size - 1})")
+    return list(ids)
 
 
 def _options(body: dict, n_layer: int) -> tuple[int, list[int], bool]:
@@ -111,8 +124,8 @@ def _options(body: dict, n_layer: int) -> tuple[int, list[int], bool]:
     return top, sorted(set(layers)), lens
 
 
-def _checked(body: Any, model: InferenceModel, name: str) -> tuple[list[int], int, list[int],
-                                                                     bool]:
+def _checked(body: Any, model: InferenceModel, name: str
+             ) -> tuple[list[int], int, list[int], bool, tuple[int, ...]]:
     if not isinstance(body, dict):
         raise bad(None, "the request body must be a JSON object")
     if body.get("model") not in (None, name):
@@ -120,6 +133,7 @@ def _checked(body: Any, model: InferenceModel, name: str) -> tuple[list[int], in
                             f"serves '{name}'", param="model", code="model_not_found")
     m = model.config.model
     ids = _prompt_ids(body, model.tokenizer)
+    ids += _token_ids(body.get("generated", []), "generated", model.tokenizer)
     if len(ids) > m.block_size:
         raise bad("prompt", f"This model's maximum context length is {m.block_size} tokens; "
                             f"the prompt holds {len(ids)}. Inspect a shorter prompt.",
@@ -131,7 +145,11 @@ def _checked(body: Any, model: InferenceModel, name: str) -> tuple[list[int], in
                             f"{cells} weights, more than this server answers at once "
                             f"({MAX_ATTENTION_CELLS}): ask for fewer 'layers'",
                   code="response_too_large")
-    return ids, top, layers, lens
+    at = body.get("logits_at")
+    if at is not None and (type(at) is not int or not 0 <= at < len(ids)):
+        raise bad("logits_at", f"'logits_at' must be a position 0..{len(ids) - 1} of the "
+                               f"{len(ids)} tokens, not {shown(at)}")
+    return ids, top, layers, lens, () if at is None else (at,)
 
 
 def _top(top: TopK, text: Callable[[int], str]) -> dict[str, Any]:
@@ -146,7 +164,7 @@ def _maybe(values: np.ndarray) -> list:
 
 
 def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], str],
-            name: str) -> dict[str, Any]:
+            name: str, never: tuple[int, ...] = ()) -> dict[str, Any]:
     """The JSON answer of an `Inspection` (see the module's docstring)."""
     weights = [[[row[:t + 1] for t, row in enumerate(np.round(head.astype(np.float64), 7)
                                                       .tolist())]
@@ -156,7 +174,9 @@ def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], 
         "tokens": [{"id": i, "text": text(i)} for i in x.ids],
         "n_layer": len(x.attention), "n_head": x.attention[0].shape[0],
         "attention": {"layers": layers, "weights": weights},
-        "next": {**_top(x.next, text), "next_prob": _maybe(x.next_prob)},
+        "next": {**_top(x.next, text), "next_prob": _maybe(x.next_prob),
+                 "entropy": x.next_entropy.tolist()},
+        "never_generate": list(never),
         "positions": {"kind": x.positions_kind, "values": x.positions.tolist(),
                       "columns": x.position_columns,
                       "formula": POSITION_FORMULAS[x.positions_kind]},
@@ -164,7 +184,12 @@ def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], 
     if lens and x.lens is not None:
         names = [EMBEDDING] + [f"block {i}" for i in range(1, len(x.attention) + 1)]
         out["lens"] = {"layers": names, **_top(x.lens, text),
-                       "next_prob": [_maybe(row) for row in x.lens_next]}
+                       "next_prob": [_maybe(row) for row in x.lens_next],
+                       "rank": [[int(r) or None for r in row] for row in x.lens_rank],
+                       "entropy": x.lens_entropy.tolist(), "kl": x.lens_kl.tolist()}
+    for t, z in x.logits.items():  # (-inf stays -inf in float32: a never-generated id)
+        out["logits"] = {"position": t, "vocab_size": len(z),
+                         "float32": base64.b64encode(z.astype("<f4").tobytes()).decode()}
     return out
 
 
@@ -185,15 +210,17 @@ async def shape(request: HttpRequest) -> JSONResponse:
 async def inspect_prompt(request: HttpRequest) -> JSONResponse:
     st = request.app.state
     body = await read_json(request, st.settings.max_body)
-    ids, top, layers, lens = _checked(body, st.model, st.settings.name)
-    future = st.scheduler.call(lambda model: inspect(model, ids, top, lens))
+    ids, top, layers, lens, at = _checked(body, st.model, st.settings.name)
+    future = st.scheduler.call(lambda model: inspect(model, ids, top, lens, at))
     result = await asyncio.wrap_future(future)
     if not _finite(result):
         raise ApiError(422, "the model's activations are not finite (NaN or infinite: its "
                             "weights overflow), so there is nothing to inspect",
                        code="non_finite_logits")
     text = lambda i: st.texts(i)[0]  # noqa: E731
-    out = await anyio.to_thread.run_sync(to_json, result, layers, lens, text, st.settings.name)
+    never = tuple(st.model.lm.never_generate)
+    out = await anyio.to_thread.run_sync(to_json, result, layers, lens, text, st.settings.name,
+                                         never)
     return FiniteJSONResponse(out)
 
 

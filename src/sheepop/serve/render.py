@@ -13,6 +13,10 @@ Log-probabilities: completions use the legacy shape (tokens, token_logprobs, top
 top_logprobs: [{token, logprob, bytes}]}]). A token that is not whole UTF-8 on its own (a piece
 of a multi-byte character) is written "bytes:\\xe2\\x80" as OpenAI does; `bytes` always holds its
 bytes.
+A generated token's entry also carries sheepop's `sampled` (null for an echoed prompt token):
+{"id": its token id, "logprob": log q, "top_logprobs": [{"token", "id", "logprob": log q,
+"model_logprob": log p}]}, q the distribution it was drawn from (sheepop.serve.choice);
+completions list them in `logprobs.sampled`, one per token.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ class Render:
             return {"content": [self._chat_entry(e) for e in entries],
                     "refusal": None}
         out: dict[str, list] = {"tokens": [], "token_logprobs": [], "top_logprobs": [],
-                                "text_offset": []}
+                                "text_offset": [], "sampled": []}
         for e in entries:
             token = self.texts(e.token)[0]
             out["tokens"].append(token)
@@ -83,6 +87,7 @@ class Render:
             out["top_logprobs"].append(
                 None if e.logprob is None else {self.texts(i)[0]: lp for i, lp in e.top})
             out["text_offset"].append(self.offset[index])
+            out["sampled"].append(self._sampled(e))
             self.offset[index] += len(token)
         return out
 
@@ -90,7 +95,17 @@ class Render:
         def one(i: int, lp: float) -> dict[str, Any]:
             text, data = self.texts(i)
             return {"token": text, "logprob": lp, "bytes": data}
-        return {**one(e.token, e.logprob), "top_logprobs": [one(i, lp) for i, lp in e.top]}
+        return {**one(e.token, e.logprob), "top_logprobs": [one(i, lp) for i, lp in e.top],
+                "sampled": self._sampled(e)}
+
+    def _sampled(self, e: Logprob) -> dict[str, Any] | None:
+        """sheepop's extension: what the token was drawn from (see the module's docstring)."""
+        q = e.sampled
+        if q is None:
+            return None
+        return {"id": e.token, "logprob": q.logprob, "top_logprobs": [
+            {"token": self.texts(i)[0], "id": i, "logprob": lq, "model_logprob": lp}
+            for i, lq, lp in q.top]}
 
     def _prompt_entries(self, prompt_index: int, event: Event) -> list[Logprob]:
         """Echo with logprobs: the prompt's tokens come first (the first has no logprob)."""
