@@ -19,7 +19,7 @@ from starlette.responses import FileResponse, PlainTextResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sheepop.serve import inspect, runs
+from sheepop.serve import backward, inspect, runs, trace
 from sheepop.serve.protocol import ApiError
 
 STATIC = Path(__file__).with_name("static")
@@ -48,5 +48,6 @@ def routes(run_dir: str | Path | None, runs_dir: str | Path | None = None) -> li
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
             Route("/docs/math/{page}", math_page, methods=["GET"]),
             *inspect.ROUTES,
+            *trace.ROUTES, *backward.ROUTES,  # the Step and Backprop views (issue 30)
             *runs.routes(None if run_dir is None else Path(run_dir),
                          None if runs_dir is None else Path(runs_dir))]

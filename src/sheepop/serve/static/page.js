@@ -3,6 +3,8 @@ import { $, api, KEY_STORE } from "./common.js";
 import { generateView } from "./generate.js";
 import { insideView } from "./inside.js";
 import { runsView } from "./runs.js";
+import { stepView } from "./step.js";  // issue 30: Step and Backprop
+import { backwardView } from "./backward.js";
 
 // What the views share: the model's shape and the last prompt generated from
 // ({prompt: text} or {messages: [...]} for a chat model: what /v1/inspect is asked).
@@ -53,6 +55,8 @@ async function start() {
   views.generate = generateView(state);
   views.inside = insideView(state);
   views.runs = runsView(state);
+  views.step = stepView(state);
+  views.backward = backwardView(state);
   const first = location.hash.slice(1);
   select(views[first] ? first : "generate");
 }

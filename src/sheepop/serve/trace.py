@@ -1,0 +1,209 @@
+"""`POST /v1/trace`: one token through the served model, every step of docs/math with its numbers
+(the page's "Step" view; docs/page.md).
+
+    {"prompt": "text" | [ids]} or {"messages": [...]}   as /v1/inspect (sheepop.serve.inspect)
+    "continuation"   token texts generated after it (each encoded and appended): a generated
+                     token is traced like a prompt token
+    "position"       the token t traced (default: the last), "layer" l (default 0)
+    "temperature", "top_k", "top_p", "repetition_penalty", "seed"   the sampling of z_t
+    "full_vocab"     true: the whole z_t and p_t (n_vocab numbers each) come too
+
+The steps (sheepop.arch.trace) are computed from the model's weights in NumPy, on the
+scheduler's thread between two decode steps; the sampling of z_t is generation's own
+(sheepop.generation.sample): the tokens generation never emits (padding, BOS, unknown) set to
+-inf, the repetition penalty, then p = softmax(z / tau), top-k, top-p, and the draw u ~ U(0, 1)
+from numpy.random.default_rng(seed), the first index where the CDF passes u.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from sheepop.arch.trace import FFNStep, NormStep, TokenTrace, trace_token
+from sheepop.errors import UserError
+from sheepop.files import shown
+from sheepop.generation.sample import draw, penalize_repeats, probabilities, softmax
+from sheepop.inference.load import InferenceModel, never_generated
+from sheepop.inference.weights import model_weights
+from sheepop.serve.app import read_json
+from sheepop.serve.inspect import _prompt_ids
+from sheepop.serve.json_out import FiniteJSONResponse
+from sheepop.serve.protocol import ApiError, bad
+
+SHOWN_TOKENS = 20
+"""Rows of the sampling table: the likeliest tokens after temperature (and the drawn and the
+actual next token)."""
+DIGITS = 7
+
+
+def vec(x: np.ndarray) -> list[float]:
+    return np.round(np.asarray(x, dtype=np.float64), DIGITS).tolist()
+
+
+def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
+    v = body.get(name, default)
+    if type(v) not in (int, float) or not (low <= v <= high):
+        raise bad(name, f"'{name}' must be a number between {low:g} and {high:g}, not {shown(v)}")
+    return float(v)
+
+
+def _integer(body: dict, name: str, default: int | None, low: int, high: int) -> int | None:
+    v = body.get(name, default)
+    if v is None and default is None:
+        return None
+    if type(v) is not int or not low <= v <= high:
+        raise bad(name, f"'{name}' must be an integer between {low} and {high}, not {shown(v)}")
+    return v
+
+
+def request_ids(body: Any, model: InferenceModel) -> tuple[list[int], int]:
+    """(the prompt's ids and the continuation's after them, how many are the prompt's)."""
+    if not isinstance(body, dict):
+        raise bad(None, "the request body must be a JSON object")
+    ids = _prompt_ids(body, model.tokenizer)
+    prompt = len(ids)
+    more = body.get("continuation", [])
+    if not isinstance(more, list) or not all(isinstance(s, str) for s in more):
+        raise bad("continuation", f"'continuation' must be a list of token texts, not "
+                                  f"{shown(more)}")
+    for text in more:
+        ids += model.tokenizer.encode(text) if text else []
+    context = model.config.model.block_size
+    if len(ids) > context:
+        raise bad("prompt", f"This model's maximum context length is {context} tokens; the "
+                            f"prompt and continuation hold {len(ids)}. Trace a shorter one.",
+                  code="context_length_exceeded")
+    return ids, prompt
+
+
+def _norm_json(n: NormStep) -> dict[str, Any]:
+    return {"kind": n.kind, "x": vec(n.x), "mean": n.mean, "var": n.var, "x_hat": vec(n.x_hat),
+            "y": vec(n.y)}
+
+
+def _ffn_json(f: FFNStep) -> dict[str, Any]:
+    out = {"kind": f.kind, "activation": f.activation, "pre": vec(f.pre), "act": vec(f.act),
+           "out": vec(f.out)}
+    if f.kind == "swiglu":
+        out.update(up=vec(f.up), gate_act=vec(f.gate_act))
+    return out
+
+
+def sampling(z: np.ndarray, ids: list[int], t: int, never: list[int], settings: dict,
+             text) -> dict[str, Any]:
+    """The distributions of the next token after position t, as generation draws it: p (the
+    model's, softmax z over the whole vocabulary), p_tau (banned tokens removed, repetition
+    penalty, temperature), p_k (top-k), p_final (top-p), the draw, and the actual next token."""
+    tau, k, top_p, penalty, seed = (settings[n] for n in ("temperature", "top_k", "top_p",
+                                                         "repetition_penalty", "seed"))
+    p = softmax(z)
+    zz = np.asarray(z, dtype=np.float64).copy()
+    zz[never] = -np.inf
+    seen = np.zeros(zz.shape, dtype=bool)
+    seen[ids[:t + 1]] = True
+    zz = penalize_repeats(zz, seen, penalty)
+    p_tau = probabilities(zz, tau, 0, 1.0)
+    p_k = probabilities(zz, tau, k, 1.0)
+    p_final = probabilities(zz, tau, k, top_p)
+    u = float(np.random.default_rng(seed).random())
+    chosen = int(draw(p_final, np.random.default_rng(seed)))
+    actual = ids[t + 1] if t + 1 < len(ids) else None
+    order = np.argsort(-p_tau, kind="stable")[:SHOWN_TOKENS].tolist()
+    order += [i for i in (chosen, actual) if i is not None and i not in order]
+    rank = lambda i: int((p > p[i]).sum()) + 1  # noqa: E731
+    rows = [{"id": i, "text": text(i), "z": float(z[i]), "p": float(p[i]),
+             "p_tau": float(p_tau[i]), "p_k": float(p_k[i]), "p_final": float(p_final[i]),
+             "rank": rank(i)} for i in order]
+    return {**settings, "banned": [{"id": i, "text": text(i)} for i in never], "rows": rows,
+            "kept_k": int((p_k > 0).sum()), "kept_p": int((p_final > 0).sum()),
+            "sum_k": float(p_k.sum()), "sum_final": float(p_final.sum()),
+            "draw": {"u": u, "id": chosen, "text": text(chosen),
+                     "cdf_before": float(p_final[:chosen].sum()),
+                     "cdf_at": float(p_final[:chosen + 1].sum())},
+            "actual": None if actual is None else {"id": actual, "text": text(actual)}}
+
+
+def to_json(x: TokenTrace, model: InferenceModel, settings: dict, full_vocab: bool, text,
+            prompt_tokens: int) -> dict[str, Any]:
+    m = model.config.model
+    z = x.logits.astype(np.float64)
+    top = np.argsort(-z, kind="stable")[:10].tolist()
+    block = {"h_in": vec(x.h_in), "norm1": _norm_json(x.norm1),
+             "heads": [{"kv_head": h.kv_head, "q_pre": vec(h.q_pre), "q": vec(h.q),
+                        "k_pre": vec(h.k_pre), "k": vec(h.k), "v": vec(h.v), "raw": vec(h.raw),
+                        "allowed": h.allowed.tolist(), "weights": vec(h.weights),
+                        "out": vec(h.out)} for h in x.heads],
+             "concat": vec(x.concat), "attn_out": vec(x.attn_out), "x1": vec(x.x1),
+             "norm2": _norm_json(x.norm2), "ffn": _ffn_json(x.ffn), "x2": vec(x.x2)}
+    logits = {"size": int(z.size), "norm": float(np.linalg.norm(z)), "min": float(z.min()),
+              "max": float(z.max()), "mean": float(z.mean()), "first": vec(z[:8]),
+              "top": [{"id": i, "text": text(i), "z": float(z[i])} for i in top]}
+    if full_vocab:
+        logits["full"] = np.round(z, 4).tolist()
+        logits["probs"] = np.round(softmax(z), 9).tolist()
+    return {
+        "object": "trace", "tokens": [{"id": i, "text": text(i)} for i in x.ids],
+        "prompt_tokens": prompt_tokens, "position": x.position, "layer": x.layer,
+        "shape": {"n_layer": m.n_layer, "n_head": m.n_head, "n_kv_head": m.kv_heads,
+                  "n_embd": m.n_embd, "d_k": m.head_dim, "d_ff": m.ffn_dim,
+                  "vocab_size": m.vocab_size, "norm": m.norm, "ffn": m.ffn,
+                  "activation": m.activation, "pos_encoding": m.pos_encoding,
+                  "eps": m.ln_eps, "rope_theta": m.rope_theta,
+                  "pos_scale": m.sinusoid_scale if m.pos_encoding == "sinusoidal" else None,
+                  "tied": m.tie_weights, "head_bias": m.head_bias},
+        "embedding": {"token": vec(x.token),
+                      "position": None if x.pos_term is None else vec(x.pos_term)},
+        "stream_norms": x.stream_norms, "block": block,
+        "final_norm": _norm_json(x.final_norm), "logits": logits,
+        "sampling": sampling(x.logits, x.ids, x.position,
+                             never_generated(model.tokenizer), settings, text),
+    }
+
+
+def _settings(body: dict, model: InferenceModel) -> dict[str, Any]:
+    return {"temperature": _number(body, "temperature", 1.0, 0.0, 100.0),
+            "top_k": _integer(body, "top_k", 0, 0, model.config.model.vocab_size),
+            "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0),
+            "repetition_penalty": _number(body, "repetition_penalty", 1.0, 1e-3, 100.0),
+            "seed": _integer(body, "seed", 0, 0, 2 ** 32 - 1)}
+
+
+async def trace(request: HttpRequest) -> JSONResponse:
+    st = request.app.state
+    started = time.perf_counter()
+    body = await read_json(request, st.settings.max_body)
+    model: InferenceModel = st.model
+    ids, prompt_tokens = request_ids(body, model)
+    position = _integer(body, "position", len(ids) - 1, 0, len(ids) - 1)
+    layer = _integer(body, "layer", 0, 0, model.config.model.n_layer - 1)
+    settings = _settings(body, model)
+    full_vocab = body.get("full_vocab", False)
+    if type(full_vocab) is not bool:
+        raise bad("full_vocab", f"'full_vocab' must be true or false, not {shown(full_vocab)}")
+    text = lambda i: st.texts(i)[0]  # noqa: E731
+
+    def run(m: InferenceModel) -> dict[str, Any]:
+        x = trace_token(model_weights(m), m.config.model, ids, position, layer)
+        if not np.isfinite(x.logits).all():
+            raise ApiError(422, "the model's activations are not finite (NaN or infinite: "
+                                "its weights overflow), so there is nothing to trace",
+                           code="non_finite_logits")
+        return to_json(x, m, settings, full_vocab, text, prompt_tokens)
+
+    try:
+        out = await asyncio.wrap_future(st.scheduler.call(run))
+    except UserError as e:
+        raise bad(None, str(e)) from None
+    out["model"] = st.settings.name
+    out["seconds"] = round(time.perf_counter() - started, 4)
+    return FiniteJSONResponse(out)
+
+
+ROUTES = [Route("/v1/trace", trace, methods=["POST"])]
