@@ -118,3 +118,56 @@ def test_train_help_states_the_defaults_that_apply(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "optimizer steps (train.steps; default: 1500 with the tiny preset)" in out
     assert "(train.seed; default: 1337)" in out
+
+
+GPT2_SHAPED = ["--set", "model.pos_encoding=learned", "--set", "model.activation=gelu_tanh"]
+
+
+def test_export_into_a_model_directory_needs_overwrite_and_leaves_no_stale_file(
+        trained, capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    runs = {}
+    for kind in ("bpe", "char"):
+        runs[kind] = tmp_path / kind
+        assert main(["train", str(text), "--out", str(runs[kind]), *TINY, *GPT2_SHAPED,
+                     "--steps", "1", "--set", "train.warmup_steps=1", "--tokenizer", kind,
+                     "--vocab-size", "300" if kind == "bpe" else "0"]) == 0
+    alone = tmp_path / "alone"
+    assert main(["export", str(runs["char"]), str(alone), "--to", "hf-gpt2"]) == 0
+    out = tmp_path / "out"
+    assert main(["export", str(runs["bpe"]), str(out), "--to", "hf-gpt2"]) == 0
+    bpe_files = {p.name for p in out.iterdir()}
+    assert {"merges.txt", "vocab.json"} <= bpe_files
+    capsys.readouterr()
+    fails(capsys, ["export", str(runs["char"]), str(out), "--to", "hf-gpt2"],
+          f"{out} is not empty (it holds config.json, generation_config.json", "--overwrite")
+    assert {p.name for p in out.iterdir()} == bpe_files  # untouched
+    assert main(["export", str(runs["char"]), str(out), "--to", "hf-gpt2", "--overwrite"]) == 0
+    assert {p.name for p in out.iterdir()} == {p.name for p in alone.iterdir()}
+    assert (out / "model.safetensors").read_bytes() == (alone / "model.safetensors").read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing set aside
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    fails(capsys, ["export", str(runs["char"]), str(folder), "--to", "hf-gpt2", "--overwrite"],
+          f"refusing to overwrite {folder}: it holds no model")
+    assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_a_failed_overwrite_puts_the_old_export_back(capsys, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "tokenizer.json").write_text("{}")
+    # a run that is not there: refused after the old export was moved aside
+    assert main(["export", str(tmp_path / "missing"), str(out), "--to", "hf-gpt2",
+                 "--overwrite"]) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "tokenizer.json"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_import_into_a_run_names_overwrite(trained, capsys, tmp_path):
+    (tmp_path / "x.gguf").write_bytes(b"GGUF")
+    fails(capsys, ["import", str(tmp_path / "x.gguf"), str(trained)],
+          f"{trained} already holds a run (use --overwrite to replace it")

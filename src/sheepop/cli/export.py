@@ -35,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "model.bias=false, model.head_bias=false; any model.n_kv_head, tied head or "
                     "not). Other models are refused with the setting that stops them.")
     e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train`")
-    e.add_argument("out_dir", metavar="OUT", help="the directory to write (created), or the "
-                   ".gguf file with --to gguf")
+    e.add_argument("out_dir", metavar="OUT", help="the directory to write (created; one that "
+                   "holds files needs --overwrite), or the .gguf file with --to gguf")
     e.add_argument("--to", choices=FORMATS, help="the format to write")
     e.add_argument("--gguf-type", choices=GGUF_TYPES, default="f32",
                    help="with --to gguf: how the weight matrices are stored: f32 (exact, the "
@@ -49,6 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --to, for a LoRA run: write the base model unmerged and the "
                         "adapters in the PEFT layout in OUT_DIR/adapter (adapter_config.json, "
                         "adapter_model.safetensors); without it a LoRA run is exported merged")
+    e.add_argument("--overwrite", action="store_true",
+                   help="replace what OUT holds (a model directory, or the .gguf file): the "
+                        "old files are removed, none stays beside the new model")
     e.set_defaults(func=run_export)
 
     i = sub.add_parser(
@@ -71,8 +74,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from sheepop.cli.writing import writing
-    with writing(args.out_dir, "the export"):
+    from pathlib import Path
+
+    from sheepop.cli.writing import replacing, writing
+    from sheepop.errors import UserError
+    out = Path(args.out_dir)
+    if args.to == GGUF:  # one file, written under a temporary name and renamed
+        if out.exists() and not args.overwrite:
+            raise UserError(f"{out} already exists (use --overwrite to replace it)")
+        with writing(out, "the export"):
+            return _run_export(args)
+    with writing(out, "the export"), replacing(out, args.overwrite):
         return _run_export(args)
 
 
@@ -120,6 +132,9 @@ def run_import(args: argparse.Namespace) -> int:
     if not Path(args.hf_dir).exists():
         raise UserError(f"model not found: {args.hf_dir} (give a .gguf file or a Hugging Face "
                         "model directory)")
+    if Path(args.run_dir, "config.json").exists() and not args.overwrite:
+        raise UserError(f"{args.run_dir} already holds a run (use --overwrite to replace it, or "
+                        "choose a new RUN_DIR)")
     if Path(args.hf_dir).is_dir():
         from sheepop.interop import import_hf
         cfg, arch = import_hf(args.hf_dir, args.run_dir, overwrite=args.overwrite)

@@ -5,6 +5,9 @@ the system's reason, saying so when the disk is full, instead of a traceback."""
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,3 +23,39 @@ def writing(out: str | Path, what: str = "the output") -> Iterator[None]:
     except OSError as e:
         where = f" ({e.filename})" if e.filename and str(e.filename) != str(out) else ""
         raise UserError(f"cannot write {what} {out}{where}: {describe_os_error(e)}") from None
+
+
+# A directory `--overwrite` may replace: one that holds a model (an export, a run), never any
+# other folder a mistyped OUT could name.
+MODEL_FILES = ("config.json", "model.safetensors")
+
+
+@contextlib.contextmanager
+def replacing(out: str | Path, overwrite: bool) -> Iterator[None]:
+    """Write the directory `out` in the block: a missing or empty `out` is written as it is; a
+    non-empty one is refused without `overwrite`, and with it (a model directory only) moved
+    aside first, so that no file of the old output stays beside the new one (a tokenizer.json
+    the new export does not write), then deleted once the block succeeds, or put back when
+    it fails."""
+    out = Path(out)
+    if not out.is_dir() or not any(out.iterdir()):
+        yield
+        return
+    held = sorted(p.name for p in out.iterdir())
+    shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+    if not overwrite:
+        raise UserError(f"{out} is not empty (it holds {shown}): use --overwrite to replace "
+                        "it, or choose another directory")
+    if not any((out / name).is_file() for name in MODEL_FILES):
+        raise UserError(f"refusing to overwrite {out}: it holds no model (no "
+                        f"{' or '.join(MODEL_FILES)}), only {shown} (choose another directory)")
+    aside = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.replace(out, aside / out.name)
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(aside / out.name, out)
+        shutil.rmtree(aside, ignore_errors=True)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
