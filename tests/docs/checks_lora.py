@@ -16,7 +16,7 @@ from sheepop.config.model_size import param_count
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import add_lora
 from sheepop.model.lora import LoRALinear
-from sheepop.scratch import layers as L
+from sheepop.scratch.lora import Adapter, lora_linear_forward, lora_linear_grads
 
 
 def f64(a) -> np.ndarray:
@@ -28,8 +28,8 @@ def lora_layer(v):
     alpha = float(v["alpha"])
     r = a.shape[0]
     s = alpha / r
-    y, cache = L.linear_forward(x, w, b, L.Adapter(a, bb, s))  # scratch
-    dx, grads = L.linear_grads(dy, cache, "layer")
+    y, cache = lora_linear_forward(x, w, b, Adapter(a, bb, s))  # scratch
+    dx, grads = lora_linear_grads(dy, cache, "layer")
     assert grads["layer.weight"] is None and grads["layer.bias"] is None  # frozen
     base = torch.nn.Linear(w.shape[1], w.shape[0]).double()  # torch autograd
     with torch.no_grad():

@@ -15,8 +15,17 @@ from sheepop.config.schema import ModelConfig
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import LoRALinear, adapter_weights, add_lora, merge_lora
 from sheepop.scratch import layers as L
-from sheepop.scratch.gpt import GPT, gpt_backward, gpt_forward
+from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import init_params
+from sheepop.scratch.lora import (
+    FROZEN,
+    Adapter,
+    LoraGPT,
+    lora_backward,
+    lora_forward,
+    lora_linear_forward,
+    lora_linear_grads,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -69,13 +78,13 @@ def test_adapter_layer_backward_matches_finite_differences(bias):
     w, b = rng.standard_normal((4, 5)), (rng.standard_normal(4) if bias else None)
     a, bb = rng.standard_normal((2, 5)), rng.standard_normal((4, 2))
     dout = rng.standard_normal((2, 3, 4))
-    y, cache = L.linear_forward(x, w, b, L.Adapter(a, bb, 1.5))
+    y, cache = lora_linear_forward(x, w, b, Adapter(a, bb, 1.5))
     np.testing.assert_allclose(y, x @ w.T + (0 if b is None else b) + 1.5 * x @ (bb @ a).T,
                                rtol=1e-13, atol=1e-13)
-    dx, grads = L.linear_grads(dout, cache, "lin")
+    dx, grads = lora_linear_grads(dout, cache, "lin")
     assert grads["lin.weight"] is None and grads["lin.bias"] is None  # W and b are frozen
     analytic = {"x": dx, "a": grads["lin.lora_A"], "bb": grads["lin.lora_B"]}
-    check(lambda: L.linear_forward(x, w, b, L.Adapter(a, bb, 1.5))[0],
+    check(lambda: lora_linear_forward(x, w, b, Adapter(a, bb, 1.5))[0],
           {"x": x, "a": a, "bb": bb}, analytic, dout, tol=1e-8)
     # the identities of docs/finetune.md: dB = s G A^T, dA = s B^T G with G = dy^T x
     G = dout.reshape(-1, 4).T @ x.reshape(-1, 5)
@@ -86,10 +95,10 @@ def test_adapter_layer_backward_matches_finite_differences(bias):
 def test_frozen_layer_without_adapter_gives_dx_only():
     rng = np.random.default_rng(2)
     x, w, b, dout = (rng.standard_normal(s) for s in ((3, 4), (2, 4), (2,), (3, 2)))
-    y, cache = L.linear_forward(x, w, b, L.FROZEN)
+    y, cache = lora_linear_forward(x, w, b, FROZEN)
     plain, plain_cache = L.linear_forward(x, w, b)
     assert np.array_equal(y, plain)
-    dx, grads = L.linear_grads(dout, cache, "lin")
+    dx, grads = lora_linear_grads(dout, cache, "lin")
     assert grads == {"lin.weight": None, "lin.bias": None}
     np.testing.assert_array_equal(dx, L.linear_backward(dout, plain_cache)[0])
 
@@ -99,7 +108,7 @@ def test_adapter_layer_matches_torch_lora_linear_float32():
     x = rng.standard_normal((4, 6)).astype(np.float32)
     w, b = rng.standard_normal((5, 6)).astype(np.float32), rng.standard_normal(5).astype(np.float32)
     a, bb = (rng.standard_normal(s).astype(np.float32) for s in ((3, 6), (5, 3)))
-    y, _ = L.linear_forward(x, w, b, L.Adapter(a, bb, 0.5))
+    y, _ = lora_linear_forward(x, w, b, Adapter(a, bb, 0.5))
     assert y.dtype == np.float32
     base = torch.nn.Linear(6, 5)
     with torch.no_grad():
@@ -124,12 +133,12 @@ def test_whole_model_adapter_gradients_match_finite_differences(shape, new_token
     params, adapters = perturbed(cfg, lora, 4)
     both = {**params, **adapters}
     x, y = batch(cfg, 5)
-    _, _, cache = gpt_forward(both, cfg, x, y, lora=lora)
-    grads = gpt_backward(cache)
+    _, _, cache = lora_forward(both, cfg, x, y, lora=lora)
+    grads = lora_backward(cache)
     assert set(grads) == set(adapters)  # the base model gets no gradient at all
 
     def loss() -> float:
-        return gpt_forward(both, cfg, x, y, lora=lora)[1]
+        return lora_forward(both, cfg, x, y, lora=lora)[1]
 
     rng = np.random.default_rng(6)
     last = cfg.n_layer - 1
@@ -149,8 +158,8 @@ def test_whole_model_with_adapters_matches_torch_autograd_float64(shape, new_tok
     lora = LoraConfig(3, 5.0, ALL, new_tokens=new_tokens)
     params, adapters = perturbed(cfg, lora, 7)
     x, y = batch(cfg, 8)
-    logits, loss, cache = gpt_forward({**params, **adapters}, cfg, x, y, lora=lora)
-    grads = gpt_backward(cache)
+    logits, loss, cache = lora_forward({**params, **adapters}, cfg, x, y, lora=lora)
+    grads = lora_backward(cache)
 
     model = torch_lora_model(cfg, params, lora, adapters)
     t_logits, t_loss = model(torch.from_numpy(x), torch.from_numpy(y))
@@ -178,7 +187,7 @@ def test_merged_weights_give_the_unmerged_logits_in_both_engines(shape):
     lora = LoraConfig(4, 8.0, ("qkv", "fc"), new_tokens=2)
     params, adapters = perturbed(cfg, lora, 9)
     x, _ = batch(cfg, 10)
-    unmerged, _, _ = gpt_forward({**params, **adapters}, cfg, x, lora=lora)
+    unmerged, _, _ = lora_forward({**params, **adapters}, cfg, x, lora=lora)
     merged_weights = merge(params, adapters, lora)
     merged, _, _ = gpt_forward(merged_weights, cfg, x)
     np.testing.assert_allclose(merged, unmerged, rtol=0, atol=1e-12)
@@ -211,7 +220,7 @@ def test_fresh_adapters_start_exactly_at_the_base_model(shape):
     params = init_params(cfg, 0, np.float32)
     x, _ = batch(cfg, 11)
     base, _, _ = gpt_forward(params, cfg, x)
-    numpy_lora = GPT(cfg, params, np.float32, seed=5, lora=lora)
+    numpy_lora = LoraGPT(cfg, params, np.float32, seed=5, lora=lora)
     assert np.array_equal(numpy_lora.forward(x)[0], base)
     assert set(numpy_lora.grads) == set(adapter_shapes(cfg, lora))
     assert numpy_lora.trainable_params() == sum(v.size for v in numpy_lora.grads.values())

@@ -30,7 +30,6 @@ from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.layers import (
-    Adapter,
     LinearCache,
     dropout_backward,
     dropout_forward,
@@ -164,18 +163,16 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
                            dropout: float = 0.0, rng: np.random.Generator | None = None,
                            cache: KVCache | None = None, layer: int = 0,
                            mask: np.ndarray | None = None, rotate: Rotation | None = None,
-                           n_kv_head: int | None = None,
-                           adapters: tuple[Adapter | None, Adapter | None] = (None, None)
+                           n_kv_head: int | None = None
                            ) -> tuple[np.ndarray, AttentionCache]:
     """out = merge(Drop(softmax(Q K^T / sqrt(d_k) + M)) V) Wproj^T + bproj, Q K V from X Wqkv^T.
 
     With a KV `cache` (inference), the new keys and values are stored in it at `layer` and the
     queries attend over every cached key; `mask` (additive, broadcastable to (B, H, T, T_keys))
     replaces the causal one (left-padded batches). `rotate` turns Q and K by their positions;
-    `n_kv_head` (default n_head) key/value heads are shared by groups of query heads;
-    `adapters` (LoRA, or FROZEN) go to the qkv and proj linear layers (layers.linear_forward)."""
+    `n_kv_head` (default n_head) key/value heads are shared by groups of query heads."""
     n_kv_head = n_kv_head or n_head
-    qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv, adapters[0])
+    qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)
     q, k, v = split_heads(qkv, n_head, n_kv_head)
     rotation = None
     if rotate is not None:
@@ -185,15 +182,14 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     groups = n_head // n_kv_head
     k, v = repeat_kv_forward(k, groups), repeat_kv_forward(v, groups)
     y, core_cache = attention_core_forward(q, k, v, dropout, rng, mask)
-    out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj, adapters[1])
+    out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)
     return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head, n_kv_head,
                                rotate[1] if rotate is not None else None, rotation)
 
 
 def self_attention_backward(dout: np.ndarray, cache: AttentionCache
                             ) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
-    """dx and the gradients {qkv.weight, qkv.bias, proj.weight, proj.bias} (None if absent or
-    frozen), with {qkv,proj}.lora_A / lora_B for adapted layers."""
+    """dx and the gradients {qkv.weight, qkv.bias, proj.weight, proj.bias} (None if absent)."""
     dmerged, grads = linear_grads(dout, cache.proj, "proj")
     B, T, d = dmerged.shape
     H, H_kv = cache.n_head, cache.n_kv_head

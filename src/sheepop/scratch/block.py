@@ -7,7 +7,7 @@ The norm, the attention and the feed-forward network are the units the config ch
 (norm.py, attention.py, ffn.py). A residual connection copies its input to two places, so in the
 backward pass the two gradients arriving there add up: dx = dx1 + dAttn-path(dx1),
 dx1 = dx2 + dFFN-path(dx2). Parameters are read from the flat parameter dict under the block's
-prefix ("blocks.{i}."); with LoRA, so are the adapters ("blocks.{i}.attn.qkv.lora_A", ...).
+prefix ("blocks.{i}.").
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.arch.kv_cache import KVCache
-from sheepop.arch.lora import LoraConfig
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import (
     Rotation,
@@ -26,27 +25,15 @@ from sheepop.scratch.attention import (
     self_attention_forward,
 )
 from sheepop.scratch.ffn import FFNS
-from sheepop.scratch.layers import FROZEN, Adapter, dropout_backward, dropout_forward
+from sheepop.scratch.layers import dropout_backward, dropout_forward
 from sheepop.scratch.norm import norm_backward, norm_forward
 
 Params = dict[str, np.ndarray]
 
 
-def param_lookup(params: Params, prefix: str, lora: LoraConfig | None = None
-                 ) -> Callable[[str], Any]:
-    """name -> params[prefix + name], None when absent (a bias the config leaves out).
-    "{layer}.adapter" (e.g. "attn.qkv.adapter") -> that linear layer's LoRA Adapter: None
-    without `lora` (every weight trains), (A, B, alpha / r) for an adapted layer, and FROZEN for
-    the other layers (LoRA freezes every base weight)."""
-    def p(name: str) -> Any:
-        if not name.endswith(".adapter"):
-            return params.get(prefix + name)
-        if lora is None:
-            return None
-        layer = prefix + name[:-len(".adapter")]
-        a = params.get(layer + ".lora_A")
-        return FROZEN if a is None else Adapter(a, params[layer + ".lora_B"], lora.scale)
-    return p
+def param_lookup(params: Params, prefix: str) -> Callable[[str], np.ndarray | None]:
+    """name -> params[prefix + name], None when absent (a bias the config leaves out)."""
+    return lambda name: params.get(prefix + name)
 
 
 class BlockCache(NamedTuple):
@@ -62,18 +49,15 @@ class BlockCache(NamedTuple):
 def block_forward(x: np.ndarray, params: Params, prefix: str, cfg: ModelConfig,
                   rng: np.random.Generator | None = None, cache: KVCache | None = None,
                   layer: int = 0, mask: np.ndarray | None = None,
-                  rotate: Rotation | None = None, lora: LoraConfig | None = None
-                  ) -> tuple[np.ndarray, BlockCache]:
+                  rotate: Rotation | None = None) -> tuple[np.ndarray, BlockCache]:
     """x2 = x1 + Drop(FFN(Norm2(x1))), x1 = x + Drop(Attn(Norm1(x))). Dropout only with an rng;
-    `cache`, `layer`, `mask` and `rotate` go to the attention (self_attention_forward); with
-    `lora`, the adapters in `params` are applied and the base weights frozen (`param_lookup`)."""
-    p = param_lookup(params, prefix, lora)
+    `cache`, `layer`, `mask` and `rotate` go to the attention (self_attention_forward)."""
+    p = param_lookup(params, prefix)
     a_in, ln1 = norm_forward(cfg.norm, x, params, prefix + "ln1.", cfg.ln_eps)
     a, attn = self_attention_forward(a_in, p("attn.qkv.weight"), p("attn.qkv.bias"),
                                      p("attn.proj.weight"), p("attn.proj.bias"), cfg.n_head,
                                      cfg.dropout, rng, cache, layer, mask, rotate,
-                                     cfg.kv_heads,
-                                     (p("attn.qkv.adapter"), p("attn.proj.adapter")))
+                                     cfg.kv_heads)
     a, drop1 = dropout_forward(a, cfg.dropout, rng)
     x1 = x + a
     f_in, ln2 = norm_forward(cfg.norm, x1, params, prefix + "ln2.", cfg.ln_eps)
@@ -87,8 +71,8 @@ def block_backward(dout: np.ndarray, cache: BlockCache, prefix: str
                    ) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
     """dx1 = dx2 + Norm2'(FFN'(Drop'(dx2))); dx = dx1 + Norm1'(Attn'(Drop'(dx1))).
 
-    Returns dx and the block's gradients keyed by full parameter name (None for absent biases
-    and frozen weights; lora_A / lora_B for adapted layers).
+    Returns dx and the block's gradients keyed by full parameter name (None for absent
+    biases).
     """
     cfg = cache.cfg
     df = dropout_backward(dout, cache.drop2)

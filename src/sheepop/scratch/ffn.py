@@ -4,8 +4,7 @@
     swiglu   FFN(x) = (silu(x Wgate^T + bgate) * (x Wup^T + bup)) Wproj^T + bproj
 
 An `FFNKind` names its parameters (relative to the block's `ffn.` prefix) and its
-forward(x, params, cfg) / backward(dout, cache) pair; `params("fc.adapter")` is the layer's LoRA
-adapter (sheepop.scratch.block.param_lookup). The torch engine's units are in
+forward(x, params, cfg) / backward(dout, cache) pair. The torch engine's units are in
 sheepop/model/ffn.py; the derivations in docs/backprop.md.
 """
 
@@ -19,7 +18,6 @@ import numpy as np
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.layers import (
     ACTIVATIONS,
-    Adapter,
     LinearCache,
     linear_forward,
     linear_grads,
@@ -38,15 +36,12 @@ class FFNCache(NamedTuple):
 
 
 def ffn_forward(x: np.ndarray, w_fc: np.ndarray, b_fc: np.ndarray | None, w_proj: np.ndarray,
-                b_proj: np.ndarray | None, activation: str,
-                adapters: tuple[Adapter | None, Adapter | None] = (None, None)
-                ) -> tuple[np.ndarray, FFNCache]:
-    """FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj, act one of gelu | gelu_tanh | relu;
-    `adapters` (LoRA, or FROZEN) for fc and proj (layers.linear_forward)."""
-    h, fc_cache = linear_forward(x, w_fc, b_fc, adapters[0])
+                b_proj: np.ndarray | None, activation: str) -> tuple[np.ndarray, FFNCache]:
+    """FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj, act one of gelu | gelu_tanh | relu."""
+    h, fc_cache = linear_forward(x, w_fc, b_fc)
     a, act_cache = ACTIVATIONS[activation][0](h)
     del h  # GELU keeps x and Phi(x); ReLU only its mask
-    out, proj_cache = linear_forward(a, w_proj, b_proj, adapters[1])
+    out, proj_cache = linear_forward(a, w_proj, b_proj)
     return out, FFNCache(fc_cache, act_cache, proj_cache, activation)
 
 
@@ -75,16 +70,13 @@ class SwiGLUCache(NamedTuple):
 
 def swiglu_forward(x: np.ndarray, w_gate: np.ndarray, b_gate: np.ndarray | None,
                    w_up: np.ndarray, b_up: np.ndarray | None, w_proj: np.ndarray,
-                   b_proj: np.ndarray | None,
-                   adapters: tuple[Adapter | None, ...] = (None, None, None)
-                   ) -> tuple[np.ndarray, SwiGLUCache]:
+                   b_proj: np.ndarray | None) -> tuple[np.ndarray, SwiGLUCache]:
     """FFN(x) = (silu(g) * u) Wproj^T + bproj, g = x Wgate^T + bgate, u = x Wup^T + bup:
-    the gate decides, per hidden unit, how much of u goes through. `adapters` (LoRA, or
-    FROZEN) for gate, up and proj (layers.linear_forward)."""
-    g, gate_cache = linear_forward(x, w_gate, b_gate, adapters[0])
-    u, up_cache = linear_forward(x, w_up, b_up, adapters[1])
+    the gate decides, per hidden unit, how much of u goes through."""
+    g, gate_cache = linear_forward(x, w_gate, b_gate)
+    u, up_cache = linear_forward(x, w_up, b_up)
     a, silu_cache = silu_forward(g)
-    out, proj_cache = linear_forward(a * u, w_proj, b_proj, adapters[2])
+    out, proj_cache = linear_forward(a * u, w_proj, b_proj)
     return out, SwiGLUCache(gate_cache, up_cache, silu_cache, a, u, proj_cache)
 
 
@@ -115,14 +107,12 @@ class FFNKind(NamedTuple):
 FFNS = {
     "mlp": FFNKind(mlp_params,
                    lambda x, p, cfg: ffn_forward(x, p("fc.weight"), p("fc.bias"),
-                                                 p("proj.weight"), p("proj.bias"), cfg.activation,
-                                                 (p("fc.adapter"), p("proj.adapter"))),
+                                                 p("proj.weight"), p("proj.bias"),
+                                                 cfg.activation),
                    ffn_backward),
     "swiglu": FFNKind(swiglu_params,
                       lambda x, p, cfg: swiglu_forward(x, p("gate.weight"), p("gate.bias"),
                                                        p("up.weight"), p("up.bias"),
-                                                       p("proj.weight"), p("proj.bias"),
-                                                       (p("gate.adapter"), p("up.adapter"),
-                                                        p("proj.adapter"))),
+                                                       p("proj.weight"), p("proj.bias")),
                       swiglu_backward),
 }

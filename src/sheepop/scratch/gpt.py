@@ -1,14 +1,15 @@
 """The whole GPT in NumPy: forward (with an optional KV cache), hand-written backward, the loss.
 
-    h0 = Drop(E[x] + P[pos] (+ A[place] + N[term]))   positions: model.pos_encoding
-                                                (positions.py); digit places, term indices:
-                                                model.digit_positions, model.term_positions
+    h0 = Drop(E[x] + positions)                 the positions unit (positions.py) adds what
+                                                the config adds (P[pos], ...) and gives the
+                                                rotation attention applies (RoPE)
     h  = block_i(h)                             i = 0 .. n_layer-1 (see block.py)
     logits = Norm_f(h) W_head^T (+ b_head)      W_head = E when the head is tied
     L = mean cross-entropy over targets != -1
 
 The backward pass runs the same chain in reverse; with a tied head the embedding table receives
-two gradients (the lookup's scatter-add and the head's dW), which add up. `gpt_forward` /
+two gradients (the lookup's scatter-add and the head's dW), which add up
+(docs/derivations/embedding.md, docs/derivations/head-and-loss.md). `gpt_forward` /
 `gpt_backward` are plain functions over a parameter dict (the checkpoint's names); `GPT` holds
 the parameters, preallocated gradient buffers and the forward cache between the two calls.
 
@@ -16,12 +17,8 @@ The same `gpt_forward` generates: with a KV cache (sheepop.arch.kv_cache) the to
 the cached positions and each attention reads the stored keys and values, so a decode step
 costs one position's work and gives the logits a full forward pass over the whole sequence would.
 
-With LoRA (`lora`, a LoraConfig) the parameter dict also holds adapters ("blocks.0.attn.qkv.lora_A",
-...): each adapted linear layer adds (alpha / r) (x A^T) B^T, every base weight is frozen, and
-the backward pass returns the adapters' gradients only (docs/finetune.md). With
-`lora.new_tokens` = n it also holds the new tokens' trained rows ("tok_emb.new_rows", ...),
-which replace the last n rows of their tables, E' = [E[:V-n]; new_rows]; their gradient is the
-last n rows of dE' (the lookup's scatter-add, plus a tied head's dW rows).
+Units that wrap the model (LoRA: sheepop.scratch.lora) build the weights it runs on and read
+the gradients it returns; nothing here knows them.
 """
 
 from __future__ import annotations
@@ -33,20 +30,11 @@ import numpy as np
 
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
-from sheepop.arch.lora import (
-    LoraConfig,
-    check_adapters,
-    init_adapters,
-    is_adapter,
-    with_new_rows,
-)
 from sheepop.config.schema import ModelConfig
-from sheepop.positional import ROTATED_BY_DIGITS, uses_digits
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward
-from sheepop.scratch.init import check_weights, init_params
+from sheepop.scratch.init import check_weights, init_params, param_shapes
 from sheepop.scratch.layers import (
-    FROZEN,
     CrossEntropyCache,
     cross_entropy_backward,
     cross_entropy_forward,
@@ -54,35 +42,35 @@ from sheepop.scratch.layers import (
     dropout_forward,
     embedding_backward,
     embedding_forward,
-    embedding_rows_backward,
     linear_backward,
     linear_forward,
-    linear_rows_backward,
 )
 from sheepop.scratch.norm import norm_backward, norm_forward
-from sheepop.scratch.positions import (
-    POSITIONS,
-    digit_positions_backward,
-    digit_positions_forward,
-    digit_rows,
-)
+from sheepop.scratch.positions import positions_backward, positions_draw, positions_forward
 
 Params = dict[str, np.ndarray]
 
 
-def _row_table(params: Params, table: str, rows: str) -> np.ndarray | None:
-    """params[table], its last rows replaced by params[rows] when LoRA trains them."""
-    t = params.get(table)
-    return t if rows not in params or t is None else with_new_rows(t, params[rows])
-
-
 def token_tables(params: Params) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(E, W_head, b_head) as the model uses them: the stored ones, or, under LoRA with new
-    tokens, with the trained rows in place of their last rows."""
-    tok = _row_table(params, "tok_emb.weight", "tok_emb.new_rows")
-    w_head = _row_table(params, "head.weight", "head.new_rows")
-    return tok, tok if w_head is None else w_head, _row_table(params, "head.bias",
-                                                              "head.new_bias")
+    """(E, W_head, b_head) as the model uses them: W_head = E when the head is tied."""
+    tok = params["tok_emb.weight"]
+    return tok, params.get("head.weight", tok), params.get("head.bias")
+
+
+def check_names(params: Params, cfg: ModelConfig) -> None:
+    """Every name in `params` is one of the model's: a wrapped unit's parameters left in the
+    dict would otherwise be silently ignored."""
+    unknown = params.keys() - param_shapes(cfg).keys()
+    if unknown:
+        raise ValueError(f"params hold {sorted(unknown)[:3]}, which this model does not have "
+                         "(LoRA adapters go through sheepop.scratch.lora: pass their "
+                         "LoraConfig to lora_forward)")
+
+
+def uses_rng(cfg: ModelConfig) -> bool:
+    """Whether a training step draws random numbers (dropout, or the positions' own draws):
+    then it passes its generator to `gpt_forward`, else none (the same as an evaluation)."""
+    return cfg.dropout > 0 or positions_draw(cfg)
 
 
 class GPTCache(NamedTuple):
@@ -95,16 +83,13 @@ class GPTCache(NamedTuple):
     tied: bool
     loss: CrossEntropyCache | None
     cfg: ModelConfig
-    frozen: bool = False  # LoRA: the base weights get no gradient
-    new_tokens: int = 0   # LoRA: the trained rows at the end of the per-token tables
-    digit: Any = None     # digit places, term indices: the rows read, by table
 
 
 def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
                 targets: np.ndarray | None = None, rng: np.random.Generator | None = None,
                 cache: KVCache | None = None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = False,
-                lora: LoraConfig | None = None, residuals: list[np.ndarray] | None = None
+                residuals: list[np.ndarray] | None = None
                 ) -> tuple[np.ndarray, float | None, GPTCache]:
     """Logits (B, T, V), the mean loss (None without targets) and the cache for the backward.
 
@@ -115,35 +100,22 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     is True at real tokens (sheepop.arch.batch). The backward pass is for uncached forwards.
     With rope a sequence may pass block_size: each query then attends over the block_size most
     recent keys (sliding-window attention; a rolling cache computes the same).
-    With `lora`, the adapters in `params` are applied with s = alpha / r and the base weights
-    are frozen; adapters in `params` without `lora` are an error (they would be ignored).
-    `residuals`, a list, receives the residual stream h_0 (after the embedding) and each
-    block's output h_1 .. h_L (the logit lens reads them, sheepop.arch.inspect).
+    `params` holds the model's parameters and nothing else (`check_names`, on every forward
+    that starts a sequence). `residuals`, a list, receives the residual stream h_0 (after the
+    embedding) and each block's output h_1 .. h_L (the logit lens reads them,
+    sheepop.arch.inspect).
     """
-    if lora is None and any(is_adapter(name) for name in params):
-        raise ValueError("params hold LoRA adapters: pass their LoraConfig as `lora`")
     idx = np.asarray(idx)
     T = idx.shape[-1]
     start = cache.length if cache is not None else 0
+    if start == 0:
+        check_names(params, cfg)
     if start + T > cfg.block_size and not slides(cfg):
         raise ValueError(f"sequence of {start + T} tokens exceeds block_size {cfg.block_size}")
     pos = slice(start, start + T) if pos_ids is None else pos_ids
-    kind = POSITIONS[cfg.pos_encoding]
     tok, w_head, b_head = token_tables(params)
     h, emb = embedding_forward(idx, tok)
-    pos_cache = None
-    if kind.embed_forward is not None:
-        pos_values, pos_cache = kind.embed_forward(params, cfg, pos, tok.dtype)
-        h += pos_values
-    digit_cache = None
-    if uses_digits(cfg):
-        rows, numbers = digit_rows(idx, cfg, pos, cache, rng)  # + A[place] + N[term index]
-        digit_values, digit_cache = digit_positions_forward(params, rows)
-        h += digit_values
-        if cfg.pos_encoding in ROTATED_BY_DIGITS:
-            pos = numbers  # queries and keys turn by their number (and digit place)
-    rotate = None if kind.rotate_forward is None else (
-        partial(kind.rotate_forward, pos=pos, cfg=cfg), kind.rotate_backward)
+    h, rotate, pos_cache = positions_forward(h, params, cfg, idx, pos, cache, rng)
     past = cache.query_offset(T) if cache is not None else 0
     mask = None
     if key_mask is not None or past + T > cfg.block_size:
@@ -154,7 +126,7 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         residuals.append(h)
     for i in range(cfg.n_layer):
         h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng, cache, i, mask,
-                                       rotate, lora)
+                                       rotate)
         blocks.append(block_cache)
         if residuals is not None:
             residuals.append(h)
@@ -163,13 +135,12 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     if last_only:
         h = h[:, -1:, :]
     h, ln_f = norm_forward(cfg.norm, h, params, "ln_f.", cfg.ln_eps)
-    logits, head = linear_forward(h, w_head, b_head, None if lora is None else FROZEN)
+    logits, head = linear_forward(h, w_head, b_head)
     loss, loss_cache = (None, None) if targets is None else cross_entropy_forward(
         logits, np.asarray(targets))
     tied = "head.weight" not in params
-    new_tokens = lora.new_tokens if lora is not None and "tok_emb.new_rows" in params else 0
     return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, tied, loss_cache,
-                                  cfg, lora is not None, new_tokens, digit_cache)
+                                  cfg)
 
 
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
@@ -183,8 +154,7 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
                  dlogits: np.ndarray | None = None) -> Params:
     """dL/d(every parameter) by the chain rule, from dL/dlogits (the loss's, scaled by `dloss`,
     unless `dlogits` is given). Gradients are *added* into `grads` when given (accumulation over
-    micro-batches into preallocated buffers); otherwise a new dict is returned. After a LoRA
-    forward only the adapters get gradients (the embeddings' and every dW are not computed)."""
+    micro-batches into preallocated buffers); otherwise a new dict is returned."""
     new: dict[str, np.ndarray | None] = {}
     if dlogits is None:
         if cache.loss is None:
@@ -196,38 +166,18 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
     for i in reversed(range(len(cache.blocks))):
         dh, block_grads = block_backward(dh, cache.blocks[i], f"blocks.{i}.")
         new.update(block_grads)
-    if cache.frozen:
-        new = {k: v for k, v in new.items() if is_adapter(k)}
-        if cache.new_tokens:
-            new.update(_new_rows_grads(dh, dlogits, cache))
-        return _deliver(new, grads)
     dh = dropout_backward(dh, cache.drop)
-    embed_backward = POSITIONS[cache.cfg.pos_encoding].embed_backward
-    if embed_backward is not None:
-        new.update(embed_backward(dh, cache.pos))
-    if cache.digit is not None:
-        new.update(digit_positions_backward(dh, cache.digit))
+    new.update(positions_backward(dh, cache.pos))
     new["tok_emb.weight"] = embedding_backward(dh, cache.emb)
     # The head's weight gradient belongs to the embedding table when the two are tied.
     if cache.tied:
         new["tok_emb.weight"] += dw_head
     else:
         new["head.weight"] = dw_head
-    return _deliver(new, grads)
+    return deliver(new, grads)
 
 
-def _new_rows_grads(dh: np.ndarray, dlogits: np.ndarray, cache: GPTCache
-                    ) -> dict[str, np.ndarray | None]:
-    """LoRA's new-token rows: the last n rows of dE' (lookup) and of dW_head', db_head'."""
-    first = cache.emb.vocab_size - cache.new_tokens
-    dw_rows, db_rows = linear_rows_backward(dlogits, cache.head, first)
-    demb_rows = embedding_rows_backward(dropout_backward(dh, cache.drop), cache.emb, first)
-    if cache.tied:
-        return {"tok_emb.new_rows": demb_rows + dw_rows, "head.new_bias": db_rows}
-    return {"tok_emb.new_rows": demb_rows, "head.new_rows": dw_rows, "head.new_bias": db_rows}
-
-
-def _deliver(new: dict[str, np.ndarray | None], grads: Params | None) -> Params:
+def deliver(new: dict[str, np.ndarray | None], grads: Params | None) -> Params:
     """The computed gradients as a new dict, or added into `grads`."""
     if grads is None:
         return {k: v for k, v in new.items() if v is not None}
@@ -240,48 +190,57 @@ def _deliver(new: dict[str, np.ndarray | None], grads: Params | None) -> Params:
 class GPT:
     """The NumPy GPT: parameters (float32 or float64), gradient buffers reused across steps.
 
-    With `lora` the parameters also hold adapters (`adapters`, or fresh ones from
-    sheepop.arch.lora.init_adapters(seed)); the base weights are frozen and only the adapters
-    have gradient buffers."""
+    `_forward` / `_backward` are the model's functions; a unit that wraps the model (LoRA,
+    sheepop.scratch.lora.LoraGPT) overrides them and `trainable_shapes`."""
 
     def __init__(self, cfg: ModelConfig, params: Params | None = None,
-                 dtype: type | str = np.float32, seed: int = 0, lora: LoraConfig | None = None,
-                 adapters: Params | None = None):
+                 dtype: type | str = np.float32, seed: int = 0):
         self.cfg = cfg
         self.dtype = np.dtype(dtype)
+        self.seed = seed
         if params is None:
             params = init_params(cfg, seed, self.dtype)
         self.params: Params = {}
         self.load_numpy_weights(params, "parameters")
-        self.lora = lora
-        if lora is not None:
-            self.load_adapters(init_adapters(cfg, lora, seed, self.dtype, self.params)
-                               if adapters is None else adapters)
-        self.grads: Params = {k: np.zeros_like(v) for k, v in self.params.items()
-                              if lora is None or is_adapter(k)}
-        self._cache: GPTCache | None = None
+        self.grads: Params = {name: np.zeros(shape, self.dtype)
+                              for name, shape in self.trainable_shapes().items()}
+        self._cache: Any = None
+
+    def trainable_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The parameters that have gradients, by name: every one."""
+        return param_shapes(self.cfg)
+
+    def _forward(self, idx: np.ndarray, targets: np.ndarray | None,
+                 rng: np.random.Generator | None) -> tuple[np.ndarray, float | None, Any]:
+        return gpt_forward(self.params, self.cfg, idx, targets, rng)
+
+    def _backward(self, cache: Any, dloss: float) -> Params:
+        return gpt_backward(cache, self.grads, dloss)
 
     def num_params(self) -> int:
-        """Every parameter, adapters included."""
+        """Every parameter (a wrapping unit's included)."""
         return sum(v.size for v in self.params.values())
 
     def trainable_params(self) -> int:
-        """The parameters that have gradients: all, or the adapters under LoRA."""
+        """The parameters that have gradients."""
         return sum(v.size for v in self.grads.values())
 
     def forward(self, idx: np.ndarray, targets: np.ndarray | None = None,
                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, float | None]:
         """(logits, loss); the cache is kept for `backward`. Dropout only with an rng."""
-        logits, loss, self._cache = gpt_forward(self.params, self.cfg, idx, targets, rng,
-                                                lora=self.lora)
+        logits, loss, self._cache = self._forward(idx, targets, rng)
         return logits, loss
+
+    def loss(self, idx: np.ndarray, targets: np.ndarray) -> float:
+        """The mean loss, without dropout and without keeping the activations."""
+        return self._forward(idx, targets, None)[1]
 
     def backward(self, dloss: float = 1.0) -> Params:
         """Add dloss * dL/dparams of the last forward into `self.grads` and return them."""
         if self._cache is None:
             raise RuntimeError("backward() needs a forward() with targets first")
         cache, self._cache = self._cache, None  # free the activations as soon as possible
-        return gpt_backward(cache, self.grads, dloss)
+        return self._backward(cache, dloss)
 
     def zero_grad(self) -> None:
         for g in self.grads.values():
@@ -294,17 +253,14 @@ class GPT:
     def load_numpy_weights(self, weights: dict[str, np.ndarray], where: str = "checkpoint"
                            ) -> None:
         """Copy `weights` in (converted to the model's dtype) after checking names and shapes."""
-        self._copy_in(weights, check_weights(self.cfg, weights, where))
+        self.copy_in(weights, check_weights(self.cfg, weights, where))
 
-    def load_adapters(self, adapters: dict[str, np.ndarray], where: str = "adapters") -> None:
-        """Copy LoRA adapters in, after checking them against the model's LoraConfig."""
-        check_adapters(self.cfg, self.lora, adapters, where)
-        self._copy_in(adapters, list(adapters))
-
-    def _copy_in(self, weights: dict[str, np.ndarray], names: list[str]) -> None:
+    def copy_in(self, weights: dict[str, np.ndarray], names: list[str]) -> None:
+        """params[name] = weights[name] for each name (in place when it exists: optimizer state
+        keeps pointing at it)."""
         for name in names:
             w = weights[name]
             if name in self.params:
-                self.params[name][...] = w  # in place: optimizer state keeps pointing at it
+                self.params[name][...] = w
             else:
                 self.params[name] = np.array(w, dtype=self.dtype)

@@ -15,7 +15,7 @@ from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import attention_params
 from sheepop.scratch.ffn import FFNS
 from sheepop.scratch.norm import NORMS
-from sheepop.scratch.positions import POSITIONS
+from sheepop.scratch.positions import position_params
 
 
 def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -23,11 +23,7 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     d, V = cfg.n_embd, cfg.vocab_size
     norm = {name: (d,) for name in NORMS[cfg.norm].params}
     shapes: dict[str, tuple[int, ...]] = {"tok_emb.weight": (V, d)}
-    shapes.update(POSITIONS[cfg.pos_encoding].params(cfg))
-    if cfg.digit_positions:
-        shapes["digit_emb.weight"] = (cfg.digit_positions, d)
-    if cfg.term_positions:
-        shapes["digit_emb.terms"] = (cfg.term_positions, d)
+    shapes.update(position_params(cfg))
     for i in range(cfg.n_layer):
         b = f"blocks.{i}."
         shapes.update({f"{b}ln1.{k}": s for k, s in norm.items()})

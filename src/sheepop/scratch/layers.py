@@ -40,113 +40,40 @@ def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
     return dtable
 
 
-def embedding_rows_backward(dout: np.ndarray, cache: EmbeddingCache, first: int) -> np.ndarray:
-    """dE[first:] alone (V - first, d): the scatter-add of `embedding_backward` restricted to
-    the tokens first..V-1 (LoRA trains the new tokens' rows and nothing else of E)."""
-    d = dout.shape[-1]
-    idx = cache.idx.reshape(-1)
-    keep = idx >= first
-    drows = np.zeros((cache.vocab_size - first, d), dtype=dout.dtype)
-    np.add.at(drows, idx[keep] - first, dout.reshape(-1, d)[keep])
-    return drows
-
-
-# --- linear: y = x W^T + b, W of shape (out, in); optionally + s (x A^T) B^T (LoRA) ----------
-class Adapter(NamedTuple):
-    """A LoRA adapter on a linear layer: y = x W^T + b + scale (x A^T) B^T, A (r, in),
-    B (out, r). A layer given an Adapter has W and b frozen: its backward computes no dW, db.
-    `FROZEN` (a and b None) is a frozen layer without an update."""
-    a: np.ndarray | None
-    b: np.ndarray | None
-    scale: float = 0.0
-
-
-FROZEN = Adapter(None, None)
-
-
+# --- linear: y = x W^T + b, W of shape (out, in) --------------------------------------------
 class LinearCache(NamedTuple):
     x: np.ndarray
     w: np.ndarray
     has_bias: bool
-    adapter: Adapter | None = None
-    xa: np.ndarray | None = None  # x A^T (N, r), for dB
 
 
-def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None,
-                   adapter: Adapter | None = None) -> tuple[np.ndarray, LinearCache]:
-    """y = x W^T + b for x (..., in), W (out, in), b (out,) or None; with an `adapter`,
-    y + s (x A^T) B^T (`lora_forward`)."""
+def linear_forward(x: np.ndarray, w: np.ndarray, b: np.ndarray | None
+                   ) -> tuple[np.ndarray, LinearCache]:
+    """y = x W^T + b for x (..., in), W (out, in), b (out,) or None."""
     x2 = x.reshape(-1, x.shape[-1])
     y = x2 @ w.T
     if b is not None:
         y += b
-    xa = None
-    if adapter is not None and adapter.a is not None:
-        delta, xa = lora_forward(x2, adapter)
-        y += delta
-    return (y.reshape(*x.shape[:-1], w.shape[0]),
-            LinearCache(x, w, b is not None, adapter, xa))
+    return y.reshape(*x.shape[:-1], w.shape[0]), LinearCache(x, w, b is not None)
 
 
 def linear_backward(dout: np.ndarray, cache: LinearCache
-                    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """The x W^T + b part: dx = dy W, dW = dy^T x (summed over every row), db = sum of dy over
-    rows; dW and db are None for a frozen layer (one given an adapter, or FROZEN). An
-    adapter's own part is `lora_backward`; `linear_grads` adds the two."""
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """dx = dy W, dW = dy^T x (summed over every row), db = sum of dy over rows (None without
+    a bias)."""
     x, w = cache.x, cache.w
     dy2 = dout.reshape(-1, w.shape[0])
     dx = (dy2 @ w).reshape(x.shape)
-    if cache.adapter is not None:
-        return dx, None, None
     dw = dy2.T @ x.reshape(-1, w.shape[1])
     db = dy2.sum(axis=0) if cache.has_bias else None
     return dx, dw, db
 
 
-def linear_rows_backward(dout: np.ndarray, cache: LinearCache, first: int
-                         ) -> tuple[np.ndarray, np.ndarray | None]:
-    """dW[first:] = dy[:, first:]^T x and db[first:] = sum of dy[:, first:] over rows (None
-    without a bias): the gradient of the output rows first..out-1 alone (LoRA's new tokens'
-    rows of the head)."""
-    dy2 = dout.reshape(-1, cache.w.shape[0])[:, first:]
-    dw = dy2.T @ cache.x.reshape(-1, cache.w.shape[1])
-    return dw, (dy2.sum(axis=0) if cache.has_bias else None)
-
-
-def lora_forward(x: np.ndarray, adapter: Adapter) -> tuple[np.ndarray, np.ndarray]:
-    """The adapter's term s (x A^T) B^T for rows x (N, in), through the rank-r bottleneck
-    h = x A^T (N, r), which is returned too (the cache). Never forms B A (out, in)."""
-    xa = x @ adapter.a.T
-    delta = xa @ adapter.b.T
-    delta *= delta.dtype.type(adapter.scale)
-    return delta, xa
-
-
-def lora_backward(dout: np.ndarray, cache: LinearCache
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dx, dA, dB) of the adapter's term y = s h B^T, h = x A^T:
-    dh = s dy B;  dB = s dy^T h;  dA = dh^T x;  dx = dh A   (sums over every row)."""
-    a, b, scale = cache.adapter
-    dy2 = dout.reshape(-1, b.shape[0])
-    x2 = cache.x.reshape(-1, a.shape[1])
-    s = dy2.dtype.type(scale)
-    dh = (dy2 @ b) * s
-    db_lora = (dy2.T @ cache.xa) * s
-    da = dh.T @ x2
-    return (dh @ a).reshape(cache.x.shape), da, db_lora
-
-
 def linear_grads(dout: np.ndarray, cache: LinearCache, name: str
                  ) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
-    """dx and the layer's gradients keyed `{name}.weight`, `{name}.bias` (None when frozen or
-    absent) and, with an adapter, `{name}.lora_A` / `{name}.lora_B`. The output is the sum of
-    the base term and the adapter's, so dx is the sum of their two dx."""
+    """dx and the layer's gradients keyed `{name}.weight`, `{name}.bias` (None when absent)."""
     dx, dw, db = linear_backward(dout, cache)
-    grads = {f"{name}.weight": dw, f"{name}.bias": db}
-    if cache.xa is not None:
-        dx_lora, grads[f"{name}.lora_A"], grads[f"{name}.lora_B"] = lora_backward(dout, cache)
-        dx += dx_lora
-    return dx, grads
+    return dx, {f"{name}.weight": dw, f"{name}.bias": db}
 
 
 # --- activations ---------------------------------------------------------------------------

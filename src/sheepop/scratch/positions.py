@@ -13,24 +13,31 @@ to] on top of any kind (`digit_rows`, `digit_positions_forward` / `_backward`: l
 row of a left-padded batch counts from its own first real token). A `PositionKind` names its
 parameters and its forward/backward pairs (None where it does nothing); the torch engine's
 units are in sheepop/model/positions.py.
+
+The model reaches this unit through three functions and knows nothing of the kinds:
+`position_params` (the parameters, in the checkpoint's order), `positions_forward` (adds what
+the config adds to the token embeddings, and gives the rotation attention applies to queries
+and keys, bound to the positions it turns by) and `positions_backward`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from sheepop.config.schema import ModelConfig
 from sheepop.positional import (
+    ROTATED_BY_DIGITS,
     digit_places,
     place_rope_frequencies,
     place_rows,
     rope_frequencies,
     sinusoidal_table,
     term_index,
+    uses_digits,
 )
 
 Pos = slice | np.ndarray
@@ -231,3 +238,64 @@ POSITIONS = {
     "rope_places": PositionKind(lambda cfg: {}, None, None, rope_rotate_forward,
                                 rope_rotate_backward),
 }
+
+
+# ----- the unit, as the model sees it -------------------------------------------------------
+
+def position_params(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The positions' parameters in the checkpoint's order: the kind's (pos_emb.weight), then
+    the digit places' table A (digit_emb.weight, R x d) and the term indices' N
+    (digit_emb.terms, S x d) when their sizes are not 0."""
+    shapes = POSITIONS[cfg.pos_encoding].params(cfg)
+    if cfg.digit_positions:
+        shapes["digit_emb.weight"] = (cfg.digit_positions, cfg.n_embd)
+    if cfg.term_positions:
+        shapes["digit_emb.terms"] = (cfg.term_positions, cfg.n_embd)
+    return shapes
+
+
+def positions_draw(cfg: ModelConfig) -> bool:
+    """Whether the positions draw random numbers while training (the digit places' random
+    offset o_b), so that a training step must pass its generator."""
+    return bool(cfg.digit_positions and cfg.digit_offset)
+
+
+class PositionsCache(NamedTuple):
+    embed: Any                               # the kind's embed cache (learned: PositionCache)
+    embed_backward: Callable | None
+    tables: dict[str, PositionCache] | None  # digit places', term indices' lookups
+
+
+def positions_forward(h: np.ndarray, params: Params, cfg: ModelConfig, idx: np.ndarray,
+                      pos: Pos, cache: Any = None, rng: np.random.Generator | None = None
+                      ) -> tuple[np.ndarray, tuple[Callable, Callable] | None, PositionsCache]:
+    """h (B, T, d), the token embeddings E[x], plus the kind's P[pos] (in place), plus
+    A[place] + N[term index] (`digit_rows`; from the token ids `idx`, a KV `cache` carrying
+    each row's state, an `rng` drawing the training offsets); the rotation (forward, backward)
+    attention applies to queries and keys (None when the kind turns nothing), bound to the
+    positions they turn by: `pos`, or for rope_terms / rope_places the term indices (and digit
+    places); and the cache for `positions_backward`. The additions run in this order, one
+    after the other, as a model reads them: h = (E[x] + P[pos]) + (A[place] + N[term])."""
+    kind = POSITIONS[cfg.pos_encoding]
+    embed_cache = tables = None
+    if kind.embed_forward is not None:
+        values, embed_cache = kind.embed_forward(params, cfg, pos, h.dtype)
+        h += values
+    if uses_digits(cfg):
+        rows, numbers = digit_rows(idx, cfg, pos, cache, rng)
+        values, tables = digit_positions_forward(params, rows)
+        h += values
+        if cfg.pos_encoding in ROTATED_BY_DIGITS:
+            pos = numbers  # queries and keys turn by their number (and digit place)
+    rotate = None if kind.rotate_forward is None else (
+        partial(kind.rotate_forward, pos=pos, cfg=cfg), kind.rotate_backward)
+    return h, rotate, PositionsCache(embed_cache, kind.embed_backward, tables)
+
+
+def positions_backward(dh: np.ndarray, cache: PositionsCache) -> Params:
+    """The positions' parameter gradients from dL/dh0: dP (learned), dA and dN (lookups'
+    adjoints); the rotation's backward ran inside attention."""
+    grads = {} if cache.embed_backward is None else cache.embed_backward(dh, cache.embed)
+    if cache.tables is not None:
+        grads.update(digit_positions_backward(dh, cache.tables))
+    return grads

@@ -21,7 +21,8 @@ from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.lora import LoraConfig
 from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
-from sheepop.scratch.gpt import GPT, gpt_forward
+from sheepop.scratch.gpt import GPT, uses_rng
+from sheepop.scratch.lora import LoraGPT
 
 
 def resolve_dtype(name: str) -> type:
@@ -44,7 +45,8 @@ class NumpyEngine:
         self.model_cfg = model_cfg
         self.lora = lora
         self.dtype = np.dtype(resolve_dtype(train_cfg.dtype))
-        self.model = GPT(model_cfg, weights, self.dtype, seed=train_cfg.seed, lora=lora,
+        self.model = GPT(model_cfg, weights, self.dtype, seed=train_cfg.seed) if lora is None \
+            else LoraGPT(model_cfg, weights, self.dtype, seed=train_cfg.seed, lora=lora,
                          adapters=adapters)
         trainable = {name: self.model.params[name] for name in self.model.grads}
         self.optimizer = AdamW(trainable, lr=train_cfg.lr,
@@ -73,10 +75,9 @@ class NumpyEngine:
         clipping)."""
         counts = [int((y != IGNORE_INDEX).sum()) for _, y in micro_batches]
         total = max(total_count or sum(counts), 1)
-        # The rng draws dropout masks and the training offsets of digit places: without it
-        # a forward is an evaluation (no dropout, offset 0).
-        m = self.model_cfg
-        rng = self.rng if m.dropout > 0 or (m.digit_positions and m.digit_offset) else None
+        # The rng draws dropout masks and the positions' training draws: without it a forward
+        # is an evaluation (no dropout, no draws).
+        rng = self.rng if uses_rng(self.model_cfg) else None
         self.model.zero_grad()
         loss_sum = 0.0
         for (x, y), n in zip(micro_batches, counts):
@@ -94,8 +95,7 @@ class NumpyEngine:
         n = int((y != IGNORE_INDEX).sum())
         if n == 0:
             return 0.0, 0
-        _, loss, _ = gpt_forward(self.model.params, self.model_cfg, x, y, lora=self.lora)
-        return loss * n, n
+        return self.model.loss(x, y) * n, n
 
     def weights(self) -> dict[str, np.ndarray]:
         """What a checkpoint saves: every weight, or the adapters alone under LoRA."""
