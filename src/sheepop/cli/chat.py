@@ -29,6 +29,7 @@ from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
     add_config_flag,
+    add_dtype_option,
     add_threads_option,
     flag_values,
     model_dir,
@@ -73,6 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the engine that runs the model; auto: numpy on the CPU (it starts "
                         "without importing torch), torch on a GPU")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
+    add_dtype_option(p)
     p.add_argument("--show-prompt", action="store_true",
                    help="before each answer, write on stderr the prompt the model reads "
                         "(escaped, on one line) and its number of tokens")
@@ -246,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.tokenizers.chat import can_chat, require_chat_tokens
     sample = run_config(args.run_dir, [], None, flag_values(args), only=("sample",)
                         ).validate().sample
-    model = load(model_dir(args), args.engine, args.device)
+    model = load(model_dir(args), args.engine, args.device, args.dtype)
     if not can_chat(model.tokenizer):
         if model.tokenizer.chat_template is not None:
             require_chat_tokens(model.tokenizer, "this run's tokenizer")

@@ -11,7 +11,13 @@ import argparse
 import json
 import math
 
-from sheepop.cli.common import HelpFormatter, add_best_option, add_threads_option, model_dir
+from sheepop.cli.common import (
+    HelpFormatter,
+    add_best_option,
+    add_dtype_option,
+    add_threads_option,
+    model_dir,
+)
 from sheepop.config.schema import ENGINES
 from sheepop.words import plural
 
@@ -35,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "split)")
     p.add_argument("--engine", choices=ENGINES, default="torch",
                    help="the engine that runs the model")
+    add_dtype_option(p)
     p.add_argument("--max-windows", type=int, default=2000, metavar="N",
                    help="evaluate at most this many windows (evenly spread)")
     p.add_argument("--batch-size", type=int, default=16, metavar="B",
@@ -52,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.data.windows import eval_windows
     from sheepop.inference.load import load
     from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
-    model = load(model_dir(args), args.engine)
+    model = load(model_dir(args), args.engine, dtype=args.dtype)
     cfg, tokenizer = model.config, model.tokenizer
     cfg.data.val_fraction = 0.0
     data = load_dataset(args.data, cfg.data, tokenizer)

@@ -9,6 +9,7 @@ from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
     add_config_flag,
+    add_dtype_option,
     add_set_option,
     add_threads_option,
     flag_values,
@@ -16,7 +17,7 @@ from sheepop.cli.common import (
     run_config,
 )
 from sheepop.config.model_size import describe_kv_cache, param_count
-from sheepop.config.schema import INFERENCE_DTYPES, INFERENCE_ENGINES, SampleConfig
+from sheepop.config.schema import INFERENCE_ENGINES, SampleConfig
 from sheepop.errors import UserError
 from sheepop.words import plural
 
@@ -76,9 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--compile", action="store_true", help="torch engine: run the model through "
                    "torch.compile (pays a compilation first; see docs/inference.md)")
-    p.add_argument("--dtype", choices=INFERENCE_DTYPES, default="float32",
-                   help="torch engine: the weights' and KV cache's type; bfloat16 is faster on "
-                   "CPUs with bf16 instructions and on GPUs (logits may differ in the last bits)")
+    add_dtype_option(p)
     add_threads_option(p)
     p.set_defaults(func=run)
 

@@ -9,9 +9,15 @@ import os
 import sys
 from pathlib import Path
 
-from sheepop.cli.common import HelpFormatter, add_best_option, add_threads_option, model_dir
+from sheepop.cli.common import (
+    HelpFormatter,
+    add_best_option,
+    add_dtype_option,
+    add_threads_option,
+    model_dir,
+)
 from sheepop.config.model_size import param_count
-from sheepop.config.schema import ENGINES, INFERENCE_DTYPES
+from sheepop.config.schema import ENGINES
 from sheepop.errors import UserError
 
 API_KEY_ENV = "SHEEPOP_API_KEY"
@@ -40,8 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--engine", choices=ENGINES, default="torch",
                    help="the engine that runs the model")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--dtype", choices=INFERENCE_DTYPES, default="float32",
-                   help="torch engine: the weights' and KV cache's type")
+    add_dtype_option(p)
     p.add_argument("--max-batch", type=int, default=16, metavar="N",
                    help="the most sequences decoding together (one KV cache row each)")
     p.add_argument("--max-queue", type=int, default=256, metavar="N",

@@ -1,0 +1,62 @@
+"""Weights in fewer bytes: int8 with one scale per output channel (docs/performance.md,
+"Weights in fewer bytes"). NumPy only; the torch engine's layers that multiply by such weights
+are sheepop.model.quantized.
+
+    s_i = bf16_up(max_j |W_ij| / 127)        one scale per row (output channel) i
+    q_ij = round(W_ij / s_i)                  an integer in [-127, 127]
+    W_ij ~ s_i q_ij,   |W_ij - s_i q_ij| <= s_i / 2
+
+The scale is rounded *up* to the nearest bfloat16 (`bf16_up`): the CPU's int8 kernel takes
+bf16 scales, so storing s in bf16 loses nothing, and rounding up keeps |W_ij / s_i| <= 127 (no
+value is clipped, so round-to-nearest's bound s_i / 2 holds for every element). A row of zeros
+gets s = 1 and q = 0, exact.
+
+Which weights: the linear layers' (every block's attention and feed-forward matrices) and the
+output head, the ones a decode step reads in full. The token embedding is only looked up (one
+row a token) and norms, biases and learned positions are small: they stay in float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+QMAX = 127
+"""The largest |q|: -128 is left out, so that the range is symmetric and q = -q is exact."""
+
+BYTES_PER_WEIGHT = {"float32": 4, "bfloat16": 2, "int8": 1}
+
+
+def bf16_up(x: np.ndarray) -> np.ndarray:
+    """The smallest bfloat16 value >= x, for finite x >= 0, as float32: bf16 is float32's top
+    16 bits, so clear the low 16 and add one bf16 step where that lost anything."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    kept = bits & np.uint32(0xFFFF0000)
+    up = np.where(kept != bits, kept + np.uint32(0x10000), kept).astype(np.uint32)
+    return up.view(np.float32)
+
+
+def quantize_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q int8 (out, in), s float32 (out,)) with W ~ s[:, None] * q: the rules above."""
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"int8 quantization takes a matrix (out, in), not shape {w.shape}")
+    peak = np.abs(w).max(axis=1)
+    scale = bf16_up(np.where(peak > 0, peak / QMAX, 1.0).astype(np.float32))
+    q = np.clip(np.rint(w / scale[:, None]), -QMAX, QMAX).astype(np.int8)
+    return q, scale
+
+
+def dequantize_rows(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """s[:, None] * q in float32."""
+    return q.astype(np.float32) * np.asarray(scale, dtype=np.float32)[:, None]
+
+
+def weight_bytes(n_matrix: int, n_rows: int, n_other: int, dtype: str) -> int:
+    """Bytes a decode step reads: `n_matrix` weights in the stored dtype (plus, in int8, one
+    bf16 scale per row of `n_rows`) and `n_other` (norms, biases) in float32 (bfloat16 stores
+    those in bf16 too)."""
+    if dtype not in BYTES_PER_WEIGHT:
+        raise ValueError(f"unknown weight dtype {dtype!r}")
+    per = BYTES_PER_WEIGHT[dtype]
+    scales = 2 * n_rows if dtype == "int8" else 0
+    return n_matrix * per + scales + n_other * (2 if dtype == "bfloat16" else 4)

@@ -1,0 +1,111 @@
+"""int8 weights in the torch engine: a linear layer whose weight is int8 with one bf16 scale per
+output channel, and the model surgery that puts it in place (the mathematics:
+sheepop.arch.quantize; docs/performance.md, "Weights in fewer bytes").
+
+    y = bf16( bf16(x) q^T * s ) + b          q int8 (out, in), s bf16 (out,), b float32
+
+`quantize_int8(model)` swaps every block's nn.Linear for an `Int8Linear` and the head for an
+`Int8Head` (the same unit over the head's matrix: for a tied head, a quantized copy of the
+embedding, which itself stays float32 for the lookups), as sheepop.model.lora swaps them for
+adapters. Nothing else in the model changes: norms, biases, positions, the embedding and the KV
+cache stay float32.
+
+Why bf16 activations: on the CPU, torch's weight-only int8 kernel
+(`aten._weight_int8pack_mm`) is fast with bf16 inputs only (with float32 ones it was 4x
+slower than the float32 product itself, measured here) and gives a bf16 result. For more than
+`KERNEL_ROWS` rows (a prompt, a large batch) the kernel loses to a float32 product of the
+dequantized weight, so those rows take that path, rounded the same way: both paths compute
+the same numbers up to the order of the float32 sums.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from sheepop.arch.quantize import quantize_rows
+from sheepop.model.gpt import GPT, Head
+
+KERNEL_ROWS = 8
+"""The most rows (tokens x sequences) the int8 kernel takes; measured on the AVX2 CPU, 1
+thread, a 1536 x 576 weight: it beats the float32 product up to 8 rows (1.8x at 1 row) and
+loses from 16 (0.75x at 16, 0.55x at 512)."""
+
+
+class Int8Linear(nn.Module):
+    """y = bf16(bf16(x) q^T * s) + b, in the dtype of x. `q` and `scale` are buffers (no
+    gradient: this layer is for inference); the bias stays a float32 Parameter."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.out_features, self.in_features = q.shape
+        self.register_buffer("q", q.to(torch.int8).contiguous())
+        self.register_buffer("scale", scale.to(torch.bfloat16).contiguous())
+        self.bias = None if bias is None else nn.Parameter(bias.detach().float(),
+                                                           requires_grad=False)
+
+    @classmethod
+    def from_weight(cls, weight: torch.Tensor, bias: torch.Tensor | None = None
+                    ) -> Int8Linear:
+        """The layer for float weight W (out, in): q, s = quantize_rows(W)."""
+        q, scale = quantize_rows(weight.detach().float().cpu().numpy())
+        layer = cls(torch.from_numpy(q), torch.from_numpy(scale), bias)
+        return layer.to(weight.device)
+
+    def dequantized(self) -> torch.Tensor:
+        """s[:, None] * q in float32 (out, in)."""
+        return self.q.float() * self.scale.float()[:, None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        if rows.shape[0] <= KERNEL_ROWS and rows.device.type == "cpu":
+            y = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.scale)
+        else:
+            y = (F.linear(rows.float(), self.q.float()) * self.scale.float()).to(torch.bfloat16)
+        y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class Int8Head(nn.Module):
+    """The output head with its matrix in int8: logits = Int8Linear(x). A tied head quantizes
+    a copy of the embedding and ignores the float table the model passes it."""
+
+    def __init__(self, head: Head, tied_weight: torch.Tensor):
+        super().__init__()
+        weight = tied_weight if head.weight is None else head.weight
+        self.linear = Int8Linear.from_weight(weight, head.bias)
+
+    def forward(self, x: torch.Tensor, tied_weight: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+def quantize_int8(model: GPT) -> GPT:
+    """Every block's linear layer and the head in int8 (in place; returned). The model then
+    runs for inference only."""
+    for name, module in list(model.blocks.named_modules()):
+        if isinstance(module, nn.Linear):
+            parent_name, _, child = name.rpartition(".")
+            setattr(model.blocks.get_submodule(parent_name), child,
+                    Int8Linear.from_weight(module.weight, module.bias))
+    model.head = Int8Head(model.head, model.tok_emb.table())
+    return model
+
+
+def weight_bytes_read(model: GPT) -> int:
+    """The bytes of every parameter and int8 weight, in the dtypes they are stored in, but the
+    token embedding's when the head does not read it (a lookup reads one row a token): what one
+    decode step reads. (A learned position table is counted whole: 0.6% of GPT-2's; rotary
+    tables, computed buffers read a row at a time, are not.)"""
+    head_reads_table = isinstance(model.head, Head) and model.head.weight is None
+    seen = set() if head_reads_table else {id(model.tok_emb.weight)}
+    total = 0
+    int8 = [t for m in model.modules() if isinstance(m, Int8Linear) for t in (m.q, m.scale)]
+    for t in [*model.parameters(), *int8]:
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total

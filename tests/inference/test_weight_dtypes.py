@@ -1,0 +1,186 @@
+"""Weights in fewer bytes (sheepop.arch.quantize, sheepop.model.quantized): the int8 round trip's
+error bound, the int8 layer against its formula, bf16 and int8 models' logits against float32's,
+the two int8 paths (kernel, dequantized) against each other, and the command line's --dtype in
+generate, eval and chat (serve: tests/serve/test_serve_weight_dtypes.py), refusals included."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+from cli_refusal import fails
+
+from sheepop.arch.quantize import QMAX, bf16_up, dequantize_rows, quantize_rows
+from sheepop.checkpoint import format as checkpoint
+from sheepop.cli import main
+from sheepop.config.schema import Config, ModelConfig
+from sheepop.inference.load import build, load
+from sheepop.model import GPT
+from sheepop.model.quantized import Int8Linear, quantize_int8, weight_bytes_read
+from sheepop.tokenizers import train_tokenizer
+from sheepop.tokenizers.chat import with_chat_tokens
+
+TEXT = "the cat sat on the mat. the dog sat on the log.\n" * 8
+
+
+def test_bf16_up_is_the_smallest_bf16_at_or_above():
+    x = np.array([0.0, 1.0, 1.0 + 2 ** -9, 3.3e-3, 7.7e10, 2 ** -130], dtype=np.float32)
+    up = bf16_up(x)
+    bits = up.view(np.uint32)
+    assert (bits & 0xFFFF == 0).all()  # representable in bf16
+    assert (up >= x).all()
+    below = (bits - np.uint32(0x10000)).view(np.float32)  # the next bf16 down
+    assert (below[x > 0] < x[x > 0]).all()
+    assert up[0] == 0 and up[1] == 1 and up[2] == 1 + 2 ** -7
+
+
+def test_int8_round_trip_is_within_half_a_scale_per_element():
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(64, 48)).astype(np.float32) * np.logspace(-4, 2, 64)[:, None]
+    w[5] = 0.0  # a row of zeros: exact
+    w[7, 3] = -1e4  # an outlier sets its row's scale
+    q, s = quantize_rows(w)
+    assert q.dtype == np.int8 and s.dtype == np.float32 and s.shape == (64,)
+    assert np.abs(q.astype(int)).max() <= QMAX
+    err = np.abs(w - dequantize_rows(q, s))
+    assert (err <= s[:, None] / 2).all()
+    assert err[5].max() == 0 and s[5] == 1
+    # each row's largest |w| lands on +-127 or, the scale rounded up to bf16, just below it
+    peak = np.abs(q.astype(int)).max(axis=1)
+    assert (peak[np.arange(64) != 5] >= 126).all()
+    assert (s.view(np.uint32) & 0xFFFF == 0).all()
+    rel = err.max(axis=1) / np.abs(w).max(axis=1).clip(1e-30)
+    assert rel.max() <= 1 / 254 * 1.01  # half a step of 127 per row, at most
+
+
+def test_int8_linear_computes_its_formula_in_both_paths():
+    torch.manual_seed(0)
+    base = torch.nn.Linear(40, 24)
+    layer = Int8Linear.from_weight(base.weight, base.bias)
+    q, s = quantize_rows(base.weight.detach().numpy())
+    assert np.array_equal(layer.q.numpy(), q) and np.array_equal(layer.scale.float().numpy(), s)
+    for rows in (1, 8, 9, 64):  # <= 8: the int8 kernel; more: the dequantized product
+        x = torch.randn(rows, 40)
+        xb = x.bfloat16().double()
+        want = (xb @ torch.from_numpy(dequantize_rows(q, s)).double().T)
+        got = layer(x).double() - base.bias.detach().double()
+        # the result is rounded to bf16 once (relative 2^-9), then the bias added in float32
+        assert torch.allclose(got, want, rtol=2 ** -8, atol=1e-6), rows
+
+
+@pytest.fixture(scope="module")
+def small():
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=61, block_size=64, n_layer=2, n_head=4, n_kv_head=2,
+                            n_embd=64, pos_encoding="rope", norm="rmsnorm", activation="silu",
+                            ffn="swiglu", bias=False, tie_weights=True, dropout=0.0)
+    torch.manual_seed(3)
+    return cfg, GPT(cfg.model).numpy_weights()
+
+
+def test_bf16_and_int8_logits_are_close_to_float32s(small):
+    cfg, weights = small
+    ids = np.random.default_rng(1).integers(0, 61, size=40).tolist()
+    logits = {d: build(cfg, weights, engine="torch", device="cpu", dtype=d).lm.full(ids)
+              for d in ("float32", "bfloat16", "int8")}
+    scale = np.abs(logits["float32"]).max()
+    gap = {d: np.abs(logits[d] - logits["float32"]).max() / scale for d in logits}
+    # measured (this seed): bfloat16 0.0014, int8 0.0020 of the largest logit; 3x that allowed
+    assert gap["float32"] == 0 and gap["bfloat16"] < 0.005 and gap["int8"] < 0.006, gap
+    assert gap["int8"] > 0  # the weights really changed
+
+
+def test_int8_decode_steps_agree_with_the_whole_prompt(small):
+    """Decoding token by token runs the int8 kernel (1 row), the whole prompt the dequantized
+    product (40 rows): the same numbers up to the order of the float32 sums."""
+    cfg, weights = small
+    lm = build(cfg, weights, engine="torch", device="cpu", dtype="int8").lm
+    ids = np.random.default_rng(2).integers(0, 61, size=40).tolist()
+    whole = lm.full(ids)
+    lm.prefill(ids[:1])
+    steps = [lm.decode(t) for t in ids[1:]]
+    # measured: equal (both results are rounded to bf16, which hides the sums' order)
+    assert np.abs(steps[-1] - whole).max() <= 1e-3 * np.abs(whole).max()
+
+
+def test_int8_reads_about_a_quarter_of_the_bytes(small):
+    cfg, weights = small
+    model = GPT(cfg.model)
+    model.load_numpy_weights(weights)
+    before = weight_bytes_read(model)
+    after = weight_bytes_read(quantize_int8(model))
+    # matrices at 1 byte + a 2-byte scale per row; the norms stay float32
+    assert 0.25 < after / before < 0.3, (before, after)
+
+
+# ----- the command line -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny run whose tokenizer has the chat template (chat needs one)."""
+    tok, _ = with_chat_tokens(train_tokenizer("char", [TEXT]))
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=1, n_head=2,
+                            n_embd=32, dropout=0.0)
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("dtypes")
+    checkpoint.save_checkpoint(root / "run", GPT(cfg.model).numpy_weights(), cfg.to_dict(),
+                               tok.to_json())
+    (root / "text.txt").write_text(TEXT)
+    return root / "run", root / "text.txt"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_generate_takes_the_dtype(run, dtype, capsys):
+    argv = ["generate", str(run[0]), "--prompt", "the", "--temperature", "0",
+            "--max-new-tokens", "6", "--threads", "1", "--dtype", dtype]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert f"torch engine, {dtype}" in out.err
+    model = load(run[0], "torch", "cpu", dtype)
+    ids = model.tokenizer.encode("the")
+    want = model.lm.greedy(np.array([ids]), 6)[0]
+    assert out.out == "the" + model.tokenizer.decode(want.tolist()) + "\n"
+
+
+def test_eval_takes_the_dtype(run, capsys):
+    figures = {}
+    for dtype in ("float32", "bfloat16", "int8"):
+        assert main(["eval", str(run[0]), "--data", str(run[1]), "--json", "--threads", "1",
+                     "--dtype", dtype]) == 0
+        figures[dtype] = json.loads(capsys.readouterr().out)
+    f32 = figures["float32"]["bits_per_byte"]
+    for dtype in ("bfloat16", "int8"):
+        assert figures[dtype]["tokens"] == figures["float32"]["tokens"]
+        assert figures[dtype]["bits_per_byte"] != f32  # computed in another dtype...
+        assert abs(figures[dtype]["bits_per_byte"] - f32) < 0.01  # ...to nearly the same
+
+
+def test_chat_takes_the_dtype(run, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("the cat\n"))
+    assert main(["chat", str(run[0]), "--temperature", "0", "--max-new-tokens", "4",
+                 "--threads", "1", "--dtype", "int8"]) == 0
+    out = capsys.readouterr()
+    assert "torch engine" in out.err and len(out.out.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["generate", "RUN", "--engine", "numpy", "--dtype", "int8"],
+    ["eval", "RUN", "--data", "TEXT", "--engine", "numpy", "--dtype", "bfloat16"],
+    ["chat", "RUN", "--engine", "numpy", "--dtype", "int8"],
+    ["serve", "RUN", "--engine", "numpy", "--dtype", "int8"],
+])
+def test_the_numpy_engine_refuses_another_dtype(run, argv, capsys):
+    argv = [str(run[0]) if a == "RUN" else str(run[1]) if a == "TEXT" else a for a in argv]
+    fails(capsys, argv, "--dtype", "torch")
+
+
+def test_an_unknown_dtype_is_refused(run, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["generate", str(run[0]), "--dtype", "int4"])
+    assert e.value.code == 2 and "invalid choice: 'int4'" in capsys.readouterr().err
