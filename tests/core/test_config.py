@@ -241,7 +241,9 @@ def test_validate_and_help_read_the_allowed_values_from_one_place():
         assert " | ".join(allowed) in f.metadata["help"]
         cfg = Config()
         cfg.set(key, "nonsense")
-        with pytest.raises(UserError, match=re.escape(f"{key} must be one of "
+        many = config.config_field(key).metadata["many"]  # a comma-separated list of them
+        kind = "a comma-separated list of" if many else "one of"
+        with pytest.raises(UserError, match=re.escape(f"{key} must be {kind} "
                                                       f"{', '.join(allowed)}, not 'nonsense'")):
             cfg.validate()
         for value in allowed:

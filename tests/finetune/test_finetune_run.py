@@ -104,7 +104,7 @@ def test_lora_can_keep_the_new_tokens_frozen(base, tmp_path, capsys):
                for n in checkpoint.load_weights(tmp_path / "frozen"))
     assert main(["finetune", str(base / "base"), "--data", str(base / "chats.jsonl"), "--out",
                  str(tmp_path / "bad"), "--lora-freeze-new-tokens"]) == 2
-    assert "--lora-freeze-new-tokens needs --lora-rank" in capsys.readouterr().err
+    assert "lora.alpha and lora.train_new_tokens need lora.rank" in capsys.readouterr().err
 
 
 def test_merged_export_is_a_plain_run_with_the_same_logits(base, tmp_path, capsys):

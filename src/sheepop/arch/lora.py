@@ -46,11 +46,10 @@ from typing import Any
 import numpy as np
 
 from sheepop.arch.params import check_shapes
-from sheepop.config.schema import ModelConfig
+from sheepop.config.schema import LORA_TARGETS, ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_text, read_json, shown
 
-TARGETS = ("qkv", "proj", "fc", "down")
 ADAPTER_SUFFIXES = (".lora_A", ".lora_B")
 LORA_FILE = "lora.json"
 # A trained copy of the new tokens' rows -> the per-token table whose last rows it replaces.
@@ -59,16 +58,17 @@ NEW_ROWS = {"tok_emb.new_rows": "tok_emb.weight", "head.new_rows": "head.weight"
 
 
 def parse_targets(targets: str | Iterable[str]) -> tuple[str, ...]:
-    """"qkv,proj" or ["qkv", "proj"] -> ("qkv", "proj"): known names, in TARGETS' order, each
-    once; a UserError naming the known ones otherwise."""
+    """"qkv,proj" or ["qkv", "proj"] -> ("qkv", "proj"): known names, in LORA_TARGETS' order,
+    each once; a UserError naming the known ones otherwise."""
     names = targets.split(",") if isinstance(targets, str) else list(targets)
     names = [n.strip() if isinstance(n, str) else n for n in names]
-    unknown = [n for n in names if n not in TARGETS]
+    unknown = [n for n in names if n not in LORA_TARGETS]
     if unknown:
-        raise UserError(f"unknown LoRA target {shown(unknown[0])} (known: {', '.join(TARGETS)})")
+        raise UserError(f"unknown LoRA target {shown(unknown[0])} (known: "
+                        f"{', '.join(LORA_TARGETS)})")
     if not names:
-        raise UserError(f"LoRA needs at least one target (known: {', '.join(TARGETS)})")
-    return tuple(t for t in TARGETS if t in names)
+        raise UserError(f"LoRA needs at least one target (known: {', '.join(LORA_TARGETS)})")
+    return tuple(t for t in LORA_TARGETS if t in names)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class LoraConfig:
 
     rank: int = 8
     alpha: float = 16.0
-    targets: tuple[str, ...] = TARGETS
+    targets: tuple[str, ...] = LORA_TARGETS
     base_run: str = ""
     new_tokens: int = 0
 
@@ -122,7 +122,7 @@ class LoraConfig:
             raise UserError(f"{where}: unknown LoRA setting {shown(unknown[0])}")
         try:
             return cls(data.get("rank", 8), data.get("alpha", 16.0),
-                       data.get("targets", TARGETS), data.get("base_run", base_run),
+                       data.get("targets", LORA_TARGETS), data.get("base_run", base_run),
                        data.get("new_tokens", 0))
         except UserError as e:
             raise UserError(f"{where}: {e}") from None

@@ -122,7 +122,7 @@ def add_config_flag(p: argparse.ArgumentParser, flag: str, key: str, help: str |
     kind = field_type(f)
     if kind is bool:
         raise TypeError(f"{flag}: a bool config key needs a store_true flag, not a typed one")
-    if f.metadata["choices"]:
+    if f.metadata["choices"] and not f.metadata["many"]:  # a list of them: checked by validate
         kw.setdefault("choices", f.metadata["choices"])
     default = _applied_default(key, f, preset)
     action = p.add_argument(flag, type=kind, default=None,
@@ -131,9 +131,12 @@ def add_config_flag(p: argparse.ArgumentParser, flag: str, key: str, help: str |
     p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
 
 
-def add_config_switch(p: argparse.ArgumentParser, flag: str, key: str, help: str) -> None:
-    """A store_true flag that sets bool config key `key` to true; not given, it sets nothing."""
-    action = p.add_argument(flag, action="store_true", default=None, help=f"{help} ({key})")
+def add_config_switch(p: argparse.ArgumentParser, flag: str, key: str, help: str,
+                      value: bool = True) -> None:
+    """A switch that sets bool config key `key` to `value` (true: a store_true flag); not
+    given, it sets nothing."""
+    action = p.add_argument(flag, action="store_true" if value else "store_false", default=None,
+                            help=f"{help} ({key}{'' if value else '=false'})")
     p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
 
 

@@ -1,5 +1,8 @@
 """`sheepop finetune BASE_RUN --data chats.jsonl --out RUN_DIR`: fine-tuning on conversations,
-in full or with LoRA adapters (sheepop.finetune); `--demo` runs the built-in demonstration."""
+in full or with LoRA adapters (sheepop.finetune); `--demo` runs the built-in demonstration.
+
+Its settings are config keys like `train`'s: [finetune] and [lora] (sheepop.config.schema), set
+by a TOML file (--config), --set or the flags below, which are typed overrides of those keys."""
 
 from __future__ import annotations
 
@@ -8,12 +11,11 @@ import argparse
 from sheepop.cli.common import (
     HelpFormatter,
     add_config_flag,
+    add_config_switch,
     add_set_option,
     add_threads_option,
 )
 from sheepop.errors import UserError
-
-TARGETS = "qkv,proj"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,20 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "from (not needed with --resume or --demo)")
     p.add_argument("--data", metavar="FILE", help="conversations, JSON Lines")
     p.add_argument("--out", metavar="RUN_DIR", help="the fine-tuned run's directory")
-    p.add_argument("--lora-rank", type=int, metavar="R",
-                   help="train rank-R adapters instead of every weight (default: full "
-                        "fine-tuning)")
-    p.add_argument("--lora-alpha", type=float, metavar="A",
-                   help="the adapters' scale is A / R (default: 2R, a scale of 2)")
-    p.add_argument("--lora-targets", default=TARGETS, metavar="NAMES",
-                   help="comma-separated layers that get adapters: qkv, proj (attention), fc "
-                        "(the FFN's first layer; swiglu: gate and up), down (the FFN's output)")
-    p.add_argument("--lora-freeze-new-tokens", action="store_true",
-                   help="with --lora-rank: keep the embedding (and head) rows of the chat tokens "
-                        "added to the vocabulary frozen at their initial values (default: they "
-                        "train with the adapters)")
-    p.add_argument("--train-on", choices=("assistant", "all"), default="assistant",
-                   help="which tokens the loss counts: the assistant's, or all of them")
+    add_config_flag(p, "--lora-rank", "lora.rank", metavar="R")
+    add_config_flag(p, "--lora-alpha", "lora.alpha", metavar="A")
+    add_config_flag(p, "--lora-targets", "lora.targets", metavar="NAMES")
+    add_config_switch(p, "--lora-freeze-new-tokens", "lora.train_new_tokens",
+                      "with --lora-rank: keep the embedding (and head) rows of the chat tokens "
+                      "added to the vocabulary frozen at their initial values", value=False)
+    add_config_flag(p, "--train-on", "finetune.train_on")
     add_config_flag(p, "--steps", "train.steps", note="{key}; default 300")
     add_config_flag(p, "--engine", "train.engine")
     add_config_flag(p, "--seed", "train.seed")
@@ -58,13 +53,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the built-in demonstration into --out (default runs/finetune-demo)")
     p.add_argument("--minutes", type=float, default=None,
                    help="--demo: minutes of fine-tuning for each of LoRA and full")
-    add_set_option(p, example="train.lr=1e-3",
-                   keys="train.* and sample.* keys (the model is the base run's)")
+    p.add_argument("--config", metavar="FILE", help="a TOML file with [train], [sample], "
+                   "[finetune] and [lora] tables (its other tables are skipped; the model is "
+                   "the base run's)")
+    add_set_option(p, example="lora.rank=8",
+                   keys="train.*, sample.*, finetune.* and lora.* keys (the model is the base "
+                        "run's; resumed: train.* and sample.*)")
+    p.add_argument("--help-config", action="store_true",
+                   help="print every config key with its default and exit")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from sheepop.cli.common import flag_values
+    if args.help_config:
+        from sheepop.config.schema import describe_fields
+        print(describe_fields())
+        return 0
     if args.demo:
         from sheepop.finetune.demo import run_demo
         return run_demo(args.out or "runs/finetune-demo", args.minutes, args.engine or "torch",
@@ -73,19 +78,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("sheepop finetune needs --out RUN_DIR")
     if not args.resume and (args.base_run is None or args.data is None):
         raise UserError("sheepop finetune needs BASE_RUN and --data (or --resume)")
-    lora = None
-    if args.lora_rank is not None:
-        from sheepop.arch.lora import LoraConfig
-        alpha = args.lora_alpha if args.lora_alpha is not None else 2.0 * args.lora_rank
-        targets = [t.strip() for t in args.lora_targets.split(",") if t.strip()]
-        lora = LoraConfig(args.lora_rank, alpha, targets)
-    elif args.lora_alpha is not None or args.lora_freeze_new_tokens:
-        flag = "--lora-alpha" if args.lora_alpha is not None else "--lora-freeze-new-tokens"
-        raise UserError(f"{flag} needs --lora-rank")
     from sheepop.finetune.run import finetune
-    summary = finetune(args.base_run, args.data, args.out, lora, args.train_on, args.overrides,
-                       flag_values(args), args.resume, progress=not args.no_progress,
-                       train_new_tokens=not args.lora_freeze_new_tokens)
+    summary = finetune(args.base_run, args.data, args.out, overrides=args.overrides,
+                       values=flag_values(args), resume=args.resume,
+                       progress=not args.no_progress, config_file=args.config)
     for line in summary.lines():
         print(line)
     print(f"talk to it with: sheepop chat {args.out}")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sheepop.config.presets import PRESETS
-from sheepop.config.schema import Config
+from sheepop.config.schema import RUN_SECTIONS, SECTIONS, Config
 from sheepop.errors import UserError
 
 if sys.version_info >= (3, 11):
@@ -35,8 +35,11 @@ def build_config(preset: str | None = None, config_file: str | Path | None = Non
                  only: tuple[str, ...] | None = None) -> Config:
     """Defaults (or `base`), then the preset, then the TOML file, then each `--set KEY=VALUE`
     string, then the typed `values` ({"train.steps": 100}: command-line flags), in order.
-    With `only`, the file's other tables are skipped and `--set` refuses other sections."""
+    With `only`, the file's other tables are skipped and `--set` refuses other sections;
+    without it, the run's sections (a fine-tuning section is refused: `sheepop finetune`
+    names its sections in `only`)."""
     cfg = base if base is not None else Config()
+    settable = only if only is not None else tuple(RUN_SECTIONS)
     if preset is not None:
         if preset not in PRESETS:
             raise UserError(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
@@ -47,10 +50,16 @@ def build_config(preset: str | None = None, config_file: str | Path | None = Non
         key, sep, value = item.partition("=")
         if not sep:
             raise UserError(f"--set expects section.key=value, got '{item}'")
-        if only is not None and key.strip().partition(".")[0] not in only:
-            raise UserError(f"--set {key.strip()}: only {', '.join(only)} settings can be set "
-                            "here")
+        _check_settable(key.strip(), settable, "--set")
         cfg.set(key.strip(), value.strip())
     for key, value in (values or {}).items():
+        _check_settable(key, settable, "command line")
         cfg.set(key, value, "command line")
     return cfg
+
+
+def _check_settable(dotted: str, sections: tuple[str, ...], where: str) -> None:
+    """A known section outside `sections` is refused (an unknown one: by `Config.set`)."""
+    section = dotted.partition(".")[0]
+    if section in SECTIONS and section not in sections:
+        raise UserError(f"{where} {dotted}: only {', '.join(sections)} settings can be set here")

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sheepop.config.model_size import check_model_size, physical_memory
 from sheepop.errors import UserError
 from sheepop.files import shown
 
+if TYPE_CHECKING:  # schema imports this module to validate
+    from sheepop.config.schema import Config
 
-def check_config(cfg: Any, sections: dict[str, type]) -> None:
-    """Raise a UserError for the first value of `cfg` (a sheepop.config.schema.Config, whose section
-    classes are `sections`) that breaks a rule."""
-    m, t, d, s = cfg.model, cfg.train, cfg.data, cfg.sample
+
+def check_config(cfg: Config, sections: dict[str, type]) -> None:
+    """Raise a UserError for the first value of `cfg`, whose section classes are `sections`,
+    that breaks a rule."""
+    m, t, d, s, lora = cfg.model, cfg.train, cfg.data, cfg.sample, cfg.lora
     values = [(f"{section}.{f.name}", getattr(getattr(cfg, section), f.name), f)
               for section, cls in sections.items() for f in fields(cls)]
-    checks = [(value in f.metadata["choices"],
-               f"{name} must be one of {', '.join(f.metadata['choices'])}, not "
-               f"{shown(value)}")
+    checks = [(all(v in f.metadata["choices"] for v in _listed(value, f.metadata["many"])),
+               f"{name} must be {'a comma-separated list of' if f.metadata['many'] else 'one of'}"
+               f" {', '.join(f.metadata['choices'])}, not {shown(value)}")
               for name, value, f in values if f.metadata["choices"]]
     checks += [(math.isfinite(value), f"{name} must be a finite number, not {value}")
                for name, value, _ in values if isinstance(value, float)]
@@ -93,6 +96,10 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
                                    f"{s.repetition_penalty}"),
         (s.slide_chunk >= 0, f"sample.slide_chunk must be >= 0 (0: block_size // 4), not "
                              f"{s.slide_chunk}"),
+        (lora.rank >= 0, f"lora.rank must be >= 0 (0: full fine-tuning), not {lora.rank}"),
+        (lora.alpha >= 0, f"lora.alpha must be >= 0 (0: 2 * lora.rank), not {lora.alpha}"),
+        (lora.rank > 0 or (lora.alpha == 0 and lora.train_new_tokens),
+         "lora.alpha and lora.train_new_tokens need lora.rank (the adapters' rank)"),
     ]
     for ok, message in checks:
         if not ok:
@@ -104,3 +111,11 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         raise UserError(f"train.batch_size={t.batch_size} is too large: one micro-batch's "
                         "activations (batch_size x block_size x n_embd floats) would not fit "
                         "in this machine's memory")
+
+
+def _listed(value: object, many: bool) -> list[object]:
+    """A choice's value as the list of names it holds: "qkv,proj" -> ["qkv", "proj"] for a
+    comma-separated one (at least one name: [""] for none, which no choice allows)."""
+    if not many or not isinstance(value, str):
+        return [value]
+    return [name.strip() for name in value.split(",")]

@@ -39,6 +39,9 @@ NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.co
 FFNS = tuple(FFN_SHAPES)
 TOKENIZER_KINDS = ("char", "word", "bpe", "digits", "pretrained")  # pretrained: imported only
 SAMPLING_MODES = ("random", "chunks")
+TRAIN_ON = ("assistant", "all")  # fine-tuning: the tokens the loss counts (sheepop.tokenizers.chat)
+# The layers that can get a LoRA adapter, by the short names a user types (sheepop.arch.lora).
+LORA_TARGETS = ("qkv", "proj", "fc", "down")
 
 # What config.json's sections mean ("config_version"; a file without it is version 1).
 # 2: `sheepop generate` reads [sample]. A version-1 file's [sample] holds defaults nothing ever
@@ -47,13 +50,15 @@ CONFIG_VERSION = 2
 VERSION_KEY = "config_version"
 
 
-def _f(default: Any, help: str, choices: tuple[str, ...] = (), **kw: Any) -> Any:
+def _f(default: Any, help: str, choices: tuple[str, ...] = (), many: bool = False,
+       **kw: Any) -> Any:
     """A dataclass field that carries its help text and, for a choice, the allowed values
-    (`{choices}` in the help is replaced by them, else they are appended)."""
+    (`{choices}` in the help is replaced by them, else they are appended); `many`: the value
+    is a comma-separated list of them."""
     if choices:
         listed = " | ".join(choices)
         help = help.format(choices=listed) if "{choices}" in help else f"{help}: {listed}"
-    meta = {"help": help, "choices": choices}
+    meta = {"help": help, "choices": choices, "many": many}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta, **kw)
     return field(default=default, metadata=meta, **kw)
@@ -188,7 +193,45 @@ class SampleConfig:
                           "block_size tokens, the slowest; 0: block_size // 4)")
 
 
-SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "sample": SampleConfig}
+@dataclass
+class FinetuneConfig:
+    """How `sheepop finetune` trains on conversations (recorded in its run's finetune.json)."""
+    train_on: str = _f("assistant", "which tokens the loss counts: the assistant's, or all of "
+                       "them", TRAIN_ON)
+
+
+@dataclass
+class LoraSettings:
+    """The adapters `sheepop finetune` trains, W + (alpha / r) B A (docs/finetune.md); the run's
+    lora.json records them as a sheepop.arch.lora.LoraConfig (`lora_config`)."""
+    rank: int = _f(0, "rank r of the adapters W + (alpha/r) B A; 0: no adapters, every weight "
+                   "trains (full fine-tuning)")
+    alpha: float = _f(0.0, "the adapters' scale is alpha / rank (0: 2 * rank, a scale of 2)")
+    targets: str = _f("qkv,proj", "comma-separated layers that get adapters, of {choices} (qkv, "
+                      "proj: attention; fc: the FFN's first layer, swiglu's gate and up; down: "
+                      "the FFN's output)", LORA_TARGETS, many=True)
+    train_new_tokens: bool = _f(True, "the embedding (and head) rows of the chat tokens added "
+                                "to the vocabulary train with the adapters (false: frozen at "
+                                "their initial values)")
+
+    @property
+    def scale_alpha(self) -> float:
+        """alpha, or its default 2r (a scale alpha / r of 2) when 0."""
+        return self.alpha or 2.0 * self.rank
+
+    @property
+    def target_names(self) -> tuple[str, ...]:
+        """The targets as a tuple of names, in the order typed ("qkv,fc" -> ("qkv", "fc"))."""
+        return tuple(t.strip() for t in self.targets.split(",") if t.strip())
+
+
+# The sections of a run: its config.json holds these.
+RUN_SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig,
+                "sample": SampleConfig}
+# The settings of one command, `sheepop finetune`, which records them in its own files
+# (finetune.json, lora.json): set anywhere else, they are refused, never saved and ignored.
+FINETUNE_SECTIONS = {"finetune": FinetuneConfig, "lora": LoraSettings}
+SECTIONS = {**RUN_SECTIONS, **FINETUNE_SECTIONS}
 
 
 @dataclass
@@ -197,11 +240,14 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    lora: LoraSettings = field(default_factory=LoraSettings)
 
     def to_dict(self) -> dict[str, Any]:
-        """The sections, and the version of their meaning (what a run's config.json holds)."""
+        """The run's sections, and the version of their meaning (what a run's config.json
+        holds; the fine-tuning's sections live in its own files)."""
         return {VERSION_KEY: CONFIG_VERSION,
-                **{name: dataclasses.asdict(getattr(self, name)) for name in SECTIONS}}
+                **{name: dataclasses.asdict(getattr(self, name)) for name in RUN_SECTIONS}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "config") -> Config:
@@ -219,7 +265,7 @@ class Config:
     @classmethod
     def from_saved(cls, saved: dict[str, Any], where: str) -> Config:
         """A run's config.json (its format keys and any other entries are not sections)."""
-        sections = {k: v for k, v in saved.items() if k in SECTIONS}
+        sections = {k: v for k, v in saved.items() if k in RUN_SECTIONS}
         version = saved.get(VERSION_KEY, 1)
         if type(version) is int and version < 2:  # [sample] was never read: defaults
             sections.pop("sample", None)
@@ -227,13 +273,17 @@ class Config:
 
     def update(self, d: dict[str, Any], where: str = "config",
                only: tuple[str, ...] | None = None) -> None:
-        """Set every `section.key` of a nested dict; sections outside `only` are skipped."""
+        """Set every `section.key` of a nested dict; sections outside `only` are skipped. Without
+        `only`, the run's sections: a fine-tuning section is refused (`sheepop finetune` names
+        them in `only`)."""
         for section, values in d.items():
             if section not in SECTIONS:
                 raise UserError(f"{where}: unknown config section '{section}' "
                                 f"(known: {', '.join(SECTIONS)})")
             if not isinstance(values, dict):
                 raise UserError(f"{where}: section '{section}' must be a table of keys")
+            if only is None and section in FINETUNE_SECTIONS:
+                raise UserError(f"{where}: [{section}] is read by sheepop finetune only")
             if only is not None and section not in only:
                 continue
             for key, value in values.items():
@@ -291,7 +341,8 @@ def describe_fields() -> str:
     """Every config key with its default and help, for `--help-config` and docs/cli.md."""
     lines = []
     for section, cls in SECTIONS.items():
-        lines.append(f"[{section}]")
+        lines.append(f"[{section}]" + ("    # sheepop finetune" if section in FINETUNE_SECTIONS
+                                       else ""))
         for f in fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             lines.append(f"  {section}.{f.name} = {default!r}    # {f.metadata['help']}")

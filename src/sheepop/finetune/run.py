@@ -21,6 +21,7 @@ must stay where it was.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ import numpy as np
 
 from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
-from sheepop.config.schema import Config
+from sheepop.config.build import build_config
+from sheepop.config.schema import FINETUNE_SECTIONS, Config, LoraSettings
 from sheepop.data.chat import read_conversations
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
@@ -40,7 +42,8 @@ from sheepop.tokenizers.chat import has_model_template, with_chat_tokens
 
 RUN_FILE = "finetune.json"
 RUN_DOCUMENT = DocumentFormat("sheepop-finetune-run", 1, "sheepop fine-tuning run file")
-TRAIN_ON = ("assistant", "all")
+NEW_SECTIONS = ("train", "sample", *FINETUNE_SECTIONS)  # what a new fine-tune's settings set
+RESUME_SECTIONS = ("train", "sample")  # and a resumed one's: the rest is the run's
 
 # Fine-tuning starts from trained weights, so it needs fewer steps and a shorter warmup than
 # pretraining; LoRA's adapters start at B = 0 and learn at a higher rate than a full fine-tune
@@ -101,28 +104,32 @@ def split_examples(examples: list, val_fraction: float, seed: int) -> tuple[list
 
 
 def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
-             lora: LoraConfig | None = None, train_on: str = "assistant",
-             overrides: list[str] | None = None, values: dict[str, Any] | None = None,
-             resume: bool = False, log=print, progress: bool = True,
-             train_new_tokens: bool = True):
+             lora: LoraConfig | None = None, overrides: list[str] | None = None,
+             values: dict[str, Any] | None = None, resume: bool = False, log=print,
+             progress: bool = True, config_file: str | Path | None = None):
     """Fine-tune `base_run` on the conversations in `data_path` into `run_dir` (or continue
-    it with `resume`); the trainer's Summary. With LoRA, the rows of the tokens added to the
-    vocabulary train with the adapters unless `train_new_tokens` is False (sheepop.arch.lora)."""
-    from sheepop.config.build import build_config
+    it with `resume`); the trainer's Summary.
+
+    The settings come through the config like `train`'s (sheepop.config.build): the base run's
+    model, this command's train defaults, then `config_file`, `overrides` (--set strings) and
+    `values` (typed flags): train.*, sample.*, finetune.* (train_on) and lora.* (rank, alpha,
+    targets, train_new_tokens). `lora` is the same as values lora.rank, lora.alpha and
+    lora.targets (for a caller holding a LoraConfig). On `resume` the fine-tuning's own
+    settings are the run's: train.* and sample.* may change."""
     from sheepop.train.start import setup
     run_dir = Path(run_dir)
+    values = values or {}
     if resume:
         from sheepop.train.run_lock import check_free
         check_free(run_dir)  # a running writer may be replacing the checkpoint right now
         opts = FinetuneOptions.load(run_dir)
         base_run, data_path = opts.base_run, data_path or opts.data
-        lora, train_on = opts.lora_config(), opts.train_on
+        adapters, train_on = opts.lora_config(), opts.train_on
+        _check_resumed(adapters, lora)
         saved = Config.from_saved(checkpoint.load_config(run_dir), str(run_dir))
-        cfg = build_config(None, None, overrides, base=saved, values=values,
-                           only=("train", "sample"))
+        cfg = build_config(None, config_file, overrides, base=saved, values=values,
+                           only=RESUME_SECTIONS)
     else:
-        if train_on not in TRAIN_ON:
-            raise UserError(f"--train-on must be one of {', '.join(TRAIN_ON)}, not {train_on!r}")
         if base_run is None or data_path is None:
             raise UserError("sheepop finetune needs BASE_RUN and --data")
         if checkpoint.holds_checkpoint(run_dir):  # before reading anything big
@@ -131,16 +138,11 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
         base_run = str(Path(base_run).resolve())
     base_cfg, tokenizer, weights, added = base_model(base_run)
     if not resume:
-        if lora is not None:
-            lora = LoraConfig(lora.rank, lora.alpha, lora.targets, base_run,
-                              added if train_new_tokens else 0)
+        cfg = _settings(base_cfg, config_file, overrides, {**_lora_values(lora), **values})
+        adapters, train_on = lora_config(cfg.lora, base_run, added), cfg.finetune.train_on
         # absolute, as `train` records its data, so --resume works from any directory
         opts = FinetuneOptions(base_run, str(Path(data_path).absolute()), train_on,
-                               None if lora is None else lora.to_dict())
-        cfg = base_cfg
-        defaults = {**TRAIN_DEFAULTS, "lr": LR["lora" if lora else "full"]}
-        cfg = build_config(None, None, overrides, base=_with_train(cfg, defaults),
-                           values=values, only=("train", "sample"))
+                               None if adapters is None else adapters.to_dict())
         if has_model_template(tokenizer):
             log(f"base: {base_run}; conversations through the model's own chat template "
                 f"({tokenizer.vocab_size} ids)")
@@ -161,11 +163,49 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
                       [f"conversations: {len(train):,} train, {len(val):,} held out"])
     trainer = setup(None, cfg, run_dir, resume=resume, log=log, progress=progress,
                     dataset=dataset, sampler=sampler, eval_data=eval_data,
-                    initial_weights=weights, lora=lora)
+                    initial_weights=weights, lora=adapters)
     opts.save(run_dir)
-    if lora is not None:
-        lora.save(run_dir)  # before the first checkpoint: the adapters are nothing without it
+    if adapters is not None:
+        adapters.save(run_dir)  # before the first checkpoint: the adapters are nothing without it
     return trainer.run()
+
+
+def lora_config(settings: LoraSettings, base_run: str, added: int) -> LoraConfig | None:
+    """The adapters the [lora] settings ask for (None: rank 0, full fine-tuning), on `base_run`,
+    with the `added` chat tokens' rows trained unless lora.train_new_tokens is false."""
+    if settings.rank == 0:
+        return None
+    return LoraConfig(settings.rank, settings.scale_alpha, settings.target_names, base_run,
+                      added if settings.train_new_tokens else 0)
+
+
+def _settings(base_cfg: Config, config_file: str | Path | None, overrides: list[str] | None,
+              values: dict[str, Any]) -> Config:
+    """A new fine-tune's config: the base run's model and sample settings, this command's train
+    defaults (the learning rate LoRA's or a full fine-tune's, so the settings are read once to
+    know which), then the file, `--set` and the flags."""
+    def build(lr: float) -> Config:
+        base = _with_train(copy.deepcopy(base_cfg), {**TRAIN_DEFAULTS, "lr": lr})
+        return build_config(None, config_file, overrides, base=base, values=values,
+                            only=NEW_SECTIONS)
+    cfg = build(LR["full"])
+    return build(LR["lora"]) if cfg.lora.rank else cfg
+
+
+def _lora_values(lora: LoraConfig | None) -> dict[str, Any]:
+    if lora is None:
+        return {}
+    return {"lora.rank": lora.rank, "lora.alpha": lora.alpha,
+            "lora.targets": ",".join(lora.targets)}
+
+
+def _check_resumed(recorded: LoraConfig | None, asked: LoraConfig | None) -> None:
+    """A resumed fine-tune keeps its adapters: one asked for must be the run's."""
+    if asked is None:
+        return
+    if recorded is None or _lora_values(asked) != _lora_values(recorded):
+        raise UserError("a resumed fine-tune keeps the LoRA settings it started with "
+                        f"({'none: a full fine-tune' if recorded is None else recorded.to_dict()})")
 
 
 def _with_train(cfg: Config, values: dict[str, Any]) -> Config:

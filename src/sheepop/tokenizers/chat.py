@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
+from sheepop.config.schema import TRAIN_ON
 from sheepop.errors import UserError
 from sheepop.tokenizers.base import Tokenizer
 from sheepop.tokenizers.chat_shipped import (
@@ -43,7 +44,6 @@ from sheepop.tokenizers.chat_shipped import (
 ROLES = ("system", "user", "assistant")
 END = "<|end|>"
 CHAT_SPECIALS = ("<|system|>", "<|user|>", "<|assistant|>", END)
-TRAIN_ON = ("assistant", "all")
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
