@@ -80,7 +80,7 @@ def run_export(args: argparse.Namespace) -> int:
     from sheepop.errors import UserError
     out = Path(args.out_dir)
     if args.to == GGUF:  # one file, written under a temporary name and renamed
-        if out.exists() and not args.overwrite:
+        if out.is_file() and not args.overwrite:  # (a directory: refused by the writer)
             raise UserError(f"{out} already exists (use --overwrite to replace it)")
         with writing(out, "the export"):
             return _run_export(args)
