@@ -11,7 +11,8 @@
 The steps (sheepop.arch.trace) are computed from the model's weights in NumPy, on the
 scheduler's thread between two decode steps; the sampling of z_t is generation's own
 (sheepop.generation.sample): the tokens generation never emits (padding, BOS, unknown) set to
--inf, the repetition penalty, then p = softmax(z / tau), top-k, top-p, and the draw u ~ U(0, 1)
+-inf (p = softmax(z) is then /v1/inspect's p), the repetition penalty, p_tau = softmax(z / tau),
+top-k, top-p, and the draw u ~ U(0, 1)
 from numpy.random.default_rng(seed), the first index where the CDF passes u.
 """
 
@@ -99,13 +100,14 @@ def _ffn_json(f: FFNStep) -> dict[str, Any]:
 def sampling(z: np.ndarray, ids: list[int], t: int, never: list[int], settings: dict,
              text) -> dict[str, Any]:
     """The distributions of the next token after position t, as generation draws it: p (the
-    model's, softmax z over the whole vocabulary), p_tau (banned tokens removed, repetition
-    penalty, temperature), p_k (top-k), p_final (top-p), the draw, and the actual next token."""
+    model's, softmax z with the never-generated ids at -inf, as /v1/inspect and the API's
+    logprobs give it), p_tau (repetition penalty, temperature), p_k (top-k), p_final (top-p),
+    the draw, and the actual next token."""
     tau, k, top_p, penalty, seed = (settings[n] for n in ("temperature", "top_k", "top_p",
                                                          "repetition_penalty", "seed"))
-    p = softmax(z)
     zz = np.asarray(z, dtype=np.float64).copy()
     zz[never] = -np.inf
+    p = softmax(zz)
     seen = np.zeros(zz.shape, dtype=bool)
     seen[ids[:t + 1]] = True
     zz = penalize_repeats(zz, seen, penalty)

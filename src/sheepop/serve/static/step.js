@@ -116,16 +116,17 @@ function streamNorms(norms, layer) {
 function samplingCards(data, more) {
   const s = data.sampling, z = data.logits, t = data.position, V = data.shape.vocab_size;
   const pct = (p) => (p ? percent(p) : "0");
-  const rows = s.rows.map((r) => el("tr", { class: [r.id === s.draw.id ? "drawn" : "", r.id === s.actual?.id ? "actual" : ""].join(" ") },
+  const rows = s.rows.map((r) => el("tr", { "data-id": String(r.id), class: [r.id === s.draw.id ? "drawn" : "", r.id === s.actual?.id ? "actual" : ""].join(" ") },
     el("td", { class: "tok" }, shownToken(r.text)), el("td", { class: "num" }, fmt(r.z)),
-    el("td", { class: "num" }, pct(r.p)), el("td", { class: "num" }, pct(r.p_tau)),
+    el("td", { class: "num", "data-p": String(r.p) }, pct(r.p)),
+    el("td", { class: "num", "data-p": String(r.p_tau) }, pct(r.p_tau)),
     el("td", { class: "num", "data-p": String(r.p_k) }, pct(r.p_k)),
     el("td", { class: "num", "data-p": String(r.p_final) }, pct(r.p_final))));
   const table = el("div", { class: "scroll" }, el("table", { "data-testid": "step-sampling" },
     el("thead", {}, el("tr", {}, ...["token", "z", "p = softmax(z)", `p_τ (τ = ${s.temperature})`,
       `top-k (k = ${s.top_k || "off"})`, `top-p (p = ${s.top_p})`].map((h) => el("th", {}, h)))),
     el("tbody", {}, ...rows)));
-  const banned = s.banned.length ? ` Never generated (set to −∞ first): ${s.banned.map((b) => shownToken(b.text)).join(", ")}.` : "";
+  const banned = s.banned.length ? ` Tokens never generated get z = −∞ before any of this (so p is the p of the Generate and Inside views): ${s.banned.map((b) => shownToken(b.text)).join(", ")}.` : "";
   const full = el("div", {});
   const button = el("button", { type: "button", class: "more" }, `all ${V} logits`);
   button.addEventListener("click", async () => {
