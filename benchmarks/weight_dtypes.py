@@ -1,0 +1,156 @@
+"""Weights in fewer bytes, measured: SmolLM2-135M in float32, bfloat16 and int8, side by side.
+
+    python benchmarks/weight_dtypes.py                              # imports SmolLM2 first
+    python benchmarks/weight_dtypes.py --run /tmp/smol --threads 1 2 --repeats 5
+
+For each `--dtype` of the torch engine (sheepop.inference.load.build; int8:
+sheepop.model.quantized) it prints:
+
+- decode tokens/s: greedy decoding of `--new-tokens` tokens after a `--prompt-tokens`-token
+  prompt, one token a step through the KV cache; the dtypes take turns, `--repeats` times, and
+  the median of each is printed, with the load average before and after;
+- the bound: the machine's read bandwidth (a `--bandwidth-mib` array summed by torch on the
+  same threads, median of 5) over the bytes of weights one decode step reads in that dtype
+  (sheepop.model.quantized.weight_bytes_read: every matrix, norm and bias, the token embedding
+  only where the head reads it); tokens/s as a fraction of it;
+- bits per byte on held-out text (`--text`, by default this repository's docs/inference.md,
+  written after SmolLM2 was trained): windows of `--window` tokens, the first `--bpb-tokens`
+  of the text, scored by the same model as `sheepop eval` does (loss_sum, TargetBytes).
+
+The weights are SmolLM2's GGUF (Q4_1 blocks) dequantized to float32 by `sheepop import`: that
+float32 model is the reference the other two are compared with. Targets (issue 31): bfloat16
+within 0.002 bits/byte of float32, int8 within 0.01; each decode at >= 0.8 of its own bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+
+from real_model import smollm2_gguf  # noqa: E402
+
+from sheepop import threads  # noqa: E402
+from sheepop.data.windows import eval_windows  # noqa: E402
+from sheepop.inference.load import build, read_run  # noqa: E402
+from sheepop.model.quantized import weight_bytes_read  # noqa: E402
+from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte  # noqa: E402
+
+DTYPES = ("float32", "bfloat16", "int8")
+PROMPT = ("The history of the printing press begins in the fifteenth century, when Johannes "
+          "Gutenberg combined movable metal type, oil-based ink and a screw press. ")
+
+
+def read_bandwidth(mib: int, repeats: int = 5) -> float:
+    """Bytes/s of reading a `mib` MiB float32 array once (torch's sum, on torch's threads):
+    the median of `repeats` reads after one warm-up. Far larger than the caches, so it is the
+    memory's rate for a pass over the weights."""
+    a = torch.ones(mib * 2 ** 20 // 4)
+    a.sum()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a.sum()
+        times.append(time.perf_counter() - t0)
+    return a.numel() * 4 / statistics.median(times)
+
+
+def decode_seconds(lm, ids: list[int], new: int) -> tuple[float, list[int]]:
+    """Seconds of `new - 1` greedy decode steps after the prompt (the prefill not counted)."""
+    token = int(np.argmax(lm.prefill(ids)))
+    out, t0 = [token], time.perf_counter()
+    for _ in range(new - 1):
+        token = int(np.argmax(lm.decode(token)))
+        out.append(token)
+    return time.perf_counter() - t0, out
+
+
+def bits_per_byte_of(model, x: np.ndarray, y: np.ndarray, n_bytes: int) -> float:
+    total = sum(model.loss_sum(x[i:i + 1], y[i:i + 1])[0] for i in range(len(x)))
+    return bits_per_byte(total, n_bytes)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", type=Path, help="an imported SmolLM2 run (default: import now)")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1])
+    ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--prompt-tokens", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--text", type=Path, default=ROOT / "docs" / "inference.md")
+    ap.add_argument("--bpb-tokens", type=int, default=1024)
+    ap.add_argument("--window", type=int, default=512)
+    ap.add_argument("--bandwidth-mib", type=int, default=512)
+    ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    args = ap.parse_args()
+
+    run = args.run
+    if run is None:
+        gguf, why = smollm2_gguf()
+        if gguf is None:
+            sys.exit(f"no model: {why}")
+        from sheepop.interop.gguf import import_gguf
+        run = Path(tempfile.mkdtemp(prefix="sheepop-bench-")) / "smollm2"
+        import_gguf(gguf, run)
+    config, tokenizer, weights = read_run(run)
+    models = {d: build(config, weights, tokenizer, "torch", "cpu", d) for d in args.dtypes}
+    nbytes = {d: weight_bytes_read(m.lm.model) for d, m in models.items()}
+
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}, cpu capability "
+          f"{torch.backends.cpu.get_cpu_capability()}, {when}")
+    ids = tokenizer.encode(PROMPT * 4)[:args.prompt_tokens]
+    for n in args.threads:
+        threads.apply(n)
+        load_before = os.getloadavg()[0]
+        bandwidth = read_bandwidth(args.bandwidth_mib)
+        speed: dict[str, list[float]] = {d: [] for d in models}
+        tokens: dict[str, list[int]] = {}
+        for _ in range(args.repeats):  # alternating: every dtype once a round
+            for d, m in models.items():
+                seconds, tokens[d] = decode_seconds(m.lm, ids, args.new_tokens)
+                speed[d].append((args.new_tokens - 1) / seconds)
+        print(f"\n{n} thread(s): read bandwidth {bandwidth / 1e9:.2f} GB/s; load average "
+              f"{load_before:.2f} -> {os.getloadavg()[0]:.2f}; decode {args.new_tokens} "
+              f"greedy tokens after {len(ids)}, median of {args.repeats}")
+        print(f"{'dtype':<9} {'MB/token':>8} {'bound tok/s':>11} {'tok/s':>7} {'of bound':>8}"
+              f"  {'all runs':<24} greedy tokens vs float32")
+        for d in models:
+            bound = bandwidth / nbytes[d]
+            med = statistics.median(speed[d])
+            runs = " ".join(f"{s:.1f}" for s in speed[d])
+            same = "-" if "float32" not in tokens else sum(
+                a == b for a, b in zip(tokens[d], tokens["float32"]))
+            print(f"{d:<9} {nbytes[d] / 1e6:>8.1f} {bound:>11.1f} {med:>7.1f} "
+                  f"{med / bound:>8.2f}  {runs:<24} {same} of {args.new_tokens} equal")
+
+    text = args.text.read_text(encoding="utf-8")
+    stream = np.asarray(tokenizer.encode(text)[:args.bpb_tokens + 1])
+    pad = tokenizer.pad_id if tokenizer.pad_id is not None else 0
+    x, y = eval_windows(stream, args.window, 10 ** 6, pad)
+    n_bytes = TargetBytes(tokenizer).count(x, y)
+    shown = args.text.relative_to(ROOT) if args.text.is_relative_to(ROOT) else args.text
+    print(f"\nbits per byte on {shown}: "
+          f"{int((y >= 0).sum())} tokens, {n_bytes} bytes, windows of {args.window}")
+    bpb = {}
+    for d, m in models.items():
+        t0 = time.perf_counter()
+        bpb[d] = bits_per_byte_of(m, x, y, n_bytes)
+        gap = "" if "float32" not in bpb else f"  ({bpb[d] - bpb['float32']:+.4f} vs float32)"
+        print(f"{d:<9} {bpb[d]:.4f} bits/byte{gap}   [{time.perf_counter() - t0:.0f} s]")
+
+
+if __name__ == "__main__":
+    main()
