@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import re
 from html import escape
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from sheepop.serve import mathml_symbols as sym
-
-if TYPE_CHECKING:
-    from sheepop.serve.mathml import Parser
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9 .\-]+")
 
@@ -23,6 +20,19 @@ class Atom(NamedTuple):
     markup: str
     limits: bool = False     # scripts go under and over (a display's \sum, \max, \underbrace)
     function: bool = False   # an upright name: a thin space before its argument
+
+
+class Parser(Protocol):
+    """What a command reads its arguments from: sheepop.serve.mathml.Parser."""
+
+    def peek(self) -> str: ...
+    def take(self) -> str: ...
+    def raw_group(self) -> str: ...
+    def optional(self) -> str | None: ...
+    def argument(self) -> str: ...
+    def row(self, stops: tuple[str, ...]) -> list[str]: ...
+    def sub(self, tex: str) -> Parser: ...
+    def unknown(self, source: str) -> Atom: ...
 
 
 def mrow(nodes: list[str], always: bool = False) -> str:
