@@ -37,7 +37,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sheepop.arch.inspect import Inspection, TopK
+from sheepop.arch.inspect import Inspection, TopK, top_k
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.inference.load import InferenceModel, inspect
@@ -72,6 +72,7 @@ def describe(model: InferenceModel, name: str) -> dict[str, Any]:
             "n_layer": m.n_layer, "n_head": m.n_head, "n_kv_head": m.kv_heads,
             "n_embd": m.n_embd, "context": m.block_size, "vocab_size": m.vocab_size,
             "pos_encoding": m.pos_encoding, "norm": m.norm, "ffn": m.ffn, "chat": chat,
+            "tied": m.tie_weights,
             "max_attention_cells": MAX_ATTENTION_CELLS}
 
 
@@ -189,8 +190,21 @@ def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], 
                        "entropy": x.lens_entropy.tolist(), "kl": x.lens_kl.tolist()}
     for t, z in x.logits.items():  # (-inf stays -inf in float32: a never-generated id)
         out["logits"] = {"position": t, "vocab_size": len(z),
-                         "float32": base64.b64encode(z.astype("<f4").tobytes()).decode()}
+                         "float32": base64.b64encode(z.astype("<f4").tobytes()).decode(),
+                         "texts": _named(z, x.ids[:t + 1], text)}
     return out
+
+
+NAMED = 64
+"""Tokens named beside a position's logits: the likeliest NAMED, and the likeliest NAMED not
+yet in the text (the first ones a repetition penalty lifts): what a client lists."""
+
+
+def _named(z: np.ndarray, seen: list[int], text: Callable[[int], str]) -> dict[str, str]:
+    fresh = z.copy()
+    fresh[seen] = -np.inf
+    ids = np.union1d(top_k(z[None], NAMED)[0], top_k(fresh[None], NAMED)[0])
+    return {str(i): text(int(i)) for i in ids}
 
 
 def _finite(x: Inspection) -> bool:
@@ -221,6 +235,8 @@ async def inspect_prompt(request: HttpRequest) -> JSONResponse:
     never = tuple(st.model.lm.never_generate)
     out = await anyio.to_thread.run_sync(to_json, result, layers, lens, text, st.settings.name,
                                          never)
+    if result.positions_kind == "sinusoidal":  # the formula's s
+        out["positions"]["scale"] = st.model.config.model.sinusoid_scale
     return FiniteJSONResponse(out)
 
 

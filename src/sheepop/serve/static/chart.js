@@ -1,5 +1,7 @@
 // A line chart on a canvas: axes with round ticks, one or more series, the nearest point's
-// numbers on hover and with the arrow keys. Series: {name, color, points: [[x, y], ...], dots}.
+// numbers on hover and with the arrow keys. Series: {name, color, points: [[x, y], ...], dots,
+// describe}: describe([x, y]) is the point's reading (default: "name at x: y"). Points whose y
+// is null are left out.
 import { el, hideTip, showTip, sizeCanvas } from "./common.js";
 
 function ticks(lo, hi, count = 5) {
@@ -15,7 +17,8 @@ const label = (v) => (Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-2)
   ? v.toExponential(1) : String(+v.toPrecision(4)));
 
 export function drawChart(canvas, readout, series, { xLabel = "step", yLabel = "", height = 260 } = {}) {
-  const width = Math.max(280, canvas.parentElement.clientWidth - 2);
+  series = series.map((s) => ({ ...s, points: s.points.filter((p) => p[1] !== null && p[1] !== undefined) }));
+  const width = Math.max(240, canvas.parentElement.clientWidth - 2);
   const ctx = sizeCanvas(canvas, width, height);
   const all = series.flatMap((s) => s.points);
   canvas.dataset.points = String(all.length);
@@ -65,7 +68,7 @@ export function drawChart(canvas, readout, series, { xLabel = "step", yLabel = "
     }
   }
   const flat = series.flatMap((s) => s.points.map((p) => ({ s, p })));
-  const describe = ({ s, p }) => `${s.name} at ${xLabel} ${p[0]}: ${p[1]}`;
+  const describe = ({ s, p }) => (s.describe ? s.describe(p) : `${s.name} at ${xLabel} ${p[0]}: ${p[1]}`);
   canvas.onmousemove = (e) => {
     const box = canvas.getBoundingClientRect(), x = e.clientX - box.left, y = e.clientY - box.top;
     let best = null, bestD = Infinity;

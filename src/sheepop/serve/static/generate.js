@@ -1,11 +1,13 @@
 // The generate view: a prompt (or a conversation, for a chat model), sampling controls, and
 // the answer streamed token by token from /v1/completions or /v1/chat/completions, each token
-// tinted by its probability with its alternatives (the API's logprobs) on hover or focus.
+// tinted by q, the probability it was drawn with (the API's `sampled`: after temperature, top-k
+// and top-p), with its alternatives on hover or focus: q beside the model's own p (`logprob`).
 import { $, authHeaders, el, percent, probabilityTint, setStatus, shownToken } from "./common.js";
 
 const TOP_LOGPROBS = 5;
 
-// The stream's chunks as token entries {text, logprob, top: [[token, logprob], ...]}.
+// The stream's chunks as token entries {text, logprob, top: [[token, logprob], ...], sampled}:
+// logprob and top are the model's log p; sampled ({id, logprob, top_logprobs}) is log q.
 function entries(chunk, chat) {
   const choice = chunk.choices?.[0];
   if (!choice) return { text: "", tokens: [] };
@@ -15,10 +17,12 @@ function entries(chunk, chat) {
   if (chat && lp?.content) {
     tokens = lp.content.map((t) => ({
       text: t.token, logprob: t.logprob, top: t.top_logprobs.map((a) => [a.token, a.logprob]),
+      sampled: t.sampled,
     }));
   } else if (!chat && lp?.tokens) {
     tokens = lp.tokens.map((t, i) => ({
       text: t, logprob: lp.token_logprobs[i], top: Object.entries(lp.top_logprobs[i] || {}),
+      sampled: lp.sampled?.[i],
     }));
   }
   return { text, tokens };
@@ -58,17 +62,25 @@ export function generateView(state) {
   maxTokens.max = String(state.shape.context - 1);
   maxTokens.value = String(Math.min(Number(maxTokens.value), Math.floor(state.shape.context / 2)));
 
+  // The alternatives the token was drawn among: q (what the sampler drew from) and the model's p.
   function showAlternatives(span, entry) {
-    const chosen = Math.exp(entry.logprob);
-    const rows = entry.top.map(([token, lp]) => {
-      const p = Math.exp(lp);
-      return el("tr", { class: token === entry.text ? "chosen" : "" },
-        el("td", {}, shownToken(token)), el("td", { class: "p" }, percent(p)),
-        el("td", {}, el("span", { class: "bar", style: `width:${Math.max(1, 60 * p)}px` })));
-    });
+    const p = Math.exp(entry.logprob), s = entry.sampled;
+    const modelP = new Map(entry.top.map(([token, lp]) => [token, Math.exp(lp)]));
+    const listed = s ? s.top_logprobs.map((a) => [a.token, Math.exp(a.logprob), Math.exp(a.model_logprob)])
+      : entry.top.map(([token, lp]) => [token, null, Math.exp(lp)]);
+    const rows = listed.map(([token, q, pm]) => el("tr", { class: token === entry.text ? "chosen" : "" },
+      el("td", {}, shownToken(token)), el("td", { class: "p" }, q === null ? "–" : percent(q)),
+      el("td", { class: "model-p" }, percent(pm ?? modelP.get(token))),
+      el("td", {}, el("span", { class: "bar", style: `width:${Math.max(1, 60 * (q ?? pm))}px` }))));
+    const settings = entry.settings;
     panel.replaceChildren(
-      el("div", {}, `chosen ${JSON.stringify(entry.text)}: p = ${percent(chosen)}`),
-      el("table", { "aria-label": "Alternatives" }, ...rows));
+      el("div", {}, `drawn ${JSON.stringify(entry.text)}: ` +
+        (s ? `q = ${percent(Math.exp(s.logprob))} (T = ${settings.temperature}, top-k ${settings.top_k || "off"}, ` +
+             `top-p ${settings.top_p}); the model's p = ${percent(p)}` : `p = ${percent(p)}`)),
+      el("table", { "aria-label": "Alternatives" },
+        el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", {}, "q: drawn from"),
+          el("th", {}, "p: the model"), el("th", {}, ""))),
+        el("tbody", {}, ...rows)));
     const box = span.getBoundingClientRect();
     panel.hidden = false;
     const left = Math.min(box.left + window.scrollX,
@@ -81,10 +93,11 @@ export function generateView(state) {
   function addToken(text, entry) {
     if (!entry) { answer.append(text); return; }
     const p = Math.exp(entry.logprob);
+    const q = entry.sampled ? Math.exp(entry.sampled.logprob) : p;
     const span = el("span", {
-      class: "token", tabindex: "0", "data-testid": "token", "data-prob": p.toFixed(6),
-      style: `background:${probabilityTint(p)}`,
-      "aria-label": `${JSON.stringify(entry.text)}, probability ${percent(p)}`,
+      class: "token", tabindex: "0", "data-testid": "token", "data-prob": q.toFixed(6),
+      "data-model-prob": p.toFixed(6), style: `background:${probabilityTint(q)}`,
+      "aria-label": `${JSON.stringify(entry.text)}, drawn with probability ${percent(q)}, the model's p ${percent(p)}`,
     }, text);
     span.addEventListener("mouseenter", () => showAlternatives(span, entry));
     span.addEventListener("focus", () => showAlternatives(span, entry));
@@ -105,11 +118,11 @@ export function generateView(state) {
     if (chat) {
       history.push({ role: "user", content: prompt.value });
       showConversation();
-      state.last = { messages: history.map((m) => ({ ...m })), text: prompt.value };
+      state.last = { messages: history.map((m) => ({ ...m })), text: prompt.value, generated: [] };
       return ["/v1/chat/completions",
               { ...body, messages: history, logprobs: true, top_logprobs: TOP_LOGPROBS }];
     }
-    state.last = { prompt: prompt.value, text: prompt.value };
+    state.last = { prompt: prompt.value, text: prompt.value, generated: [] };
     return ["/v1/completions", { ...body, prompt: prompt.value, logprobs: TOP_LOGPROBS }];
   }
 
@@ -117,6 +130,8 @@ export function generateView(state) {
     if (controller) return;
     hide();
     const [path, body] = request();
+    const settings = { temperature: body.temperature, top_k: body.top_k, top_p: body.top_p };
+    const generated = state.last.generated;  // the ids drawn: the inside view analyses them too
     answer.replaceChildren();
     if (!chat) answer.append(el("span", { class: "prompt-text" }, prompt.value));
     controller = new AbortController();
@@ -136,6 +151,10 @@ export function generateView(state) {
         if (chunk.error) throw new Error(chunk.error.message);
         const { text, tokens } = entries(chunk, chat);
         reply += text;
+        for (const t of tokens) {
+          t.settings = settings;
+          if (t.sampled) generated.push(t.sampled.id);
+        }
         if (tokens.length === 1) addToken(text, tokens[0]);
         else if (tokens.length > 1) tokens.forEach((t) => addToken(t.text, t));
         else if (text) addToken(text, null);

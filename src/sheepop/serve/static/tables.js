@@ -1,6 +1,6 @@
 // The inside view's smaller pictures: the next-token bars at one position and the positional
 // encoding's heatmap.
-import { diverging, el, hideTip, percent, showTip, shownToken, sizeCanvas } from "./common.js";
+import { $, diverging, el, hideTip, percent, showTip, shownToken, sizeCanvas } from "./common.js";
 
 // p(. | x_<=t): the top tokens at position t as bars, and the prompt's own next token.
 export function nextBars(node, data, t) {
@@ -12,9 +12,11 @@ export function nextBars(node, data, t) {
       el("td", {}, shownToken(tok)), el("td", {}, percent(p)),
       el("td", {}, el("span", { class: "bar", style: `width:${Math.max(1, 160 * p)}px` })));
   });
+  const p = next.next_prob[t];
+  const loss = p > 0 ? `loss -ln p = ${(-Math.log(p)).toFixed(4)}` : "never generated (padding, BOS or unknown: p = 0)";
   const caption = `after position ${t} (${JSON.stringify(names[t])})` + (actual === null
-    ? ": the model's next token" : `; the prompt goes on with ${JSON.stringify(actual)}, ` +
-      `p = ${percent(next.next_prob[t])}, loss -ln p = ${(-Math.log(next.next_prob[t])).toFixed(4)}`);
+    ? ": the model's next token" : `; the text goes on with ${JSON.stringify(actual)}, ` +
+      `p = ${percent(p)}, ${loss}`) + (next.entropy ? `; entropy ${next.entropy[t].toFixed(3)} nats` : "");
   node.replaceChildren(el("p", { class: "readout" }, caption),
     el("table", { "aria-label": caption }, el("tbody", {}, ...rows)));
 }
@@ -42,7 +44,14 @@ export function drawPositions(canvas, readout, data) {
     ? `position ${t}, pair ${c}: angle ${values[t][c].toFixed(6)} rad, cos ${Math.cos(values[t][c]).toFixed(6)}`
     : `position ${t}, column ${c}: P = ${values[t][c].toFixed(7)}`;
   const shown = C < pos.columns ? ` (the first ${C} of ${pos.columns} columns)` : "";
-  readout.textContent = `${T} positions × ${C} ${rope ? "pairs" : "columns"}${shown}; hover a cell`;
+  readout.textContent = `${T} positions (rows, t from 0 down) × ${C} ${rope ? "pairs i" : "columns i"}` +
+    `${shown}; hover a cell`;
+  const top = rope ? 1 : limit, fmt = (v) => String(+v.toPrecision(3));
+  $("#positions-legend").replaceChildren(
+    el("span", {}, `${rope ? "cos(angle)" : "P[t, i]"} = ${fmt(-top)}`),
+    el("span", { class: "scale", style: `background:linear-gradient(to right, ${diverging(-1, 1)}, #fff, ${diverging(1, 1)})` },
+      ...[-1, 0, 1].map((v) => el("span", { class: "tick", style: `left:${50 + 50 * v}%` }, fmt(v * top)))),
+    el("span", {}, fmt(top)));
   canvas.onmousemove = (e) => {
     const box = canvas.getBoundingClientRect();
     const c = Math.floor((e.clientX - box.left) / cw), t = Math.floor((e.clientY - box.top) / ch);
