@@ -2,7 +2,8 @@
 
 An engine takes part through a `LanguageModel` adapter that returns the next-token logits of the
 last position as NumPy, with or without its KV cache (and, for `generate_batch`, a
-`BatchLanguageModel` that does the same for several left-padded sequences at once).
+`BatchLanguageModel` that does the same for several left-padded sequences at once; both in
+sheepop.generation.protocol).
 
 The window: which tokens the model sees at each step. Let `ids` be the prompt cropped to its
 last T = `block_size` tokens, then every generated token, and n = len(ids) when a step computes
@@ -39,64 +40,23 @@ they become certain, and stop strings.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from collections.abc import Collection, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 import numpy as np
 
 from sheepop.config.schema import SampleConfig
+from sheepop.generation.protocol import BatchLanguageModel, LanguageModel
 from sheepop.generation.sample import (
     check_finite,
     check_settings,
     draw,
     penalize_repeats,
     probabilities,
+    quiet_overflow,
     softmax,
     top_tokens,
 )
-
-
-class LanguageModel(Protocol):
-    block_size: int
-    never_generate: Sequence[int]  # ids never drawn (optional: a model without it has none)
-    slides: bool  # a full cache rolls on past the context (optional: False without it)
-
-    def prefill(self, ids: Sequence[int]) -> np.ndarray:
-        """Start a fresh cache holding `ids`; return the logits (V,) after the last of them."""
-
-    def decode(self, token: int) -> np.ndarray:
-        """Append one token to the cache; return the logits (V,) after it."""
-
-    def full(self, ids: Sequence[int]) -> np.ndarray:
-        """Logits (V,) after the last of `ids`, recomputed without a cache."""
-
-    @property
-    def cache_length(self) -> int: ...
-
-
-class BatchLanguageModel(Protocol):
-    block_size: int
-    never_generate: Sequence[int]
-    slides: bool
-
-    def prefill_batch(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
-        """Start a fresh batch cache holding `rows` (left-padded); logits (B, V) after each."""
-
-    def decode_batch(self, tokens: Sequence[int]) -> np.ndarray:
-        """Append one token to each row; logits (B, V) after them."""
-
-    def full_batch(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
-        """Logits (B, V) after each row's last token, recomputed without a cache."""
-
-    def keep_rows(self, rows: Sequence[int]) -> None:
-        """Drop every row of the batch cache but these (in this order)."""
-
-    @property
-    def batch_length(self) -> int:
-        """Cache columns in use (the longest row, padding included)."""
-
 
 # Past the context, absolute positions drop the oldest block_size // 4 tokens at once by default:
 # the refill then comes once per T / 4 tokens, which kept past-context generation at 0.70-1.01x
@@ -156,25 +116,7 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
     return draw(probs, rng), probs
 
 
-def _quiet_overflow(steps: Callable[..., Generator[Any, Any, Any]]
-                    ) -> Callable[..., Generator[Any, Any, Any]]:
-    """`steps` with NumPy's floating-point warnings off while it computes (not while its caller
-    holds a step): an overflowing model is stopped by `check_finite` with one line, not preceded
-    by "RuntimeWarning: overflow" lines."""
-    @functools.wraps(steps)
-    def quiet(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-        inner, sent = steps(*args, **kwargs), None
-        while True:
-            with np.errstate(all="ignore"):
-                try:
-                    step = inner.send(sent)
-                except StopIteration as end:
-                    return end.value
-            sent = yield step
-    return quiet
-
-
-@_quiet_overflow
+@quiet_overflow
 def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
              use_cache: bool = True, eos_id: int | None = None, show_probs: int = 0
              ) -> Iterator[Step]:
@@ -221,7 +163,91 @@ def _seen_mask(ids: Sequence[int], vocab: int) -> np.ndarray:
     return mask
 
 
-@_quiet_overflow
+@dataclass
+class _Rows:
+    """The prompts of a batch as it runs: prompt b's tokens `ids[b]` (the prompt cropped to the
+    context, then what it generated), its generator and repeated-token mask, and `starts[b]`,
+    the first token its window holds (absolute positions: s(n)); row r of the model's batch is
+    prompt `active[r]`."""
+    ids: list[list[int]]
+    rngs: list[np.random.Generator]
+    seen: list[np.ndarray] | None
+    starts: list[int]
+    active: list[int]
+
+    def windows(self) -> list[list[int]]:
+        """What each active row's model sees: ids[b][starts[b]:]."""
+        return [self.ids[b][self.starts[b]:] for b in self.active]
+
+    def last_tokens(self) -> list[int]:
+        return [self.ids[b][-1] for b in self.active]
+
+    def slide(self, block_size: int, chunk: int) -> bool:
+        """Move each active row's window start to s(n); whether any of them moved."""
+        before = [self.starts[b] for b in self.active]
+        for b in self.active:
+            self.starts[b] = window_start(len(self.ids[b]), block_size, chunk)
+        return before != [self.starts[b] for b in self.active]
+
+
+def _start_rows(prompts: Sequence[Sequence[int]], cfg: SampleConfig, block_size: int,
+                seeds: Sequence[int] | None) -> _Rows:
+    """Check the prompts and seeds; each prompt's row, before its first token."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generation needs at least one prompt token in every prompt")
+    _check(cfg)
+    seeds = [cfg.seed] * len(prompts) if seeds is None else list(seeds)
+    if len(seeds) != len(prompts):
+        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    return _Rows([list(p)[-block_size:] for p in prompts],
+                 [np.random.default_rng(s) for s in seeds], None, [0] * len(prompts),
+                 list(range(len(prompts))))
+
+
+def _draw_rows(rows: _Rows, logits: np.ndarray, cfg: SampleConfig, never: Sequence[int],
+               eos_id: int | None) -> tuple[list[int | None], list[int]]:
+    """One token for each active prompt (None for the others), appended to its ids; and the
+    model rows whose prompt goes on (it did not draw `eos_id`)."""
+    out: list[int | None] = [None] * len(rows.ids)
+    still = []
+    for r, b in enumerate(rows.active):
+        row_seen = rows.seen[b] if rows.seen is not None else None
+        token, _ = next_token(logits[r], cfg, rows.rngs[b], row_seen, never=never)
+        out[b] = token
+        rows.ids[b].append(token)
+        if row_seen is not None:
+            row_seen[token] = True
+        if eos_id is None or token != eos_id:
+            still.append(r)
+    return out, still
+
+
+def _keep_rows(lm: BatchLanguageModel, rows: _Rows, still: list[int], use_cache: bool) -> None:
+    """Prompts that ended leave the batch (and their rows the cache)."""
+    if len(still) < len(rows.active):
+        if use_cache:
+            lm.keep_rows(still)
+        rows.active = [rows.active[r] for r in still]
+
+
+def _next_logits(lm: BatchLanguageModel, rows: _Rows, use_cache: bool, chunk: int
+                 ) -> np.ndarray:
+    """The logits after each active row's newest token, in the case the batch is in."""
+    if getattr(lm, "slides", False):  # rotary positions: the ring (or the windowed reference)
+        # takes the token; a row's window never starts past 0
+        return (lm.decode_batch(rows.last_tokens()) if use_cache
+                else lm.full_batch(rows.windows()))
+    moved = rows.slide(lm.block_size, chunk)
+    if not use_cache:  # the reference: every row's window recomputed
+        return lm.full_batch(rows.windows())
+    if not moved and lm.batch_length < lm.block_size:  # every row's window takes the token
+        return lm.decode_batch(rows.last_tokens())
+    # a row's window slid (or a row that left held the longest span of columns): the cache
+    # is refilled, each row with its own window
+    return lm.prefill_batch(rows.windows())
+
+
+@quiet_overflow
 def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
                    cfg: SampleConfig, use_cache: bool = True, eos_id: int | None = None,
                    seeds: Sequence[int] | None = None
@@ -233,58 +259,20 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
     Row b draws from `numpy.random.default_rng(seeds[b])` (default: `cfg.seed` for every row),
     so its tokens are those `generate` gives for that prompt and seed alone.
     """
-    if not prompts or any(len(p) == 0 for p in prompts):
-        raise ValueError("generation needs at least one prompt token in every prompt")
-    _check(cfg)
-    seeds = [cfg.seed] * len(prompts) if seeds is None else list(seeds)
-    if len(seeds) != len(prompts):
-        raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-    T = lm.block_size
-    ids = [list(p)[-T:] for p in prompts]
-    rngs = [np.random.default_rng(s) for s in seeds]
-    active = list(range(len(ids)))  # row r of the model's batch is prompt active[r]
-    logits = lm.prefill_batch(ids) if use_cache else lm.full_batch(ids)
-    seen = ([_seen_mask(p, logits.shape[-1]) for p in prompts]
-            if cfg.repetition_penalty != 1.0 else None)
-    never = never_generated(lm)
-    slides = getattr(lm, "slides", False)
-    chunk, starts = slide_chunk(cfg, T), [0] * len(ids)  # prompt b sees ids[b][starts[b]:]
+    rows = _start_rows(prompts, cfg, lm.block_size, seeds)
+    logits = lm.prefill_batch(rows.ids) if use_cache else lm.full_batch(rows.ids)
+    if cfg.repetition_penalty != 1.0:
+        rows.seen = [_seen_mask(p, logits.shape[-1]) for p in prompts]
+    never, chunk = never_generated(lm), slide_chunk(cfg, lm.block_size)
     for n in range(cfg.max_new_tokens):
-        out: list[int | None] = [None] * len(ids)
-        still = []
-        for r, b in enumerate(active):
-            row_seen = seen[b] if seen is not None else None
-            token, _ = next_token(logits[r], cfg, rngs[b], row_seen, never=never)
-            out[b] = token
-            ids[b].append(token)
-            if seen is not None:
-                seen[b][token] = True
-            if eos_id is None or token != eos_id:
-                still.append(r)
+        out, still = _draw_rows(rows, logits, cfg, never, eos_id)
         ended = yield out  # a caller may `send` prompts that end here (e.g. a stop string)
         if ended:
-            still = [r for r in still if active[r] not in ended]
+            still = [r for r in still if rows.active[r] not in ended]
         if not still or n == cfg.max_new_tokens - 1:
             return
-        if len(still) < len(active):
-            if use_cache:
-                lm.keep_rows(still)
-            active = [active[r] for r in still]
-        if slides:  # rotary positions: the ring (or the windowed reference) takes it
-            logits = (lm.decode_batch([ids[b][-1] for b in active]) if use_cache
-                      else lm.full_batch([ids[b] for b in active]))
-            continue
-        before = [starts[b] for b in active]
-        for b in active:
-            starts[b] = window_start(len(ids[b]), T, chunk)
-        moved = before != [starts[b] for b in active]
-        if not use_cache:
-            logits = lm.full_batch([ids[b][starts[b]:] for b in active])
-        elif not moved and lm.batch_length < T:
-            logits = lm.decode_batch([ids[b][-1] for b in active])
-        else:  # a row's window slid (or a row that left held the longest span of columns):
-            # refill the cache, each row with its own window
-            logits = lm.prefill_batch([ids[b][starts[b]:] for b in active])
+        _keep_rows(lm, rows, still, use_cache)
+        logits = _next_logits(lm, rows, use_cache, chunk)
 
 
 def generate_batch_ids(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],

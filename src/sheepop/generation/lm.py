@@ -59,7 +59,7 @@ class CachedLM:
         self.cache = self._new_cache(1)
         self.batch_cache = None
 
-    # ----- one sequence: sheepop.generation.generate.LanguageModel ----------------------------
+    # ----- one sequence: sheepop.generation.protocol.LanguageModel ----------------------------
     @property
     def cache_length(self) -> int:
         return self.cache.length
@@ -81,7 +81,7 @@ class CachedLM:
         """The logits (V,) after the last of `ids`, recomputed without a cache."""
         return self._logits(self._row(ids), None)[0]
 
-    # ----- a batch of sequences (left padding): sheepop.generation.generate.BatchLanguageModel
+    # ----- a batch of sequences (left padding): sheepop.generation.protocol.BatchLanguageModel
     @property
     def batch_length(self) -> int:
         """Columns filled in the batch cache (the longest row's length, padding included)."""

@@ -17,7 +17,10 @@ earlier with one line (`Config.validate`).
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Generator
+from typing import Any
 
 import numpy as np
 
@@ -113,3 +116,21 @@ def check_finite(logits: np.ndarray) -> None:
         raise NonFiniteLogits(f"the model's next-token logits hold {bad:,} NaN or infinite values "
                         f"(of {logits.size:,}): its weights overflow in the forward pass, so "
                         "it cannot generate")
+
+
+def quiet_overflow(steps: Callable[..., Generator[Any, Any, Any]]
+                   ) -> Callable[..., Generator[Any, Any, Any]]:
+    """`steps` with NumPy's floating-point warnings off while it computes (not while its caller
+    holds a step): an overflowing model is stopped by `check_finite` with one line, not preceded
+    by "RuntimeWarning: overflow" lines."""
+    @functools.wraps(steps)
+    def quiet(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        inner, sent = steps(*args, **kwargs), None
+        while True:
+            with np.errstate(all="ignore"):
+                try:
+                    step = inner.send(sent)
+                except StopIteration as end:
+                    return end.value
+            sent = yield step
+    return quiet

@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from sheepop.config.schema import SampleConfig
-from sheepop.generation.generate import BatchLanguageModel, LanguageModel, generate, generate_batch
+from sheepop.generation.generate import generate, generate_batch
+from sheepop.generation.protocol import BatchLanguageModel, LanguageModel
 
 
 class TextDecoder(Protocol):
