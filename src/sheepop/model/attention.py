@@ -11,6 +11,7 @@ heads only.
 
 Which keys a query may see (causal; padding hidden) is the shared rule
 `sheepop.arch.batch.allowed_keys`; the NumPy engine's unit is sheepop/scratch/attention.py.
+The mathematics (masking, GQA, the KV cache): docs/derivations/attention.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
     swiglu   FFN(x) = (silu(x W_gate^T + b_gate) * (x W_up^T + b_up)) W_proj^T + b_proj,
              silu(z) = z sigmoid(z): W2 (silu(W1 x) * W3 x) in the paper's names
 
-The NumPy engine's units are in sheepop/scratch/ffn.py.
+The NumPy engine's units are in sheepop/scratch/ffn.py; the mathematics in
+docs/derivations/mlp.md and docs/derivations/swiglu.md.
 """
 
 from __future__ import annotations

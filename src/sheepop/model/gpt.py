@@ -1,8 +1,8 @@
 """The GPT of docs/architecture.md in PyTorch: a decoder-only, pre-norm transformer.
 
-    h0 = Drop(E[x] + P[pos] (+ A[place] + N[term]))   positions: model.pos_encoding
-                                       (positions.py); digit places, term indices:
-                                       model.digit_positions, model.term_positions
+    h0 = Drop(E[x] + positions)        the positions unit (positions.py) adds what the
+                                       config adds (P[pos], ...) and gives the positions
+                                       attention turns queries and keys by (RoPE)
     h  = h + Drop(Attn(Norm1(h)))      for each block (attention.py, norm.py)
     h  = h + Drop(FFN(Norm2(h)))       (ffn.py)
     logits = Norm_f(h) W_head^T (+ b_head)       W_head = E when tied
@@ -27,13 +27,13 @@ from sheepop.config.schema import ModelConfig
 from sheepop.model.attention import CausalSelfAttention
 from sheepop.model.ffn import make_ffn
 from sheepop.model.norm import make_norm
-from sheepop.model.positions import DigitPositions, Pos, Positions, make_positions
-from sheepop.positional import ROTATED_BY_DIGITS, uses_digits
+from sheepop.model.positions import Pos, Positions, add_positions, position_modules
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
                   ) -> torch.Tensor:
-    """L = -(1/N) sum_{t: y_t != -1} log softmax(z_t)[y_t], N = number of counted targets.
+    """L = -(1/N) sum_{t: y_t != -1} log softmax(z_t)[y_t], N = number of counted targets
+    (docs/derivations/head-and-loss.md, with the tied head).
 
     Half-precision logits (bf16/fp16 autocast) are promoted to float32 for an accurate loss;
     float32 and float64 logits are used as they are.
@@ -67,8 +67,9 @@ class Block(nn.Module):
 
 
 class TokenEmbedding(nn.Embedding):
-    """E (V, d): x -> E[x]. `table()` is the matrix the lookup (and a tied head) reads; LoRA's
-    trained new-token rows replace its last rows there (sheepop.model.lora)."""
+    """E (V, d): x -> E[x] (docs/derivations/embedding.md). `table()` is the matrix the lookup
+    (and a tied head) reads; LoRA's trained new-token rows replace its last rows there
+    (sheepop.model.lora)."""
 
     def table(self) -> torch.Tensor:
         return self.weight
@@ -95,8 +96,8 @@ class GPT(nn.Module):
             raise ValueError("ModelConfig.vocab_size must be set (from the tokenizer)")
         self.cfg = cfg
         self.tok_emb = TokenEmbedding(cfg.vocab_size, cfg.n_embd)
-        self.pos_emb = make_positions(cfg)
-        self.digit_emb = DigitPositions(cfg) if uses_digits(cfg) else None
+        for name, module in position_modules(cfg).items():  # pos_emb, and what it needs
+            self.add_module(name, module)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg)
@@ -146,11 +147,7 @@ class GPT(nn.Module):
             attn_mask = torch.from_numpy(window).to(idx.device)
         pos = slice(start, start + T) if pos_ids is None else pos_ids
         table = self.tok_emb.table()
-        x = self.pos_emb.embed(F.embedding(idx, table), pos)
-        if self.digit_emb is not None:  # digit places, term indices: + A[place] + N[term]
-            x, numbers = self.digit_emb(x, idx, pos, cache)
-            if self.cfg.pos_encoding in ROTATED_BY_DIGITS:
-                pos = numbers  # queries and keys turn by their number (and digit place)
+        x, pos = add_positions(self, F.embedding(idx, table), idx, pos, cache)
         x = self.drop(x)
         attentions = []
         for i, block in enumerate(self.blocks):

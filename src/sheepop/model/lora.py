@@ -1,5 +1,6 @@
 """LoRA in the torch engine: a linear layer with a trainable low-rank update, and the model
-surgery that puts it in place (docs/finetune.md, "LoRA: the mathematics").
+surgery that puts it in place (docs/derivations/lora.md; docs/finetune.md, "LoRA: the
+mathematics").
 
     y = x W^T + b + s (x A^T) B^T,     A (r, in), B (out, r), s = alpha / r, W and b frozen
 
@@ -8,8 +9,8 @@ that keeps the SAME `weight` and `bias` Parameter objects under the same names, 
 parameter names stay the checkpoint's ("blocks.0.attn.qkv.weight") and the adapters appear
 beside them ("blocks.0.attn.qkv.lora_A"); every other parameter is frozen (requires_grad False),
 so autograd computes no gradient for the base model and an optimizer built over the parameters
-that require a gradient trains the adapters only. The NumPy engine's adapter is
-sheepop.scratch.layers.linear_forward with an Adapter.
+that require a gradient trains the adapters only. The NumPy engine's unit is
+sheepop.scratch.lora (the plain model on W' = W + s B A).
 
 With `lora.new_tokens` = n, the embedding (and an untied head) become `NewRowsEmbedding` /
 `NewRowsHead`: the frozen table stays under its name, and a trainable `new_rows` (n, d) (and

@@ -4,7 +4,8 @@
     rmsnorm     y = gamma * x / sqrt(mean(x^2) + eps)            (no centring, no shift)
 
 Each takes the width d and eps and keeps its parameters as `weight` (and `bias`), the names both
-engines and the checkpoint use. The NumPy engine's units are in sheepop/scratch/norm.py.
+engines and the checkpoint use. The NumPy engine's units are in sheepop/scratch/norm.py; the
+mathematics in docs/derivations/layernorm.md and docs/derivations/rmsnorm.md.
 """
 
 from __future__ import annotations

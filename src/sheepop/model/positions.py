@@ -1,6 +1,7 @@
 """Position encodings of the torch engine, one class per `model.pos_encoding` kind.
 
-A kind acts in one or both of two places (docs/math/03-positions.md):
+A kind acts in one or both of two places (docs/math/03-positions.md,
+docs/derivations/positions.md):
 
     embed(x, pos)     x + P[pos] on the token embeddings (sinusoidal, learned)
     rotate(q, k, pos) on each head's queries and keys, inside attention (rope)
@@ -22,9 +23,11 @@ import torch.nn as nn
 from sheepop.config.schema import ModelConfig
 from sheepop.positional import (
     DIGIT_IDS,
+    ROTATED_BY_DIGITS,
     place_rope_frequencies,
     rope_frequencies,
     sinusoidal_table,
+    uses_digits,
 )
 
 Pos = slice | torch.Tensor
@@ -72,7 +75,7 @@ class RotaryPositions(Positions):
                             x_2i sin(p omega_i) + x_2i+1 cos(p omega_i)]
         omega_i = theta^(-2i/d_k)
 
-    so q_m . k_n depends on m - n only (docs/architectures.md). Nothing is added to the
+    so q_m . k_n depends on m - n only (docs/derivations/positions.md). Nothing is added to the
     embeddings and nothing is learned; the angles are computed for the positions asked, so any
     position exists (a cache can slide past the context)."""
 
@@ -176,6 +179,7 @@ class DigitPositions(nn.Module):
             if cfg.term_positions else None
         self.offset = cfg.digit_offset
         self.with_places = cfg.pos_encoding == "rope_places"
+        self.turns = cfg.pos_encoding in ROTATED_BY_DIGITS  # attention turns by them
 
     def forward(self, x: torch.Tensor, idx: torch.Tensor, pos: Pos, cache=None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -248,3 +252,27 @@ POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions,
 
 def make_positions(cfg: ModelConfig) -> Positions:
     return POSITIONS[cfg.pos_encoding](cfg)
+
+
+def position_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
+    """The modules a model registers, by name, in the checkpoint's order: the kind (`pos_emb`),
+    then the digit places' and term indices' tables (`digit_emb`) when the config reads them."""
+    modules: dict[str, nn.Module] = {"pos_emb": make_positions(cfg)}
+    if uses_digits(cfg):
+        modules["digit_emb"] = DigitPositions(cfg)
+    return modules
+
+
+def add_positions(model: nn.Module, x: torch.Tensor, idx: torch.Tensor, pos: Pos,
+                  cache=None) -> tuple[torch.Tensor, Pos]:
+    """x (the token embeddings E[idx]) plus what the modules of `position_modules` add, in
+    order: the kind's P[pos], then A[place] + N[term] (from the token ids, a KV `cache`
+    carrying each row's state); and the positions attention turns queries and keys by: `pos`,
+    or for rope_terms / rope_places the term indices (and digit places)."""
+    x = model.pos_emb.embed(x, pos)
+    read_by_token = getattr(model, "digit_emb", None)
+    if read_by_token is not None:
+        x, numbers = read_by_token(x, idx, pos, cache)
+        if read_by_token.turns:
+            pos = numbers  # queries and keys turn by their number (and digit place)
+    return x, pos

@@ -3,8 +3,8 @@
 Each layer is a forward/backward pair with an explicit cache: the elementary layers in
 layers.py, one unit per layer kind the config chooses (positions.py, norm.py, attention.py,
 ffn.py), the block in block.py, the whole model in gpt.py (one forward, with an optional KV
-cache); adamw.py updates the parameters; lm.py generates. No torch anywhere: docs/backprop.md
-derives every gradient.
+cache); adamw.py updates the parameters; lm.py generates; LoRA wraps the model in lora.py. No
+torch anywhere: docs/derivations/ derives every gradient, one page per layer kind.
 """
 
 from sheepop.scratch.adamw import AdamW, clip_grad_norm

@@ -13,8 +13,8 @@ receives the gradients of every query head that read it (repeat_kv_forward / _ba
 
 With a KV cache (generation) the same function stores the new keys and values and attends over
 all cached ones. n_head = 1 is the single-head model; heads are a batch axis (B, H, T, d_k) for
-np.matmul, so no Python loop runs over heads or tokens. The derivation of each backward is in
-docs/backprop.md.
+np.matmul, so no Python loop runs over heads or tokens. The derivation of each backward (the
+mask, the grouped heads' sum, the KV cache) is in docs/derivations/attention.md.
 """
 
 from __future__ import annotations

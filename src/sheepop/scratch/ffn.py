@@ -5,7 +5,8 @@
 
 An `FFNKind` names its parameters (relative to the block's `ffn.` prefix) and its
 forward(x, params, cfg) / backward(dout, cache) pair. The torch engine's units are in
-sheepop/model/ffn.py; the derivations in docs/backprop.md.
+sheepop/model/ffn.py; the derivations in docs/derivations/mlp.md (GELU MLP) and
+docs/derivations/swiglu.md.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ Convention (as in llm.c): `*_forward(inputs, params) -> out, cache` keeps in `ca
 what the backward pass needs; `*_backward(dout, cache) -> (d_inputs..., d_params...)` gets
 dL/d(out) and returns dL/d(each input) and dL/d(each parameter), nothing accumulated. Shapes: a
 leading batch part (B, T) or (N,) is written `...`; d is the feature width. Arrays stay in the
-dtype they come in (float32 or float64). The derivations are in docs/backprop.md.
+dtype they come in (float32 or float64). The derivations: docs/derivations/embedding.md (the
+lookup), mlp.md (linear, the activations, dropout), swiglu.md (SiLU), head-and-loss.md
+(softmax cross-entropy), all under docs/derivations/.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ def embedding_forward(idx: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, E
 
 
 def embedding_backward(dout: np.ndarray, cache: EmbeddingCache) -> np.ndarray:
-    """dE[v] = sum of dout over every position whose token is v (a scatter-add)."""
+    """dE[v] = sum of dout over every position whose token is v (a scatter-add;
+docs/derivations/embedding.md)."""
     d = dout.shape[-1]
     dtable = np.zeros((cache.vocab_size, d), dtype=dout.dtype)
     np.add.at(dtable, cache.idx.reshape(-1), dout.reshape(-1, d))
@@ -83,7 +86,8 @@ class GeluCache(NamedTuple):
 
 
 def gelu_forward(x: np.ndarray) -> tuple[np.ndarray, GeluCache]:
-    """GELU(x) = x * Phi(x), Phi the standard normal CDF (the exact, erf form)."""
+    """GELU(x) = x * Phi(x), Phi the standard normal CDF (the exact, erf form;
+    docs/derivations/mlp.md)."""
     cdf = normal_cdf(x)
     return x * cdf, GeluCache(x, cdf)
 
@@ -131,7 +135,8 @@ def relu_backward(dout: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def silu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """SiLU(x) = x * sigmoid(x) (the "swish"); the cache is x and sigmoid(x)."""
+    """SiLU(x) = x * sigmoid(x) (the "swish"; docs/derivations/swiglu.md); the cache is x and
+    sigmoid(x)."""
     sig = sigmoid(x)
     return x * sig, (x, sig)
 
@@ -184,7 +189,8 @@ class CrossEntropyCache(NamedTuple):
 
 def cross_entropy_forward(logits: np.ndarray, targets: np.ndarray
                           ) -> tuple[float, CrossEntropyCache]:
-    """L = (1/N) sum_{t: y_t != -1} (logsumexp(z_t) - z_t[y_t]), N the number of counted t."""
+    """L = (1/N) sum_{t: y_t != -1} (logsumexp(z_t) - z_t[y_t]), N the number of counted t
+    (docs/derivations/head-and-loss.md)."""
     V = logits.shape[-1]
     z = logits.reshape(-1, V)
     y = targets.reshape(-1)

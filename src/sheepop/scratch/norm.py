@@ -6,7 +6,8 @@
 A kind is a `Norm`: the names of its parameters (each a vector of width d, stored under the
 layer's prefix, e.g. `blocks.0.ln1.weight`), `forward(x, *params, eps) -> (y, cache)` and
 `backward(dy, cache) -> (dx, *dparams)` in the same order. The torch engine's units are in
-sheepop/model/norm.py; the derivations in docs/backprop.md.
+sheepop/model/norm.py; the derivations in docs/derivations/layernorm.md and
+docs/derivations/rmsnorm.md.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class LayerNormCache(NamedTuple):
 
 def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
                       ) -> tuple[np.ndarray, LayerNormCache]:
-    """y = gamma * (x - mu) / sqrt(var + eps) + beta; mu, var (biased) over the last axis."""
+    """y = gamma * (x - mu) / sqrt(var + eps) + beta; mu, var (biased) over the last axis
+    (docs/derivations/layernorm.md)."""
     mu = x.mean(axis=-1, keepdims=True)
     xc = x - mu
     var = np.mean(xc * xc, axis=-1, keepdims=True)
@@ -61,7 +63,8 @@ class RMSNormCache(NamedTuple):
 
 def rmsnorm_forward(x: np.ndarray, gamma: np.ndarray, eps: float
                     ) -> tuple[np.ndarray, RMSNormCache]:
-    """y = gamma * x / sqrt(mean(x^2) + eps), the mean over the last axis."""
+    """y = gamma * x / sqrt(mean(x^2) + eps), the mean over the last axis
+    (docs/derivations/rmsnorm.md)."""
     rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
     xhat = x * rstd
     return xhat * gamma, RMSNormCache(xhat, rstd, gamma)

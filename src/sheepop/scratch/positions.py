@@ -1,6 +1,7 @@
 """Position encodings of the NumPy engine, one per `model.pos_encoding` kind.
 
-A kind acts in one or both of two places (docs/math/03-positions.md):
+A kind acts in one or both of two places (docs/math/03-positions.md; forward and backward of
+sinusoidal, learned, RoPE and digit places in docs/derivations/positions.md):
 
     embed       h0 = E[x] + P[pos]                      (sinusoidal, learned)
     rotate      q, k -> R(pos) q, R(pos) k per head     (inside attention: rope)
