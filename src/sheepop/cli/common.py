@@ -186,20 +186,6 @@ def add_dtype_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=INFERENCE_DTYPES, default="float32", help=DTYPE_HELP)
 
 
-DTYPE_HELP = (
-    "how the weights are stored (torch engine; docs/performance.md, 'Weights in fewer bytes'): "
-    "float32 as trained; bfloat16: weights, activations and KV cache in bf16, half the bytes a "
-    "token reads (fast on GPUs and CPUs with bf16 instructions, emulated and slower on others); "
-    "int8: weight-only, every linear layer's and the head's weight in int8 with one scale per "
-    "output channel (W ~ s q), a quarter of the bytes, multiplied with bf16 inputs; norms, "
-    "embedding and KV cache stay float32")
-
-
-def add_dtype_option(p: argparse.ArgumentParser) -> None:
-    from sheepop.config.schema import INFERENCE_DTYPES
-    p.add_argument("--dtype", choices=INFERENCE_DTYPES, default="float32", help=DTYPE_HELP)
-
-
 def model_dir(args: argparse.Namespace) -> str:
     """The directory to load: RUN_DIR, or its best/ with --best (checked: one clear line when
     the run has none), said on stderr with its step and val loss."""
