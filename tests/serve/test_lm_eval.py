@@ -22,7 +22,7 @@ import pytest
 from serve_helpers import ServerProcess
 
 from sheepop.inference.load import load
-from sheepop.interop.hf_files import export_tokenizer
+from sheepop.interop.hf_tokenizer import export_tokenizer
 
 pytest.importorskip("lm_eval")
 

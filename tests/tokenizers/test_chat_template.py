@@ -180,7 +180,7 @@ transformers = pytest.importorskip("transformers")
 
 
 def test_hugging_face_apply_chat_template_gives_the_same_ids(tmp_path):
-    from sheepop.interop.hf_files import export_tokenizer
+    from sheepop.interop.hf_tokenizer import export_tokenizer
     chat, _ = with_chat_tokens(train_tokenizer("bpe", [PROSE * 3], vocab_size=320))
     assert export_tokenizer(chat, tmp_path, 128) == []
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
@@ -199,7 +199,7 @@ def test_hugging_face_apply_chat_template_gives_the_same_ids(tmp_path):
             x, _ = encode_chat(chat, messages, add_generation_prompt=prompt)
             assert list(ids)[:-1] == x.tolist()
     assert hf.convert_ids_to_tokens(chat.encode("<|assistant|>")) == ["<|assistant|>"]
-    from sheepop.interop.hf_files import import_tokenizer
+    from sheepop.interop.hf_tokenizer import import_tokenizer
     assert import_tokenizer(tmp_path).to_json() == chat.to_json()  # the template comes back
     with pytest.raises(Exception, match="unknown role: bot"):
         hf.apply_chat_template([{"role": "bot", "content": "a"}], tokenize=False)

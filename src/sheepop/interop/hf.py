@@ -26,14 +26,13 @@ from sheepop.errors import UserError
 from sheepop.inference.load import read_run
 from sheepop.interop import gpt2, llama
 from sheepop.interop.hf_files import (
-    export_tokenizer,
-    import_tokenizer,
     read_hf_config,
     read_weights,
     weight_files,
     write_json,
     write_weights,
 )
+from sheepop.interop.hf_tokenizer import export_tokenizer, import_tokenizer
 from sheepop.tokenizers import loads as load_tokenizer
 
 Weights = dict[str, np.ndarray]
