@@ -97,7 +97,8 @@ def test_unknown_prompt_characters_warn_and_map_to_unk(capsys, run_dir):
     assert main(["generate", str(run_dir), "--prompt", "hé☃", "--max-new-tokens", "3",
                  "--temperature", "0"]) == 0
     captured = capsys.readouterr()
-    assert "warning: 2 piece(s) of the prompt are not in the vocabulary" in captured.err
+    assert ("warning: 2 characters of the prompt are not in the vocabulary, encoded as the "
+            "unknown token (e.g. 'é' x1, '☃' x1)") in captured.err
     assert captured.out.startswith("hé☃")
 
 

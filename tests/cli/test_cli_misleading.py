@@ -3,6 +3,9 @@ command meant, or warns on stderr, through the command line itself."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 from cli_refusal import fails
 
@@ -171,3 +174,58 @@ def test_import_into_a_run_names_overwrite(trained, capsys, tmp_path):
     (tmp_path / "x.gguf").write_bytes(b"GGUF")
     fails(capsys, ["import", str(tmp_path / "x.gguf"), str(trained)],
           f"{trained} already holds a run (use --overwrite to replace it")
+
+
+def _eval_json(capsys, run, data) -> tuple[dict, list[str]]:
+    assert main(["eval", str(run), "--data", str(data), "--json", "--engine", "numpy"]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), [line for line in captured.err.splitlines()
+                                      if "warning" in line]
+
+
+def test_eval_on_text_the_tokenizer_lacks_counts_its_real_bytes_and_warns(trained, capsys,
+                                                                          tmp_path):
+    cjk = "羊在山上睡觉。" * 300  # no character of it is in the English run's vocabulary
+    (tmp_path / "cjk.txt").write_text(cjk, encoding="utf-8")
+    figures, warnings = _eval_json(capsys, trained, tmp_path / "cjk.txt")
+    assert figures["tokens"] == len(cjk)  # every character a target (EOS follows the last)
+    # every byte of the text: the first character is no target, but as an <|unk|> it writes
+    # nothing itself, so its bytes are among those spread over the targets
+    assert figures["bytes"] == len(cjk.encode("utf-8")) == 3 * len(cjk)
+    assert figures["bits_per_byte"] == pytest.approx(
+        figures["loss"] * figures["tokens"] / (math.log(2) * figures["bytes"]), rel=1e-12)
+    assert figures["bits_per_byte"] < 8 * figures["loss"]  # not thousands of bits per byte
+    assert warnings == ["sheepop: warning: 2,100 characters of the data are not in the "
+                        "vocabulary, encoded as the unknown token (e.g. '羊' x300, '在' x300, "
+                        "'山' x300, '上' x300, '睡' x300, ...)"]
+
+
+def test_eval_counts_the_bytes_of_unknown_characters_among_known_ones(trained, capsys,
+                                                                      tmp_path):
+    text = TEXT.replace("sheep", "shéép ☃")
+    (tmp_path / "mixed.txt").write_text(text, encoding="utf-8")
+    figures, warnings = _eval_json(capsys, trained, tmp_path / "mixed.txt")
+    # all but the first character's byte ('t': a target of nothing)
+    assert figures["bytes"] == len(text.encode("utf-8")) - 1
+    assert warnings == ["sheepop: warning: 120 characters of the data are not in the "
+                        "vocabulary, encoded as the unknown token (e.g. 'é' x80, '☃' x40)"]
+    (tmp_path / "plain.txt").write_text(TEXT, encoding="utf-8")
+    figures, warnings = _eval_json(capsys, trained, tmp_path / "plain.txt")
+    assert figures["bytes"] == len(TEXT) - 1 and warnings == []
+
+
+def test_resume_on_new_text_warns_about_what_the_tokenizer_lacks(capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    run = tmp_path / "run"
+    common = [*TINY, "--set", "train.warmup_steps=1"]
+    assert main(["train", str(text), "--out", str(run), *common, "--steps", "1"]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.txt"
+    other.write_text(TEXT.upper(), encoding="utf-8")
+    assert main(["train", str(other), "--resume", "--out", str(run), *common,
+                 "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    n = sum(c.isalpha() for c in TEXT)  # the capitals: not one is in the lowercase vocabulary
+    assert (f"warning: {n:,} characters of the data are not in the vocabulary, encoded as the "
+            "unknown token (e.g. 'E' x") in out

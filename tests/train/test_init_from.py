@@ -292,8 +292,8 @@ def test_text_the_tokenizer_lacks_is_warned_about(source, tmp_path):
     unk = trainer.data.tokenizer.unk_id
     count = sum(int(np.count_nonzero(a == unk)) for a in (trainer.data.train, trainer.data.val))
     assert count == 50 * len("THELAZYDOG!")
-    assert (f"warning: {count:,} piece(s) of the data are not in the vocabulary and map to the "
-            "unknown token") in lines
+    assert (f"warning: {count:,} characters of the data are not in the vocabulary, encoded as "
+            "the unknown token (e.g. 'T' x50, 'H' x50, 'E' x50, 'L' x50, 'A' x50, ...)") in lines
 
 
 # ----- the real model ------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 any text.
 
 Bits per byte (sheepop.tokenizers.token_bytes) counts the UTF-8 bytes of exactly the targets
-scored: with --max-windows, only the windows evaluated.
+scored: with --max-windows, only the windows evaluated. Over raw text these are the text's own
+bytes: characters the tokenizer lacks (an <|unk|>, a dropped byte) still count theirs
+(`scored_text_bytes`), and are warned about on stderr, with the commonest of them.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 
 from sheepop.cli.common import (
     HelpFormatter,
@@ -58,11 +61,14 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.data.dataset import load_dataset
     from sheepop.data.windows import eval_windows
     from sheepop.inference.load import load
-    from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
+    from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte, scored_text_bytes
+    from sheepop.tokenizers.unknown import unknown_warning
     model = load(model_dir(args), args.engine, dtype=args.dtype)
     cfg, tokenizer = model.config, model.tokenizer
     cfg.data.val_fraction = 0.0
     data = load_dataset(args.data, cfg.data, tokenizer)
+    if data.unknown and (warning := unknown_warning(tokenizer, data.unknown, "the data")):
+        print(f"sheepop: {warning}", file=sys.stderr)
     tokens = data.val if len(data.val) > 1 else data.train
     pad = tokenizer.pad_id if tokenizer.pad_id is not None else 0
     x, y = eval_windows(np.asarray(tokens), cfg.model.block_size, args.max_windows, pad)
@@ -70,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     for i in range(0, len(x), args.batch_size):
         s, n = model.loss_sum(x[i:i + args.batch_size], y[i:i + args.batch_size])
         total, count = total + s, count + n
-    n_bytes = TargetBytes(tokenizer).count(x, y)
+    n_bytes = scored_text_bytes(TargetBytes(tokenizer), x, y, tokens, data.text_bytes)
     loss, bpb = total / max(count, 1), bits_per_byte(total, n_bytes)
     if args.json:
         print(json.dumps({"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": bpb,

@@ -113,10 +113,10 @@ def stop_strings(raw: list[str]) -> list[str]:
 
 
 def prompt_ids(tokenizer, text: str) -> list[int]:
-    unknown = tokenizer.count_unknown(text)
-    if unknown:
-        print(f"sheepop: warning: {unknown} piece(s) of the prompt are not in the vocabulary "
-              f"and map to the unknown token", file=sys.stderr)
+    from sheepop.tokenizers.unknown import unknown_warning
+    warning = unknown_warning(tokenizer, tokenizer.unknown_pieces(text), "the prompt")
+    if warning is not None:
+        print(f"sheepop: {warning}", file=sys.stderr)
     ids = tokenizer.encode(text)
     if not ids:
         start = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.eos_id

@@ -13,6 +13,7 @@ checkpoints so that `--resume` continues on the same data.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,10 @@ class Dataset:
     tokenizer: Tokenizer
     report: list[str] = field(default_factory=list)
     source: dict[str, Any] | None = None  # what DATA was (None: a task's own token streams)
+    # Raw text only: the UTF-8 bytes of the documents read (what bits per byte divides by),
+    # and, encoded with a tokenizer made elsewhere (a run's), what it cannot write.
+    text_bytes: int | None = None
+    unknown: Counter[str] | None = None
 
 
 def encode_documents(tokenizer: Tokenizer, texts: list[str]) -> np.ndarray:
@@ -75,12 +80,16 @@ def load_dataset(path: str | Path | None, cfg: DataConfig,
         return Dataset(prepared.train, prepared.val, prepared.tokenizer, report,
                        source.describe(path))
     texts, report = raw_documents(path, cfg)
+    unknown = None
     if tokenizer is None:
         tokenizer = train_tokenizer(cfg.tokenizer, texts, cfg.vocab_size)
         report.append(f"tokenizer: {cfg.tokenizer}, {tokenizer.vocab_size} ids, trained on it")
+    else:
+        unknown = tokenizer.unknown_pieces(texts)
     tokens = encode_documents(tokenizer, texts)
     if len(tokens) == 0:
         raise UserError("the data encodes to no tokens")
     train, val = split_tokens(tokens, cfg.val_fraction)
     report.append(f"tokens: {len(train):,} train, {len(val):,} val")
-    return Dataset(train, val, tokenizer, report, source.describe(path))
+    text_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+    return Dataset(train, val, tokenizer, report, source.describe(path), text_bytes, unknown)

@@ -172,6 +172,9 @@ class BPETokenizer(Tokenizer):
 
     # ----- decoding and the vocabulary --------------------------------------------------------
 
+    def _knows(self, char: str) -> bool:
+        return True  # byte-level: every character is its UTF-8 bytes, each a token
+
     def _piece_bytes(self, i: int, prev: int | None) -> bytes:
         return self.tokens[i]  # type: ignore[return-value]
 

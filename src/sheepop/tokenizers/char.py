@@ -67,6 +67,9 @@ class CharTokenizer(Tokenizer):
                                 "vocabulary")
         return [stoi.get(c, unk) for c in text]  # type: ignore[misc]
 
+    def _knows(self, char: str) -> bool:
+        return char in self._stoi
+
     def _piece_bytes(self, i: int, prev: int | None) -> bytes:
         return self._itos[i].encode("utf-8", "surrogatepass")
 

@@ -55,6 +55,9 @@ class DigitsTokenizer(Tokenizer):
             raise UserError(f"the digits tokenizer encodes only 0-9 and space, not {e.args[0]!r}"
                             ) from None
 
+    def _knows(self, char: str) -> bool:
+        return char in _STOI
+
     def _piece_bytes(self, i: int, prev: int | None) -> bytes:
         return _BYTES[i]
 

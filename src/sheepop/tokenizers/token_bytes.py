@@ -80,3 +80,24 @@ class TargetBytes:
 def bits_per_byte(nats: float, n_bytes: int) -> float | None:
     """nats / (ln 2 * n_bytes): the total loss in bits, per byte of text; None for no bytes."""
     return nats / (math.log(2) * n_bytes) if n_bytes > 0 else None
+
+
+def scored_text_bytes(target_bytes: TargetBytes, x: np.ndarray, y: np.ndarray,
+                      tokens: np.ndarray, text_bytes: int | None) -> int:
+    """The bytes of text that the scored targets of (x, y), windows of the stream `tokens`,
+    stand for: their own (`TargetBytes.count`), plus the bytes the tokens do not write at
+    all (characters the vocabulary lacks: an <|unk|> counts 0 bytes, a dropped byte is no
+    token), spread over the targets in proportion to those scored, so that the whole text
+    scored counts exactly its `text_bytes` (the UTF-8 bytes of the documents read). Without
+    `text_bytes` (prepared data: the text is not at hand) only their own bytes count."""
+    n = target_bytes.count(x, y)
+    stream = np.asarray(tokens, dtype=np.int64)
+    if text_bytes is None or len(stream) < 2:
+        return n
+    written = (target_bytes.count(stream[None, :-1], stream[None, 1:])
+               + int(target_bytes.per_token[stream[0]]))
+    lost = text_bytes - written
+    if lost <= 0:  # (the word kind's decoded spaces can outnumber the text's own)
+        return n
+    scored = int(np.count_nonzero(np.asarray(y) != IGNORE_INDEX))
+    return n + round(lost * scored / (len(stream) - 1))

@@ -94,6 +94,11 @@ class WordTokenizer(Tokenizer):
         stoi, unk = self._stoi, self.unk_id
         return [stoi.get(w, unk) for w in split_words(text, self.lowercase)]  # type: ignore
 
+    def unknown_pieces(self, texts: str | Iterable[str]) -> Counter[str]:
+        """The words of the texts (as the tokenizer splits them) that map to <|unk|>."""
+        return Counter(w for piece in self._ordinary_pieces(texts)
+                       for w in split_words(piece, self.lowercase) if w not in self._stoi)
+
     def _piece(self, i: int, prev: int | None, skip_special: bool) -> bytes:
         # <|unk|> stands for a word, so it is spaced like one; other specials are not spaced.
         if i == self.unk_id and not skip_special:

@@ -204,6 +204,9 @@ def check_prepared(data_path: str | Path | None, tokenizer: Tokenizer, source: S
 def unknown_warning(data: Dataset, data_path: str | Path | None) -> str | None:
     """The warning for data the tokenizer cannot encode (pieces mapped to <|unk|>), worded as
     `sheepop generate` words it for a prompt; None when there are none."""
+    if data.unknown is not None:  # raw text: the characters themselves, with examples
+        from sheepop.tokenizers.unknown import unknown_warning as pieces_warning
+        return pieces_warning(data.tokenizer, data.unknown, "the data")
     unk = data.tokenizer.unk_id
     if unk is None:
         return None

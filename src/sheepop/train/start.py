@@ -179,7 +179,7 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
     cfg.validate()
     for line in data.report:
         log(line)
-    if source is not None and (warning := unknown_warning(data, data_path)):
+    if (source is not None or resume) and (warning := unknown_warning(data, data_path)):
         log(warning)
     engine = make_engine(cfg, weights, lora, saved if resume and lora is not None else None)
     if wrap_engine is not None:
