@@ -32,8 +32,10 @@ def test_the_whole_element_carries_its_source_as_the_annotation():
 
 @pytest.mark.parametrize("tex, mathml", [
     (r"x^2", "<mrow><msup><mi>x</mi><mn>2</mn></msup></mrow>"),
-    (r"10^{-6} + 0.5", "<mrow><msup><mn>10</mn><mrow><mo>\u2212</mo><mn>6</mn></mrow></msup>"
-                       "<mo>+</mo><mn>0.5</mn></mrow>"),
+    (r"10^{-6} + 0.5", '<mrow><msup><mn>10</mn><mrow><mo lspace="0" rspace="0">\u2212</mo>'
+                       "<mn>6</mn></mrow></msup><mo>+</mo><mn>0.5</mn></mrow>"),
+    (r"a - b \ne -1", '<mrow><mi>a</mi><mo>\u2212</mo><mi>b</mi><mo>\u2260</mo>'
+                      '<mo lspace="0" rspace="0">\u2212</mo><mn>1</mn></mrow>'),  # minus, sign
     (r"\frac{a}{\sqrt{d_k}}", "<mrow><mfrac><mi>a</mi><msqrt><msub><mi>d</mi><mi>k</mi></msub>"
                               "</msqrt></mfrac></mrow>"),
     (r"\tfrac12", '<mrow><mrow displaystyle="false"><mfrac><mn>1</mn><mn>2</mn></mfrac>'
@@ -81,7 +83,8 @@ def test_cases_are_a_brace_and_a_left_aligned_table():
     assert body(r"\begin{cases} 0 & j \le i \\ -\infty & j > i \end{cases}") == (
         f"<mrow><mrow><mo>{{</mo><mtable><mtr>{left}<mrow><mn>0</mn></mrow></mtd>{left}<mrow>"
         f"<mi>j</mi><mo>\u2264</mo><mi>i</mi></mrow></mtd></mtr><mtr>{left}<mrow>"
-        f"<mo>\u2212</mo><mi>\u221e</mi></mrow></mtd>{left}<mrow><mi>j</mi><mo>&gt;</mo>"
+        f'<mo lspace="0" rspace="0">\u2212</mo><mi>\u221e</mi></mrow></mtd>{left}<mrow><mi>j</mi>'
+        "<mo>&gt;</mo>"
         "<mi>i</mi></mrow></mtd></mtr></mtable></mrow></mrow>")
 
 

@@ -44,6 +44,15 @@ def to_mathml(tex: str, display: bool = False) -> Math:
                 f"{escape(tex)}</annotation></semantics></math>", tuple(parser.unsupported))
 
 
+def _operand_expected(nodes: list[str]) -> bool:
+    """After nothing, or after an operator that is not a closing fence (= - or ( -), a minus
+    is a sign: TeX sets it with no space around it."""
+    if not nodes:
+        return True
+    last = re.fullmatch(r"<mo[^>]*>([^<]*)</mo>", nodes[-1])
+    return bool(last) and last.group(1) not in (")", "]", "|", "}", "\u2016", "\u230b", "\u2309")
+
+
 class Parser:
     """A formula as tokens (\\name, one character, a space), read left to right: rows of atoms,
     each with its scripts; commands are read by sheepop.serve.mathml_commands."""
@@ -120,6 +129,11 @@ class Parser:
                 break
             if token in ("\\limits", "\\nolimits"):
                 self.i += 1
+                continue
+            if token in ("-", "+") and _operand_expected(nodes):  # a sign, not an operation
+                self.i += 1
+                sign = "\u2212" if token == "-" else "+"
+                nodes.append(f'<mo lspace="0" rspace="0">{sign}</mo>')
                 continue
             atom = self.atom(merge_digits=True)
             nodes.append(self.scripts(atom))
