@@ -62,8 +62,9 @@ def test_the_whole_element_carries_its_source_as_the_annotation():
      '<mo stretchy="false">\u2016</mo><mi>g</mi><mo stretchy="false">\u2016</mo>'
      '<mo minsize="1.2em" maxsize="1.2em" stretchy="true" symmetric="true">)</mo></mrow>'),
     (r"\hat x_i + x'_{2i}", '<mrow><msub><mover accent="true"><mi>x</mi><mo stretchy="false">^'
-                            "</mo></mover><mi>i</mi></msub><mo>+</mo><msubsup><mi>x</mi><mrow>"
-                            "<mn>2</mn><mi>i</mi></mrow><mo>\u2032</mo></msubsup></mrow>"),
+                            "</mo></mover><mi>i</mi></msub><mo>+</mo><msub><mrow><mi>x</mi>"
+                            '<mo lspace="0" rspace="0">\u2032</mo></mrow><mrow><mn>2</mn>'
+                            "<mi>i</mi></mrow></msub></mrow>"),
     (r"h \mathrel{+}= P[0{:}T]", '<mrow><mi>h</mi><mo>+=</mo><mi>P</mi><mo stretchy="false">['
                                  '</mo><mn>0</mn><mo lspace="0" rspace="0">:</mo><mi>T</mi>'
                                  '<mo stretchy="false">]</mo></mrow>'),

@@ -170,8 +170,8 @@ class Parser:
                 primes += "\u2032"
             else:
                 break
-        if primes:
-            sup = f"<mo>{primes}</mo>" if sup is None else f"<mrow><mo>{primes}</mo>{sup}</mrow>"
+        if primes:  # the prime glyph is already raised: at script size it would be a speck
+            base = Atom(f'<mrow>{base.markup}<mo lspace="0" rspace="0">{primes}</mo></mrow>')
         if sub is None and sup is None:
             return base.markup
         under, over, both = ("munder", "mover", "munderover") if base.limits \
