@@ -14,13 +14,22 @@ import pytest
 import torch
 from cli_refusal import fails
 
-from sheepop.arch.quantize import QMAX, bf16_up, dequantize_rows, quantize_rows
+from sheepop.arch.quantize import (
+    QMAX,
+    bf16_up,
+    dequantize_groups,
+    dequantize_rows,
+    quantize_groups,
+    quantize_rows,
+)
 from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
 from sheepop.config.schema import Config, ModelConfig
+from sheepop.errors import UserError
 from sheepop.inference.load import build, load
 from sheepop.model import GPT
 from sheepop.model.quantized import Int8Linear, quantize_int8, weight_bytes_read
+from sheepop.model.quantized_int4 import Int4Linear, quantize_int4
 from sheepop.tokenizers import train_tokenizer
 from sheepop.tokenizers.chat import with_chat_tokens
 
@@ -184,3 +193,47 @@ def test_an_unknown_dtype_is_refused(run, capsys):
     with pytest.raises(SystemExit) as e:
         main(["generate", str(run[0]), "--dtype", "int4"])
     assert e.value.code == 2 and "invalid choice: 'int4'" in capsys.readouterr().err
+
+
+# ----- 4-bit groups in GGUF Q4_1's layout (measured by benchmarks/weight_dtypes.py) -------------
+
+
+def test_4bit_groups_round_trip_and_give_back_their_own_blocks():
+    w = np.random.default_rng(4).normal(size=(32, 96)).astype(np.float32)
+    w[3, :32] = 0.5  # a constant group: exact
+    q, d, low = quantize_groups(w)
+    assert q.max() <= 15 and d.shape == low.shape == (32, 3)
+    back = dequantize_groups(q, d, low)
+    assert (np.abs(w - back) <= np.repeat(d, 32, axis=1) / 2 + 1e-7).all()
+    assert (back[3, :32] == 0.5).all()
+    q2, d2, low2 = quantize_groups(back)  # a Q4_1 model's float32 weights: the same blocks
+    assert np.array_equal(q2, q) and np.array_equal(low2, low)
+    assert np.allclose(d2, d, rtol=1e-6, atol=0)
+
+
+def test_int4_linear_computes_its_formula_in_both_paths():
+    torch.manual_seed(0)
+    base = torch.nn.Linear(64, 48)
+    layer = Int4Linear(base.weight, base.bias)
+    q, d, low = quantize_groups(base.weight.detach().numpy())
+    # the kernel's (q - 8) s + z with s, z in bf16: within bf16's rounding of the exact blocks
+    exact = dequantize_groups(q, d, low)
+    assert np.allclose(layer.dequantized().numpy(), exact, atol=2 ** -8 * np.abs(exact).max())
+    for rows in (1, 8, 9, 40):
+        x = torch.randn(rows, 64)
+        want = x.bfloat16().double() @ layer.dequantized().double().T
+        got = layer(x).double() - base.bias.detach().double()
+        assert torch.allclose(got, want, rtol=2 ** -8, atol=1e-5), rows
+
+
+def test_int4_logits_are_close_and_bad_shapes_refused(small):
+    cfg, weights = small
+    ids = np.random.default_rng(1).integers(0, 61, size=40).tolist()
+    f32 = build(cfg, weights, engine="torch", device="cpu").lm.full(ids)
+    model = build(cfg, weights, engine="torch", device="cpu").lm
+    quantize_int4(model.model)
+    gap = np.abs(model.full(ids) - f32).max() / np.abs(f32).max()
+    assert 0 < gap < 0.035, gap  # 4 bits of random weights: measured 0.011
+    odd = ModelConfig(vocab_size=61, block_size=8, n_layer=1, n_head=2, n_embd=40)
+    with pytest.raises(UserError, match="blocks.0.attn.qkv is 120 x 40"):
+        quantize_int4(GPT(odd))

@@ -60,3 +60,38 @@ def weight_bytes(n_matrix: int, n_rows: int, n_other: int, dtype: str) -> int:
     per = BYTES_PER_WEIGHT[dtype]
     scales = 2 * n_rows if dtype == "int8" else 0
     return n_matrix * per + scales + n_other * (2 if dtype == "bfloat16" else 4)
+
+
+GROUP = 32
+"""Weights per group in the 4-bit layout: GGUF's Q4_1 block."""
+
+
+def quantize_groups(w: np.ndarray, group: int = GROUP
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GGUF Q4_1's layout, per group of `group` consecutive weights of a row:
+
+        low = min_j W_j,  d = (max_j W_j - low) / 15,  q_j = round((W_j - low) / d) in [0, 15]
+        W_j ~ low + d q_j,   |W_j - (low + d q_j)| <= d / 2
+
+    Returns (q uint8 (out, in), d float32 (out, in / group), low float32 (out, in / group)).
+    A matrix dequantized from Q4_1 blocks gives back its blocks (the block's smallest weight is
+    `low`, its largest low + 15 d), so a model imported from such a file runs on its own
+    4-bit numbers."""
+    w = np.asarray(w, dtype=np.float32)
+    out, width = w.shape
+    if width % group:
+        raise ValueError(f"4-bit groups of {group} need a width that is a multiple of it, "
+                         f"not {width}")
+    g = w.reshape(out, width // group, group)
+    low, high = g.min(axis=2), g.max(axis=2)
+    d = np.where(high > low, (high - low) / 15, 1.0).astype(np.float32)
+    q = np.clip(np.rint((g - low[..., None]) / d[..., None]), 0, 15).astype(np.uint8)
+    return q.reshape(out, width), d, low
+
+
+def dequantize_groups(q: np.ndarray, d: np.ndarray, low: np.ndarray,
+                      group: int = GROUP) -> np.ndarray:
+    """low + d q, group by group, in float32 (out, in)."""
+    out, width = q.shape
+    g = q.reshape(out, width // group, group).astype(np.float32)
+    return (low[..., None] + d[..., None] * g).reshape(out, width)

@@ -53,6 +53,10 @@ class Int8Linear(nn.Module):
         layer = cls(torch.from_numpy(q), torch.from_numpy(scale), bias)
         return layer.to(weight.device)
 
+    def read(self) -> tuple[torch.Tensor, ...]:
+        """The tensors a product with one token reads (weight_bytes_read)."""
+        return self.q, self.scale
+
     def dequantized(self) -> torch.Tensor:
         """s[:, None] * q in float32 (out, in)."""
         return self.q.float() * self.scale.float()[:, None]
@@ -96,15 +100,15 @@ def quantize_int8(model: GPT) -> GPT:
 
 
 def weight_bytes_read(model: GPT) -> int:
-    """The bytes of every parameter and int8 weight, in the dtypes they are stored in, but the
+    """The bytes of every parameter and quantized weight, in the dtypes they are stored in, but the
     token embedding's when the head does not read it (a lookup reads one row a token): what one
     decode step reads. (A learned position table is counted whole: 0.6% of GPT-2's; rotary
     tables, computed buffers read a row at a time, are not.)"""
     head_reads_table = isinstance(model.head, Head) and model.head.weight is None
     seen = set() if head_reads_table else {id(model.tok_emb.weight)}
     total = 0
-    int8 = [t for m in model.modules() if isinstance(m, Int8Linear) for t in (m.q, m.scale)]
-    for t in [*model.parameters(), *int8]:
+    quantized = [t for m in model.modules() if hasattr(m, "read") for t in m.read()]
+    for t in [*model.parameters(), *quantized]:
         if id(t) not in seen:
             seen.add(id(t))
             total += t.numel() * t.element_size()
