@@ -4,7 +4,9 @@
     python benchmarks/weight_dtypes.py --run /tmp/smol --threads 1 2 --repeats 5
 
 For each `--dtype` of the torch engine (sheepop.inference.load.build; int8:
-sheepop.model.quantized) it prints:
+sheepop.model.quantized) and for 4-bit groups in GGUF Q4_1's layout (`q4_1`:
+sheepop.model.quantized_int4, not a --dtype yet; first it checks that the imported float32
+weights give back the file's own Q4_1 blocks) it prints:
 
 - decode tokens/s: greedy decoding of `--new-tokens` tokens after a `--prompt-tokens`-token
   prompt, one token a step through the KV cache; the dtypes take turns, `--repeats` times, and
@@ -42,12 +44,17 @@ sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 from real_model import smollm2_gguf  # noqa: E402
 
 from sheepop import threads  # noqa: E402
+from sheepop.arch.quantize import quantize_groups  # noqa: E402
 from sheepop.data.windows import eval_windows  # noqa: E402
 from sheepop.inference.load import build, read_run  # noqa: E402
 from sheepop.model.quantized import weight_bytes_read  # noqa: E402
+from sheepop.model.quantized_int4 import quantize_int4  # noqa: E402
 from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte  # noqa: E402
 
-DTYPES = ("float32", "bfloat16", "int8")
+DTYPES = ("float32", "bfloat16", "int8", "q4_1")
+# GGUF names of the matrices whose rows the import keeps in order (q and k are permuted back)
+IN_ORDER = {"ffn_gate": "ffn.gate", "ffn_up": "ffn.up", "ffn_down": "ffn.proj",
+            "attn_output": "attn.proj"}
 PROMPT = ("The history of the printing press begins in the fifteenth century, when Johannes "
           "Gutenberg combined movable metal type, oil-based ink and a screw press. ")
 
@@ -64,6 +71,36 @@ def read_bandwidth(mib: int, repeats: int = 5) -> float:
         a.sum()
         times.append(time.perf_counter() - t0)
     return a.numel() * 4 / statistics.median(times)
+
+
+def inference_model(config, weights, tokenizer, dtype: str):
+    """The torch engine's model in `dtype`; q4_1: the blocks' linear layers in 4-bit groups,
+    Q4_1's layout (sheepop.model.quantized_int4), the head in int8."""
+    if dtype != "q4_1":
+        return build(config, weights, tokenizer, "torch", "cpu", dtype)
+    model = build(config, weights, tokenizer, "torch", "cpu", "float32")
+    quantize_int4(model.lm.model)
+    return model
+
+
+def blocks_recovered(gguf: Path, weights: dict) -> tuple[int, int]:
+    """How many Q4_1 blocks of the file's row-ordered matrices quantize_groups gives back
+    exactly (q, low and d) from the imported float32 weights: (equal, all)."""
+    from gguf import GGUFReader
+    equal = total = 0
+    for t in GGUFReader(str(gguf)).tensors:
+        layer, _, kind = t.name.removeprefix("blk.").rpartition(".weight")[0].partition(".")
+        if t.tensor_type.name != "Q4_1" or kind not in IN_ORDER:
+            continue
+        raw = np.asarray(t.data).reshape(-1, 20)  # per block: d, m (float16), 16 bytes of q
+        d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)[:, 0]
+        low = raw[:, 2:4].copy().view(np.float16).astype(np.float32)[:, 0]
+        q = np.concatenate([raw[:, 4:] & 15, raw[:, 4:] >> 4], axis=1)
+        q2, d2, low2 = quantize_groups(weights[f"blocks.{layer}.{IN_ORDER[kind]}.weight"])
+        same = ((q2.reshape(-1, 32) == q).all(axis=1) & (low2.ravel() == low)
+                & (d2.ravel() == d))
+        equal, total = equal + int(same.sum()), total + len(same)
+    return equal, total
 
 
 def decode_seconds(lm, ids: list[int], new: int) -> tuple[float, list[int]]:
@@ -96,15 +133,19 @@ def main() -> None:
     args = ap.parse_args()
 
     run = args.run
+    gguf, why = smollm2_gguf()
     if run is None:
-        gguf, why = smollm2_gguf()
         if gguf is None:
             sys.exit(f"no model: {why}")
         from sheepop.interop.gguf import import_gguf
         run = Path(tempfile.mkdtemp(prefix="sheepop-bench-")) / "smollm2"
         import_gguf(gguf, run)
     config, tokenizer, weights = read_run(run)
-    models = {d: build(config, weights, tokenizer, "torch", "cpu", d) for d in args.dtypes}
+    if gguf is not None and "q4_1" in args.dtypes:
+        equal, total = blocks_recovered(gguf, weights)
+        print(f"Q4_1 blocks of {gguf.name} given back by quantize_groups from the imported "
+              f"float32 weights (ffn and attention output matrices): {equal} of {total}")
+    models = {d: inference_model(config, weights, tokenizer, d) for d in args.dtypes}
     nbytes = {d: weight_bytes_read(m.lm.model) for d, m in models.items()}
 
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
