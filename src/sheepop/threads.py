@@ -109,6 +109,11 @@ def apply(threads: int = AUTO, spare: int = 0) -> int:
     return n
 
 
+def current() -> int:
+    """The count the arithmetic runs on: the one `apply` set, else what `auto` would give."""
+    return _applied if _applied is not None else resolve(AUTO)
+
+
 def apply_to_torch() -> None:
     """Give torch, if loaded, the count `apply` set: its intra-op pool (and MKL's) and its
     inter-op pool. torch refuses a new inter-op size once that pool has run something (a

@@ -1,6 +1,8 @@
-"""`--engine auto` (sheepop.inference.load.choose_engine): NumPy for float32 on the CPU, torch for a
-GPU, bfloat16 or compile; the same greedy tokens as the torch engine; and `sheepop generate`
-on the NumPy engine never imports torch (or the other heavy modules) on its way to the text."""
+"""`--engine auto` (sheepop.inference.load.choose_engine, sheepop.inference.engine_choice): torch
+for a GPU, bfloat16 or compile; on the CPU in float32 the engine the measured table says decodes
+faster at the model's size and thread count, with the reason printed; the same greedy tokens as
+the torch engine; `auto` accepted by every inference command; and `sheepop generate` on the
+NumPy engine never imports torch (or the other heavy modules) on its way to the text."""
 
 from __future__ import annotations
 
@@ -13,6 +15,13 @@ from sheepop.checkpoint import format as checkpoint
 from sheepop.config.schema import Config, SampleConfig
 from sheepop.generation.generate import generate
 from sheepop.inference import load as inference
+from sheepop.inference.engine_choice import (
+    DECODE_TOKENS_PER_S,
+    NUMPY_MARGIN,
+    Measured,
+    choose,
+)
+from sheepop.inference.engine_choice import nearest as nearest_row
 from sheepop.inference.load import build, choose_engine
 from sheepop.model import GPT
 from sheepop.tokenizers import train_tokenizer
@@ -39,18 +48,78 @@ def weights(config):
 
 
 @pytest.mark.parametrize(("device", "dtype", "compile", "gpu", "expected"), [
-    ("cpu", "float32", False, True, "numpy"),
-    ("auto", "float32", False, False, "numpy"),
     ("auto", "float32", False, True, "torch"),     # a GPU driver: torch decides the device
     ("cuda", "float32", False, False, "torch"),
     ("cpu", "bfloat16", False, False, "torch"),
     ("cpu", "float32", True, False, "torch"),
 ])
-def test_auto_is_numpy_for_float32_on_the_cpu_else_torch(monkeypatch, device, dtype, compile,
-                                                         gpu, expected):
+def test_auto_is_torch_for_a_gpu_bfloat16_or_compile(monkeypatch, device, dtype, compile, gpu,
+                                                     expected):
     monkeypatch.setattr(inference, "gpu_present", lambda: gpu)
     assert choose_engine("auto", device, dtype, compile) == expected
     assert choose_engine("torch", device, dtype, compile) == "torch"  # a named engine stays
+    assert choose_engine("numpy", device, dtype, compile) == "numpy"
+
+
+def _faster(row: Measured) -> str:
+    return "numpy" if row.numpy >= NUMPY_MARGIN * row.torch else "torch"
+
+
+def _said(row: Measured) -> str:
+    ratio = row.numpy / row.torch
+    if ratio >= 1:
+        return f"numpy decodes {ratio:.1f}x faster"
+    if ratio >= NUMPY_MARGIN:
+        return f"numpy decodes at {ratio:.2f}x torch's rate"
+    return f"torch decodes {1 / ratio:.1f}x faster"
+
+
+@pytest.mark.parametrize("row", DECODE_TOKENS_PER_S, ids=lambda r: f"{r.shape}-{r.threads}")
+def test_float32_on_the_cpu_follows_the_measured_table(row):
+    """At each measured size and thread count, auto picks the engine the row says decodes
+    faster (NumPy also within NUMPY_MARGIN), and the reason names the row and the ratio."""
+    choice = choose(row.params, True, "float32", False, row.threads)
+    assert choice.engine == ("numpy" if row.numpy >= NUMPY_MARGIN * row.torch else "torch")
+    assert f"measured at {row.shape}'s" in choice.reason
+    assert f"{row.threads} thread" in choice.reason
+    assert _said(row) in choice.reason and choice.reason.endswith("docs/performance.md")
+
+
+def test_the_nearest_row_is_by_size_on_a_log_scale_and_by_threads_from_below():
+    table = (Measured("a", 1_000_000, 1, 10, 5), Measured("b", 100_000_000, 1, 5, 10),
+             Measured("a", 1_000_000, 2, 1, 9), Measured("b", 100_000_000, 2, 9, 1))
+    assert nearest_row(5_000_000, 1, table).shape == "a"   # log10: 0.7 from a, 1.3 from b
+    assert nearest_row(20_000_000, 1, table).shape == "b"  # 1.3 from a, 0.7 from b
+    assert nearest_row(20_000_000, 2, table) == table[3]
+    assert nearest_row(20_000_000, 16, table) == table[3]  # above the largest: the largest
+    assert nearest_row(1_000, 1, table) == table[0]
+
+
+def test_numpy_wins_within_the_margin_and_says_why():
+    """torch 5% faster: NumPy still (it starts ~2 s sooner); 25% faster: torch."""
+    for torch_rate, engine, words in ((100.0, "numpy", "0.95x torch's rate and starts ~2 s "
+                                       "sooner"), (118.75, "torch", "torch decodes 1.2x faster")):
+        table = (Measured("toy", 806_272, 1, 95.0, torch_rate),)
+        choice = choose(806_272, True, "float32", False, 1, table)
+        assert choice.engine == engine and words in choice.reason
+        assert choice.line().startswith(f"engine: {engine} (auto: 0.8M params at float32 on 1 "
+                                        "thread; measured at toy's 0.8M, 1 thread: ")
+
+
+def test_build_prints_the_choice_on_stderr(config, tokenizer, weights, capsys):
+    model = build(config, weights, tokenizer, "auto", "cpu")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [inference.auto_choice("cpu", model=config.model).line()]
+    assert err[0].startswith(f"engine: {model.engine} (auto: ")
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "eval", "serve"])
+def test_every_inference_command_takes_auto_by_default(command):
+    from sheepop.cli import build_parser
+    argv = {"eval": ["eval", "RUN", "--data", "D"]}.get(command, [command, "RUN"])
+    parser = build_parser()
+    assert parser.parse_args(argv).engine == "auto"
+    assert parser.parse_args([*argv, "--engine", "numpy"]).engine == "numpy"
 
 
 def test_auto_gives_the_greedy_tokens_of_the_torch_engine(config, tokenizer, weights):

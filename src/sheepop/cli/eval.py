@@ -21,7 +21,7 @@ from sheepop.cli.common import (
     add_threads_option,
     model_dir,
 )
-from sheepop.config.schema import ENGINES
+from sheepop.config.schema import INFERENCE_ENGINES
 from sheepop.words import plural
 
 
@@ -42,8 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, metavar="PATH",
                    help="a text file, a folder of text, or a prepared data directory (its val "
                         "split)")
-    p.add_argument("--engine", choices=ENGINES, default="torch",
-                   help="the engine that runs the model")
+    p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
+                   help="the engine that runs the model; auto: the one measured faster for "
+                        "the model's size, dtype and threads (printed at start-up; "
+                        "docs/performance.md)")
     add_dtype_option(p)
     p.add_argument("--max-windows", type=int, default=2000, metavar="N",
                    help="evaluate at most this many windows (evenly spread)")

@@ -17,7 +17,7 @@ from sheepop.cli.common import (
     model_dir,
 )
 from sheepop.config.model_size import param_count
-from sheepop.config.schema import ENGINES
+from sheepop.config.schema import INFERENCE_ENGINES
 from sheepop.errors import UserError
 
 API_KEY_ENV = "SHEEPOP_API_KEY"
@@ -43,8 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the address to listen on (0.0.0.0: every interface; give an API key)")
     p.add_argument("--port", type=int, default=8000,
                    help="the TCP port (0: any free port; the ready line names it)")
-    p.add_argument("--engine", choices=ENGINES, default="torch",
-                   help="the engine that runs the model")
+    p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
+                   help="the engine that runs the model; auto: the one measured faster for "
+                        "the model's size, dtype and threads (printed at start-up; "
+                        "docs/performance.md)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     add_dtype_option(p)
     p.add_argument("--max-batch", type=int, default=16, metavar="N",
@@ -101,7 +103,7 @@ def _check(args: argparse.Namespace) -> None:
               (args.timeout_read > 0, "--timeout-read must be a positive number of seconds"),
               (args.max_connections is None or args.max_connections >= 1,
                "--max-connections must be at least 1"),
-              (args.dtype == "float32" or args.engine == "torch", "--dtype needs --engine torch"),
+              (args.dtype == "float32" or args.engine != "numpy", "--dtype needs --engine torch"),
               (args.runs is None or Path(args.runs).is_dir(),
                f"--runs {args.runs}: not a directory")]
     for ok, message in checks:

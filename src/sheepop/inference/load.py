@@ -16,6 +16,7 @@ distributions, positions (sheepop.arch.inspect; the server's page shows them).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +29,11 @@ from sheepop.arch.lora import LoraConfig, adapter_shapes, merge
 from sheepop.arch.vocab import grow_vocabulary
 from sheepop.checkpoint import format as checkpoint
 from sheepop.checkpoint.check import check_weights_file
-from sheepop.config.schema import INFERENCE_DTYPES, Config
+from sheepop.config.model_size import param_count
+from sheepop.config.schema import INFERENCE_DTYPES, Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.generation.lm import CachedLM
+from sheepop.inference.engine_choice import Choice, choose
 from sheepop.tokenizers import Tokenizer
 from sheepop.tokenizers import loads as load_tokenizer
 
@@ -140,14 +143,22 @@ def gpu_present() -> bool:
 
 
 def choose_engine(engine: str, device: str = "auto", dtype: str = "float32",
-                  compile: bool = False) -> str:
-    """The engine `auto` stands for: NumPy for float32 on the CPU without compile (it decodes
-    as fast as torch at the presets' shapes and starts without importing torch: docs/inference.md,
-    "Start-up"), torch for a GPU, bfloat16 or torch.compile. Other names are kept as they are."""
-    if engine != "auto":
-        return engine
+                  compile: bool = False, model: ModelConfig | None = None,
+                  threads_used: int | None = None) -> str:
+    """The engine `auto` stands for, by the measured rule of sheepop.inference.engine_choice
+    (torch for a GPU, compile or a dtype other than float32; on the CPU in float32 the engine
+    that decoded faster at the model's size and the thread count); other names are kept."""
+    return engine if engine != "auto" else auto_choice(device, dtype, compile, model,
+                                                       threads_used).engine
+
+
+def auto_choice(device: str = "auto", dtype: str = "float32", compile: bool = False,
+                model: ModelConfig | None = None, threads_used: int | None = None) -> Choice:
+    """What `auto` picks and why (`threads_used` None: the count sheepop.threads set)."""
     on_cpu = device == "cpu" or (device == "auto" and not gpu_present())
-    return "numpy" if on_cpu and dtype == "float32" and not compile else "torch"
+    params = None if model is None else param_count(model)
+    return choose(params, on_cpu, dtype, compile,
+                  threads.current() if threads_used is None else threads_used)
 
 
 def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
@@ -165,7 +176,10 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
     if engine not in ("torch", "auto") and compile:
         raise UserError("compile is for the torch engine")
     never = never_generated(tokenizer)
-    engine = choose_engine(engine, device, dtype, compile)
+    if engine == "auto":
+        choice = auto_choice(device, dtype, compile, config.model)
+        print(choice.line(), file=sys.stderr)  # the start-up line: what runs, and why
+        engine = choice.engine
     if engine == "numpy":
         from sheepop.scratch.lm import NumpyLM
         lm: CachedLM = NumpyLM(config.model, weights, never_generate=never)

@@ -1,0 +1,98 @@
+"""How close decoding comes to the memory-bandwidth bound: each engine's decode tokens/s as a
+fraction of bandwidth / bytes of weights read per token, float32, 1 and 2 threads.
+
+    nice python benchmarks/bandwidth_bound.py                         # smollm2 and gpt2 shapes
+    nice python benchmarks/bandwidth_bound.py --shapes smollm2 --threads 1 --rounds 7
+
+A decode step multiplies one token's vector by every weight matrix: ~2 flops per 4-byte weight
+read, far below what the cores compute in the time memory takes to deliver it, so the step is
+bound by reading the weights, and no engine decodes faster than
+
+    bound = bandwidth / bytes read per token          (tokens/s)
+
+with bandwidth this machine's read rate measured here at the same thread count (a sum over a
+`--gib` GiB float32 array: torch.sum, on its intra-op threads; and NumPy's, one thread; the
+larger is the bound's bandwidth) and bytes per token from benchmarks/decode_shapes.py (every
+weight once, the tied head reading the 49k x 576 or 50k x 768 embedding whole). The models are
+SmolLM2-135M's and GPT-2 small's shapes with random weights: a decode step reads every weight
+whatever its value, so the speed is a trained model's.
+
+Per thread count the bandwidth and the two engines (greedy, `--new-tokens` after 16 tokens)
+alternate `--rounds` times; medians are printed with the load average, the CPU capability
+torch reports and the BLAS kernel threadpoolctl reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import decode_shapes as shapes
+import numpy as np
+import torch
+
+from sheepop import threads
+
+GIB = 2**30
+
+
+def read_rates(array: np.ndarray, tensor: torch.Tensor) -> dict[str, float]:
+    """Bytes/s of one full read of the same array: torch.sum (its threads) and NumPy's sum."""
+    out = {}
+    for name, fn in (("torch sum", lambda: float(tensor.sum())),
+                     ("numpy sum", lambda: float(array.sum()))):
+        t0 = time.perf_counter()
+        fn()
+        out[name] = array.nbytes / (time.perf_counter() - t0)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", nargs="+", default=["smollm2", "gpt2"],
+                    choices=list(shapes.SHAPES))
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--new-tokens", type=int, default=33)
+    ap.add_argument("--gib", type=float, default=1.0, help="the bandwidth array's size")
+    args = ap.parse_args()
+    array = np.ones(int(args.gib * GIB) // 4, dtype=np.float32)
+    tensor = torch.from_numpy(array)  # the same memory
+    threads.apply(args.threads[0])
+    print(f"cpu capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, "
+          f"BLAS {threads.blas_kernels()}, load average {os.getloadavg()[0]:.2f}; float32, "
+          f"random weights, medians of {args.rounds} alternations")
+    print("| shape | MB read/token | threads | bandwidth GB/s (torch sum / numpy sum) | bound "
+          "tok/s | numpy tok/s | numpy / bound | torch tok/s | torch / bound | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for shape in args.shapes:
+        cfg = shapes.shape_config(shape)
+        models = shapes.build_models(cfg, ["numpy", "torch"])
+        prompt = shapes.prompt_ids(cfg.model.vocab_size, 16)
+        per_token = shapes.bytes_per_token(cfg, len(prompt) + args.new_tokens // 2)
+        for n in args.threads:
+            threads.apply(n)
+            for lm in models.values():
+                shapes.decode_seconds(lm, prompt, 3)
+            rates: dict[str, list[float]] = {"torch sum": [], "numpy sum": []}
+            decode: dict[str, list[float]] = {e: [] for e in models}
+            for r in range(args.rounds):  # bandwidth, then the engines, in turn
+                for name, rate in read_rates(array, tensor).items():
+                    rates[name].append(rate)
+                for e in (list(models) if r % 2 == 0 else list(models)[::-1]):
+                    seconds, _ = shapes.decode_seconds(models[e], prompt, args.new_tokens)
+                    decode[e].append((args.new_tokens - 1) / seconds)
+            bw = {name: statistics.median(v) for name, v in rates.items()}
+            bound = max(bw.values()) / per_token
+            tok = {e: statistics.median(v) for e, v in decode.items()}
+            print(f"| {shape} | {per_token / 1e6:.0f} | {n} | {bw['torch sum'] / 1e9:.1f} / "
+                  f"{bw['numpy sum'] / 1e9:.1f} | {bound:.1f} | {tok['numpy']:.1f} | "
+                  f"{tok['numpy'] / bound:.2f} | {tok['torch']:.1f} | {tok['torch'] / bound:.2f} "
+                  f"| {os.getloadavg()[0]:.2f} |", flush=True)
+        del models
+
+
+if __name__ == "__main__":
+    main()
