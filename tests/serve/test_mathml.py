@@ -55,6 +55,12 @@ def test_the_whole_element_carries_its_source_as_the_annotation():
      '<mo>=</mo><mi>sin</mi><mspace width="0.1667em"/><mi>x</mi></mrow>'),
     (r"\mathrm{lr}_\max", '<mrow><msub><mi>lr</mi><mo form="prefix" movablelimits="true" '
                           'lspace="0" rspace="0">max</mo></msub></mrow>'),
+    (r"\operatorname*{argmax}_i p", '<mrow><munder><mo form="prefix" movablelimits="true" '
+                                   'lspace="0" rspace="0">argmax</mo><mi>i</mi></munder>'
+                                   '<mspace width="0.1667em"/><mi>p</mi></mrow>'),
+    (r"\begin{equation} x \label{e} \end{equation}",
+     "<mrow><mrow><mtable><mtr><mtd><mrow><mi>x</mi><mrow></mrow></mrow></mtd></mtr></mtable>"
+     "</mrow></mrow>"),  # (no number, no label)
     (r"\left( a \right)", '<mrow><mrow><mo fence="true" form="prefix">(</mo><mi>a</mi>'
                           '<mo fence="true" form="postfix">)</mo></mrow></mrow>'),
     (r"\big( \lVert g \rVert \big)",

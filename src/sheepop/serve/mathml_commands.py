@@ -63,6 +63,10 @@ def command(p: Parser, name: str) -> Atom:  # noqa: C901 (one table lookup per f
         return Atom(f"<mi>{sym.IDENTIFIERS[name]}</mi>")
     if name in sym.OPERATORS:
         return operator(sym.OPERATORS[name])
+    if name in sym.IGNORED:
+        if name in ("label", "tag"):
+            p.raw_group()
+        return Atom("<mrow></mrow>")
     if name in sym.ESCAPED:
         return Atom(f"<mi>{escape(sym.ESCAPED[name])}</mi>")
     if name in sym.SPACES:
@@ -131,13 +135,18 @@ def command(p: Parser, name: str) -> Atom:  # noqa: C901 (one table lookup per f
 
 
 def upright(p: Parser, function: bool) -> Atom:
+    """\\mathrm{...}, \\operatorname{...}; \\operatorname*{argmax} takes its limits underneath."""
+    limits = function and p.peek() == "*" and p.take() == "*"
     raw = p.raw_group()
     if _PLAIN_NAME.fullmatch(raw):
         name = escape(raw.strip())
+        if limits:
+            return Atom(f'<mo form="prefix" movablelimits="true" lspace="0" rspace="0">{name}'
+                        "</mo>", limits=True, function=True)
         variant = ' mathvariant="normal"' if len(name) == 1 else ""
         return Atom(f"<mi{variant}>{name}</mi>", function=function)
-    return Atom(mrow(p.sub(raw).row(()), always=True),
-                 function=function)
+    return Atom(mrow(p.sub(raw).row(()), always=True), limits=limits, function=function)
+
 
 def alphabet(p: Parser, alphabet: str) -> Atom:
     raw = p.raw_group()

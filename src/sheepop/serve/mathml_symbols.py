@@ -22,7 +22,8 @@ UPPER_GREEK = {name: chr(code) for name, code in {
 """Upper-case Greek: upright in TeX, so <mi mathvariant="normal">."""
 
 IDENTIFIERS = {"ell": "\u2113", "infty": "\u221E", "partial": "\u2202", "nabla": "\u2207",
-               "top": "\u22A4", "emptyset": "\u2205", "hbar": "\u210F"}
+               "top": "\u22A4", "emptyset": "\u2205", "hbar": "\u210F", "prime": "\u2032",
+               "dagger": "\u2020", "intercal": "\u22BA", "Re": "\u211C", "Im": "\u2111"}
 """Symbols that are ordinary atoms (<mi>): W^\\top is W with a superscript, not an operator."""
 
 OPERATORS = {
@@ -40,7 +41,10 @@ OPERATORS = {
     "ddots": "\u22F1", "colon": ":", "lfloor": "\u230A", "rfloor": "\u230B", "lceil": "\u2308",
     "rceil": "\u2309", "langle": "\u27E8", "rangle": "\u27E9", "lVert": "\u2016",
     "rVert": "\u2016", "Vert": "\u2016", "lvert": "|", "rvert": "|", "vert": "|",
-    "{": "{", "}": "}", "|": "\u2016", "setminus": "\u2216"}
+    "{": "{", "}": "}", "|": "\u2016", "setminus": "\u2216", "lbrace": "{", "rbrace": "}",
+    "bullet": "\u2219", "star": "\u22C6", "triangleq": "\u225C", "coloneqq": "\u2254",
+    "uparrow": "\u2191", "downarrow": "\u2193", "leftrightarrow": "\u2194",
+    "longrightarrow": "\u27F6", "perp": "\u22A5", "parallel": "\u2225", "cong": "\u2245"}
 """Operators, relations, arrows and fences: <mo>, spaced by MathML's operator dictionary."""
 
 UNSTRETCHED = frozenset("()[]|/\u2016\u2223\u230A\u230B\u2308\u2309\u27E8\u27E9{}")
@@ -53,11 +57,15 @@ LARGE_OPERATORS = {"sum": "\u2211", "prod": "\u220F", "int": "\u222B", "coprod":
 
 FUNCTIONS = ("sin", "cos", "tan", "tanh", "sinh", "cosh", "exp", "log", "ln", "lg", "arg",
              "det", "dim", "ker", "deg", "gcd", "erf", "sec", "csc", "cot", "arcsin", "arccos",
-             "arctan")
+             "arctan", "Pr")
 """Upright names: \\sin x is <mi>sin</mi> then x."""
 
 LIMIT_FUNCTIONS = ("max", "min", "lim", "sup", "inf", "argmax", "argmin")
 """Upright names whose subscript goes underneath in a display: \\max_i."""
+
+IGNORED = ("notag", "nonumber", "label", "tag")
+"""Numbering and labels: an equation's number has no place on the page (\\label, \\tag: their
+argument too)."""
 
 ESCAPED = {"_": "_", "#": "#", "%": "%", "&": "&", "$": "$"}
 """\\_ and friends: the character itself."""
@@ -87,7 +95,8 @@ TEXT = ("text", "textrm", "textit", "textbf", "texttt", "mbox", "textnormal")
 MATRICES = {"matrix": ("", ""), "pmatrix": ("(", ")"), "bmatrix": ("[", "]"),
             "Bmatrix": ("{", "}"), "vmatrix": ("|", "|"), "Vmatrix": ("\u2016", "\u2016"),
             "cases": ("{", ""), "aligned": ("", ""), "align": ("", ""), "align*": ("", ""),
-            "gathered": ("", ""), "array": ("", ""), "split": ("", "")}
+            "gathered": ("", ""), "array": ("", ""), "split": ("", ""), "equation": ("", ""),
+            "equation*": ("", "")}
 """Environments: the table's fences (cases: a brace on the left only)."""
 
 _ALPHABET_STARTS = {"bf": (0x1D400, 0x1D41A, 0x1D7CE), "it": (0x1D434, 0x1D44E, None),
