@@ -45,10 +45,8 @@ run: install
 	$(BIN)/sheepop train --preset $(PRESET) --out $(RUN_DIR) $(TRAIN_ARGS)
 	$(BIN)/sheepop generate $(RUN_DIR) --prompt "def " --max-new-tokens 400 --temperature 0.8
 	@echo
-	@echo "the run: $(RUN_DIR) (and $(RUNS)/latest); go on with . $(BIN)/activate, then:"
-	@echo "  sheepop generate $(RUN_DIR) --prompt 'import ' --best   # its best checkpoint"
-	@echo "  sheepop eval $(RUN_DIR) --data FILE   # loss, perplexity, bits per byte on a text"
-	@echo "  sheepop finetune $(RUN_DIR) --data chats.jsonl --out $(RUN_DIR)-chat, then sheepop chat $(RUN_DIR)-chat"
+	@# The commands to go on are the ones training printed after its summary ("next:"), once.
+	@echo "the run: $(RUN_DIR) (and $(RUNS)/latest); for the commands after \"next:\" above, first . $(BIN)/activate"
 
 test: install-test system-deps
 	$(BIN)/python -m pytest

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 from cli_refusal import fails
@@ -229,3 +230,15 @@ def test_resume_on_new_text_warns_about_what_the_tokenizer_lacks(capsys, tmp_pat
     n = sum(c.isalpha() for c in TEXT)  # the capitals: not one is in the lowercase vocabulary
     assert (f"warning: {n:,} characters of the data are not in the vocabulary, encoded as the "
             "unknown token (e.g. 'E' x") in out
+
+
+def test_a_run_bounded_by_time_shows_its_budget_not_a_step_ceiling(capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    assert main(["train", str(text), "--out", str(tmp_path / "r"), *TINY, "--steps", "100000",
+                 "--set", "train.max_minutes=0.04", "--set", "train.log_interval=1",
+                 "--set", "train.eval_interval=0", "--set", "train.checkpoint_interval=0"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
+    assert lines and not any("/100000" in line for line in lines[1:])
+    assert all(re.match(r"step \d+ \(\ds of a 2s budget\)  (val )?loss ", line)
+               for line in lines[1:])

@@ -168,5 +168,9 @@ def test_the_commands_to_go_on_quote_the_path_and_resume_an_interrupted_run():
         "  sheepop train --resume --out 'runs/my run'    # continue it",
         "  sheepop generate 'runs/my run' --prompt 'def '",
         "  sheepop eval 'runs/my run' --data FILE    # loss, perplexity, bits per byte on any text",
-        "  sheepop finetune 'runs/my run' --data chats.jsonl --out 'runs/my run-chat', then "
-        "sheepop chat 'runs/my run-chat'"]
+        "  sheepop finetune --demo    # writes conversations to runs/finetune-demo/data/train.jsonl"
+        ", fine-tunes a base model on them (about 25 min), then: sheepop chat "
+        "runs/finetune-demo/full",
+        "  sheepop finetune 'runs/my run' --data runs/finetune-demo/data/train.jsonl --out "
+        "'runs/my run-chat'    # this run on them (or on your own, JSON Lines), then: sheepop "
+        "chat 'runs/my run-chat'"]

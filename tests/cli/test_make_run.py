@@ -1,6 +1,7 @@
 """`make run` as a newcomer types it, on a tiny model: the timestamped run, `runs/latest`
-pointing at it (from the start, to follow the run), and the commands to go on at the end, with
-the run's real path. `-o install` keeps make from reinstalling into this venv."""
+pointing at it (from the start, to follow the run), and one block of commands to go on (after
+training's summary), with the run's real path. `-o install` keeps make from reinstalling into
+this venv."""
 
 from __future__ import annotations
 
@@ -35,10 +36,15 @@ def test_make_run_points_runs_latest_at_the_run_and_ends_with_what_to_do_next(tm
     assert os.readlink(runs / "latest") == run.name  # relative: the folder can move
     assert (runs / "latest" / "model.safetensors").is_file()
     assert (run / "best" / "model.safetensors").is_file()
-    tail = proc.stdout.rstrip().splitlines()[-4:]
-    assert tail == [
-        f"the run: {run} (and {runs}/latest); go on with . {BIN}/activate, then:",
-        f"  sheepop generate {run} --prompt 'import ' --best   # its best checkpoint",
-        f"  sheepop eval {run} --data FILE   # loss, perplexity, bits per byte on a text",
-        f"  sheepop finetune {run} --data chats.jsonl --out {run}-chat, then sheepop chat "
-        f"{run}-chat"]
+    lines = proc.stdout.rstrip().splitlines()
+    assert lines[-1] == (f"the run: {run} (and {runs}/latest); for the commands after \"next:\" "
+                         f"above, first . {BIN}/activate")
+    # one block of advice (training's), and conversations that exist or a command that writes
+    # them: no chats.jsonl out of nowhere
+    assert lines.count("next:") == 1 and "chats.jsonl" not in proc.stdout
+    block = lines[lines.index("next:") + 1:][:4]
+    assert block[0] == f"  sheepop generate {run} --prompt 'def '    # --best: the best checkpoint"
+    assert block[2].startswith("  sheepop finetune --demo    # writes conversations to "
+                               "runs/finetune-demo/data/train.jsonl")
+    assert block[3].startswith(f"  sheepop finetune {run} --data "
+                               f"runs/finetune-demo/data/train.jsonl --out {run}-chat")

@@ -23,6 +23,8 @@ from sheepop.cli.common import (
 from sheepop.config.build import build_config
 from sheepop.config.schema import Config
 
+DEMO_OUT = "runs/finetune-demo"  # where `sheepop finetune --demo` writes (its default --out)
+
 # The training flags' help says the value that applies without them: the default preset's.
 DEFAULTS = {"note": WITH_DEFAULT, "preset": DEFAULT_PRESET}
 
@@ -128,13 +130,20 @@ def run(args: argparse.Namespace) -> int:
 
 def next_commands(run_dir: str | Path, has_best: bool, interrupted: bool = False) -> list[str]:
     """What to do with the run now: continue it (when interrupted), sample from it, measure it
-    on a text, make it a chat model (`sheepop finetune`, then `sheepop chat`)."""
+    on a text, make it a chat model: conversations come from `sheepop finetune --demo` (which
+    writes them, then fine-tunes its own base on them) or from the user; `sheepop chat` then.
+    The one block of advice: `make run` prints no other."""
     run = shlex.quote(str(run_dir))
     chat = shlex.quote(f"{str(run_dir).rstrip('/')}-chat")
     best = "    # --best: the best checkpoint" if has_best else ""
     resume = [f"  sheepop train --resume --out {run}    # continue it"] if interrupted else []
+    from sheepop.finetune.demo import BASE_MINUTES, MINUTES  # its base, then LoRA and full
+    chats, minutes = f"{DEMO_OUT}/data/train.jsonl", f"{BASE_MINUTES + 2 * MINUTES:g}"
     return ["next:", *resume,
             f"  sheepop generate {run} --prompt 'def '{best}",
             f"  sheepop eval {run} --data FILE    # loss, perplexity, bits per byte on any text",
-            f"  sheepop finetune {run} --data chats.jsonl --out {chat}, then "
-            f"sheepop chat {chat}"]  # a rank of a torchrun job exits here (distributed.Ranks.leave)
+            f"  sheepop finetune --demo    # writes conversations to {chats}, fine-tunes a base "
+            f"model on them (about {minutes} min), then: sheepop chat {DEMO_OUT}/full",
+            f"  sheepop finetune {run} --data {chats} --out {chat}    # this run on them (or on "
+            f"your own, JSON Lines), then: sheepop chat {chat}"]
+    # (a rank of a torchrun job exits after these lines: distributed.Ranks.leave)

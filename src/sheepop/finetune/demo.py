@@ -24,7 +24,7 @@ from typing import Any
 from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.build import build_config
-from sheepop.config.schema import SampleConfig
+from sheepop.config.schema import DataConfig, SampleConfig
 from sheepop.files import atomic_write_text
 from sheepop.finetune.run import base_model, finetune
 from sheepop.finetune.tasks import read_items, score, write_demo_data
@@ -103,6 +103,10 @@ def run_demo(out: str | Path, minutes: float | None = None, engine: str = "torch
     out = Path(out)
     minutes = MINUTES if minutes is None else minutes
     paths = write_demo_data(out / "data", N_TRAIN, N_HELDOUT, seed=0)
+    # Two sets are set apart, each for its own figure: say which is which.
+    print(f"data: {N_TRAIN:,} training conversations in {paths['train']} (each fine-tune "
+          f"keeps {DataConfig().val_fraction:.0%} of them apart for its val loss) and "
+          f"{N_HELDOUT:,} held-out items in {paths['heldout']}, answered and scored at the end")
     heldout = read_items(paths["heldout"])
     base = out / "base"
     if not checkpoint.holds_checkpoint(base):

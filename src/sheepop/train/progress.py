@@ -49,6 +49,7 @@ class Progress:
         self.mode = resolve_mode(mode, self.stream)
         self.steps, self.start, self.log_interval = steps, start, log_interval
         self.max_seconds = max_seconds
+        self.last = (start, f"{start}/{steps}")  # the last step, as the lines say it
         self.bar = tqdm(total=steps, initial=start, desc="train", unit="step",
                         dynamic_ncols=True, file=self.stream, disable=self.mode != "bar")
 
@@ -67,12 +68,27 @@ class Progress:
             self.bar.update(1)
             self.bar.set_postfix(loss=f"{loss:.4f}", lr=f"{lr:.2e}",
                                  tok_s=f"{tokens_per_sec:,.0f}")
-        elif self.mode == "lines" and (step % self.log_interval == 0 or step == self.steps):
-            self._line(f"step {step}/{self.steps}  loss {loss:.4f}  lr {lr:.2e}  "
+        self.last = (step, self._of(step, elapsed))
+        if self.mode == "lines" and (step % self.log_interval == 0 or step == self.steps):
+            self._line(f"step {self.last[1]}  loss {loss:.4f}  lr {lr:.2e}  "
                        f"{tokens_per_sec:,.0f} tokens/s  ETA {duration(self.eta(step, elapsed))}")
 
+    def _of(self, step: int, elapsed: float) -> str:
+        """'40/266', or, when train.max_minutes ends the run before its steps would (a phase
+        bounded by time, its steps only a ceiling), '620 (2m 13s of a 5m 00s budget)'."""
+        done = step - self.start
+        by_steps = (self.steps - step) * elapsed / done if done > 0 else 0.0
+        if self.max_seconds and by_steps > self.max_seconds - elapsed:
+            return f"{step} ({duration(elapsed)} of a {duration(self.max_seconds)} budget)"
+        return f"{step}/{self.steps}"
+
     def note(self, text: str) -> None:
-        """A line about the run (an evaluation): above the bar, or one plain line."""
+        """A line about the run (an evaluation): above the bar, or one plain line; its
+        'step N/STEPS' said as the step lines say it (a time budget's)."""
+        step, label = self.last
+        ceiling = f"step {step}/{self.steps} "
+        if text.startswith(ceiling):
+            text = f"step {label} {text[len(ceiling):]}"
         if self.mode == "bar":
             self.bar.write(text, file=self.stream)
         elif self.mode == "lines":
