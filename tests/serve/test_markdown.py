@@ -168,6 +168,20 @@ def test_every_link_of_a_served_page_lands_on_a_page_and_a_heading_that_exist(pa
     assert "$$" not in prose and "```" not in prose
 
 
+def test_every_link_of_the_page_to_the_maths_lands(served):
+    """The page's views (static/*.js, index.html) name pages of docs/math, some with a heading's
+    anchor: each is served and each anchor is a heading there."""
+    static = Path(doc_pages.__file__).with_name("static")
+    named = {m for f in sorted(static.glob("*.*")) if f.suffix in (".js", ".html")
+             for m in re.findall(r"\b((?:[0-9]{2}-[a-z0-9-]+|index)\.md(?:#[\w-]+)?)",
+                                 f.read_text(encoding="utf-8"))}
+    assert "04-attention.md" in named
+    for target in sorted(named):
+        page, _, fragment = target.partition("#")
+        assert f"math/{page}" in served, target
+        assert not fragment or f' id="{fragment}"' in served[f"math/{page}"], target
+
+
 def test_the_copy_in_the_package_is_docs():
     """An installed package has no docs/: it serves src/sheepop/serve/docs/, kept equal here."""
     assert documents.differences(DOCS, documents.SHIPPED) == [], (
