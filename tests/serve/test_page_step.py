@@ -187,8 +187,9 @@ def test_step_shows_the_engines_numbers_and_follows_position_layer_head(page, si
         str(answer.json()["shape"]["vocab_size"])
 
 
-def autograd(run: Path, ids: list[int]) -> tuple[float, dict[str, float]]:
-    """The loss and each layer's gradient norm by torch autograd on the run's weights."""
+def autograd(run: Path, ids: list[int]) -> tuple[float, dict[str, float], dict[str, float]]:
+    """The loss, each layer's and each weight's gradient norm by torch autograd on the run's
+    weights."""
     from sheepop.inference.load import read_run
     cfg, _, w = read_run(run)
     model = GPT(cfg.model)
@@ -196,12 +197,14 @@ def autograd(run: Path, ids: list[int]) -> tuple[float, dict[str, float]]:
     _, loss = model(torch.tensor([ids[:-1]]), torch.tensor([ids[1:]]))[:2]
     loss.backward()
     squares: dict[str, float] = {}
+    each = {}
     for name, p in model.named_parameters():
+        each[name] = float(p.grad.double().norm())
         found = re.match(r"blocks\.(\d+)\.", name)
         layer = (f"block {int(found.group(1)) + 1}" if found else "final norm and head"
                  if name.startswith(("ln_f.", "head.")) else "embedding")
         squares[layer] = squares.get(layer, 0.0) + float((p.grad.double() ** 2).sum())
-    return float(loss.detach()), {k: math.sqrt(v) for k, v in squares.items()}
+    return float(loss.detach()), {k: math.sqrt(v) for k, v in squares.items()}, each
 
 
 def test_backprop_shows_the_loss_dz_and_the_gradients_autograd_gives(page, site, run, shots):
@@ -211,7 +214,7 @@ def test_backprop_shows_the_loss_dz_and_the_gradients_autograd_gives(page, site,
     page.wait_for_selector("[data-testid=backward-grads] tbody tr")
     ids = [t["id"] for t in call(site.url, "POST", "/v1/backward",
                                  {"prompt": "abc def gh"}).json()["tokens"]]
-    loss, norms = autograd(run, ids)
+    loss, norms, each = autograd(run, ids)
     shown_loss = float(page.get_attribute("[data-testid=backward-loss]", "data-loss"))
     assert math.isclose(shown_loss, loss, rel_tol=1e-5)
     layers = page.eval_on_selector_all("[data-testid=backward-grads] tbody tr",
@@ -221,6 +224,14 @@ def test_backprop_shows_the_loss_dz_and_the_gradients_autograd_gives(page, site,
                                             "final norm and head"]
     for name, norm in layers:
         assert math.isclose(norm, norms[name], rel_tol=1e-5), name
+    # A layer's row opens its weights, each its own gradient's norm
+    page.locator("[data-testid=backward-grads] tbody tr[data-layer='block 2']").click()
+    weights = page.eval_on_selector_all("[data-testid=backward-weights-table] tr",
+                                        "rows => rows.map(r => [r.dataset.name, "
+                                        "Number(r.dataset.norm)])")
+    assert [name for name, _ in weights] == [n for n in each if n.startswith("blocks.1.")]
+    for name, norm in weights:
+        assert math.isclose(norm, each[name], rel_tol=1e-5), name
     # dZ's row: the target's entry is (p - 1)/N, the others p/N
     n = len(ids) - 1
     dz = shown_column(page, "backward-dz", "td.dz")
@@ -280,9 +291,9 @@ def test_step_on_smollm2(browser, smollm2_run, shots):
         pg.wait_for_selector("[data-testid=step-softmax]")
         assert pg.get_by_test_id("step-layer").locator("option").count() == 30
         assert pg.get_by_test_id("step-head").locator("option").count() == 9
-        pg.get_by_test_id("step-layer").select_option("11")
+        pg.get_by_test_id("step-layer").select_option("12")  # (from 0, as the API's)
         pg.wait_for_function("document.querySelector('#step-status').textContent"
-                             ".includes('layer 12 of 30')")
+                             ".includes('layer 13 of 30')")
         pg.get_by_test_id("step-head").select_option("1")
         np.testing.assert_allclose(softmax_row(pg), seen["attention"]["weights"][0][1][-1],
                                    atol=1e-5)

@@ -28,7 +28,7 @@ class BackwardStep:
     loss: float                # L, the engine's
     probs: np.ndarray          # P (N, V) float64: softmax of the logits
     dz: np.ndarray             # (P - Y) / N (N, V) float64
-    grads: dict[str, np.ndarray]   # dL/dW for every weight (the checkpoint's names)
+    grads: dict[str, np.ndarray]   # dL/dW for every weight, in the order of `weights`
 
 
 def backward_step(weights: dict[str, np.ndarray], cfg: ModelConfig, ids: list[int]
@@ -43,5 +43,6 @@ def backward_step(weights: dict[str, np.ndarray], cfg: ModelConfig, ids: list[in
     dz = p.copy()
     dz[np.arange(len(ids) - 1), y[0]] -= 1.0
     dz /= len(ids) - 1
-    grads = gpt_backward(cache)
-    return BackwardStep(list(ids), float(loss), p, dz, grads)
+    grads = gpt_backward(cache)  # (in the backward order: the head first)
+    ordered = {name: grads[name] for name in weights if name in grads}
+    return BackwardStep(list(ids), float(loss), p, dz, ordered)

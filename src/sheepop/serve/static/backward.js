@@ -18,18 +18,40 @@ function dzTable(data) {
       .map((h) => el("th", {}, h)))), el("tbody", {}, ...rows)));
 }
 
-function gradientTable(data) {
+const bar = (v, max, width) => el("span", { class: "bar", style: `width:${Math.max(1, width * v / max)}px` });
+
+// One layer's weights, each with the norm of its gradient.
+function weightTable(g) {
+  const max = Math.max(...g.params.map((p) => p.norm));
+  return el("table", { "data-testid": "backward-weights-table", "aria-label": `${g.layer}: each weight's gradient` },
+    el("caption", { class: "hint" }, `${g.layer}: each weight's ‖dL/dW‖`),
+    el("tbody", {}, ...g.params.map((p) => el("tr", { "data-name": p.name, "data-norm": String(p.norm) },
+      el("td", { class: "tok" }, p.name), el("td", {}, p.shape.join(" × ")),
+      el("td", { class: "num" }, fmt(p.norm)), el("td", {}, bar(p.norm, max, 120))))));
+}
+
+// Each layer's gradient norm (its weights together); a row opens its weights below.
+function gradientTable(data, open) {
   const max = Math.max(...data.layers.map((g) => g.norm));
-  const rows = [];
-  for (const g of data.layers) {
-    const details = g.params.map((p) => `${p.name} (${p.shape.join(" × ")}): ${fmt(p.norm)}`).join("\n");
-    rows.push(el("tr", { title: details, "data-layer": g.layer, "data-norm": String(g.norm) },
-      el("td", {}, g.layer), el("td", { class: "num" }, fmt(g.norm)),
-      el("td", {}, el("span", { class: "bar", style: `width:${Math.max(1, 200 * g.norm / max)}px` }))));
-  }
-  return el("div", { class: "scroll" }, el("table", { "data-testid": "backward-grads", class: "norms" },
+  const weights = el("div", { id: "backward-weights" });
+  const rows = data.layers.map((g) => {
+    const row = el("tr", { tabindex: "0", "data-layer": g.layer, "data-norm": String(g.norm),
+      title: "show this layer's weights" },
+    el("td", {}, g.layer), el("td", { class: "num" }, fmt(g.norm)), el("td", {}, bar(g.norm, max, 200)));
+    const pick = () => {
+      for (const r of rows) r.classList.toggle("open", r === row);
+      weights.replaceChildren(weightTable(g));
+      open.layer = g.layer;
+    };
+    row.addEventListener("click", pick);
+    row.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } });
+    row.pick = pick;
+    return row;
+  });
+  (rows.find((r) => r.dataset.layer === open.layer) || rows[1] || rows[0]).pick();
+  return el("div", {}, el("div", { class: "scroll" }, el("table", { "data-testid": "backward-grads", class: "norms" },
     el("thead", {}, el("tr", {}, ...["weights", "‖dL/dW‖", ""].map((h) => el("th", {}, h)))),
-    el("tbody", {}, ...rows)));
+    el("tbody", {}, ...rows))), el("div", { class: "scroll" }, weights));
 }
 
 export function backwardView(state) {
@@ -44,6 +66,7 @@ export function backwardView(state) {
       el("div", { class: "buttons" }, el("button", { type: "submit", "data-testid": "backward-run" }, "Step backwards"))),
     strip, status, out);
   let data = null, position = null, asked = 0, seenLast = null;
+  const open = { layer: null };  // the layer whose weights are listed
 
   async function run() {
     const mine = ++asked;
@@ -74,13 +97,13 @@ export function backwardView(state) {
           el("b", {}, shownToken(names[t])), ` predicts `, el("b", {}, shownToken(data.target.text)),
           ` with p = ${percent(data.target.p)}: its share of L is −log p / N = ${fmt(-Math.log(data.target.p) / data.n)}.`)),
       card(2, `The gradient at the head, row ${t}`,
-        `dZ = (P − Y) / N : row t is p<sub>t</sub> minus the one-hot of y<sub>t</sub>, divided by N = ${data.n}. It sums to 0 (${fmt(data.dz.sum)}); ‖dZ<sub>t</sub>‖ = ${fmt(data.dz.norm)} over ${data.dz.size} tokens`,
+        `dZ = (P − Y) / N : row t is p<sub>t</sub> minus the one-hot of y<sub>t</sub>, divided by N = ${data.n}. It sums to 0 (${fmt(data.dz.sum)}); ‖dZ<sub>t</sub>‖ = ${fmt(data.dz.norm)} over the ${data.dz.size}-token vocabulary`,
         BACKPROP, el("p", { class: "hint" }, "The target's entry is negative (raise its logit), every other is positive (lower it), in proportion to p. Below: the target and the likeliest tokens."),
         dzTable(data)),
       card(3, "Every layer's weight gradient",
         `dW = ∂L/∂W by the chain rule, from dZ back to the embedding (head, final norm, blocks ${data.layers.length - 2} … 1, embedding)${data.tied ? "; the head is tied to E, so the embedding's gradient holds the head's dW too" : ""}. Total ‖∇‖ = ${fmt(data.total_norm)}`,
-        BACKPROP, el("p", { class: "hint" }, "Each row: the norm of the gradients of that layer's weights together; hover a row for each weight's."),
-        gradientTable(data)),
+        BACKPROP, el("p", { class: "hint" }, "Each row: the norm of the gradients of that layer's weights together; click a row (or Enter) for each of its weights."),
+        gradientTable(data, open)),
     );
   }
 
