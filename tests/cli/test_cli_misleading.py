@@ -242,3 +242,26 @@ def test_a_run_bounded_by_time_shows_its_budget_not_a_step_ceiling(capsys, tmp_p
     assert lines and not any("/100000" in line for line in lines[1:])
     assert all(re.match(r"step \d+ \(\ds of a 2s budget\)  (val )?loss ", line)
                for line in lines[1:])
+
+
+def test_finetune_without_out_writes_beside_its_base_and_never_over_a_run(capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    base = tmp_path / "base"
+    assert main(["train", str(text), "--out", str(base), *TINY, "--steps", "1",
+                 "--set", "train.warmup_steps=1", "--set", "model.block_size=64"]) == 0
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": f"the {w} fox"}, {"role": "assistant", "content": w}]}) + "\n"
+        for w in ("quick", "brown", "lazy", "seven")), encoding="utf-8")
+    argv = ["finetune", str(base), "--data", str(chats), "--steps", "1", "--no-progress",
+            "--threads", "1", "--set", "train.batch_size=2"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"fine-tuning into {base}-chat (--out: another directory)\n")
+    assert (tmp_path / "base-chat" / "model.safetensors").is_file()
+    before = (tmp_path / "base-chat" / "model.safetensors").read_bytes()
+    fails(capsys, argv, f"{base}-chat already holds a run: continue it with --resume")
+    assert (tmp_path / "base-chat" / "model.safetensors").read_bytes() == before
+    fails(capsys, ["finetune", "--resume"], "--resume needs --out RUN_DIR")

@@ -35,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("base_run", nargs="?", metavar="BASE_RUN", help="a run directory to start "
                    "from (not needed with --resume or --demo)")
     p.add_argument("--data", metavar="FILE", help="conversations, JSON Lines")
-    p.add_argument("--out", metavar="RUN_DIR", help="the fine-tuned run's directory")
+    p.add_argument("--out", metavar="RUN_DIR",
+                   help="the fine-tuned run's directory (default: BASE_RUN-chat, beside the "
+                        "base run; a directory that holds a run is refused unless --resume)")
     add_config_flag(p, "--lora-rank", "lora.rank", metavar="R")
     add_config_flag(p, "--lora-alpha", "lora.alpha", metavar="A")
     add_config_flag(p, "--lora-targets", "lora.targets", metavar="NAMES")
@@ -64,6 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def default_out(base_run: str) -> str:
+    """Where a fine-tune goes without --out: beside its base, named after it (runs/mine ->
+    runs/mine-chat), as `sheepop train`'s closing advice writes it."""
+    return f"{base_run.rstrip('/')}-chat"
+
+
 def run(args: argparse.Namespace) -> int:
     from sheepop.cli.common import flag_values
     if args.help_config:
@@ -74,10 +82,13 @@ def run(args: argparse.Namespace) -> int:
         from sheepop.finetune.demo import run_demo
         return run_demo(args.out or "runs/finetune-demo", args.minutes, args.engine or "torch",
                         progress=not args.no_progress)
-    if args.out is None:
-        raise UserError("sheepop finetune needs --out RUN_DIR")
     if not args.resume and (args.base_run is None or args.data is None):
         raise UserError("sheepop finetune needs BASE_RUN and --data (or --resume)")
+    if args.out is None:
+        if args.resume:
+            raise UserError("sheepop finetune --resume needs --out RUN_DIR (the run to continue)")
+        args.out = default_out(args.base_run)
+        print(f"fine-tuning into {args.out} (--out: another directory)")
     from sheepop.finetune.run import finetune
     summary = finetune(args.base_run, args.data, args.out, overrides=args.overrides,
                        values=flag_values(args), resume=args.resume,
