@@ -190,7 +190,7 @@ def deliver(new: dict[str, np.ndarray | None], grads: Params | None) -> Params:
 class GPT:
     """The NumPy GPT: parameters (float32 or float64), gradient buffers reused across steps.
 
-    `_forward` / `_backward` are the model's functions; a unit that wraps the model (LoRA,
+    `forward_pass` / `backward_pass` are the model's functions; a unit that wraps the model (LoRA,
     sheepop.scratch.lora.LoraGPT) overrides them and `trainable_shapes`."""
 
     def __init__(self, cfg: ModelConfig, params: Params | None = None,
@@ -210,11 +210,11 @@ class GPT:
         """The parameters that have gradients, by name: every one."""
         return param_shapes(self.cfg)
 
-    def _forward(self, idx: np.ndarray, targets: np.ndarray | None,
+    def forward_pass(self, idx: np.ndarray, targets: np.ndarray | None,
                  rng: np.random.Generator | None) -> tuple[np.ndarray, float | None, Any]:
         return gpt_forward(self.params, self.cfg, idx, targets, rng)
 
-    def _backward(self, cache: Any, dloss: float) -> Params:
+    def backward_pass(self, cache: Any, dloss: float) -> Params:
         return gpt_backward(cache, self.grads, dloss)
 
     def num_params(self) -> int:
@@ -228,19 +228,19 @@ class GPT:
     def forward(self, idx: np.ndarray, targets: np.ndarray | None = None,
                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, float | None]:
         """(logits, loss); the cache is kept for `backward`. Dropout only with an rng."""
-        logits, loss, self._cache = self._forward(idx, targets, rng)
+        logits, loss, self._cache = self.forward_pass(idx, targets, rng)
         return logits, loss
 
     def loss(self, idx: np.ndarray, targets: np.ndarray) -> float:
         """The mean loss, without dropout and without keeping the activations."""
-        return self._forward(idx, targets, None)[1]
+        return self.forward_pass(idx, targets, None)[1]
 
     def backward(self, dloss: float = 1.0) -> Params:
         """Add dloss * dL/dparams of the last forward into `self.grads` and return them."""
         if self._cache is None:
             raise RuntimeError("backward() needs a forward() with targets first")
         cache, self._cache = self._cache, None  # free the activations as soon as possible
-        return self._backward(cache, dloss)
+        return self.backward_pass(cache, dloss)
 
     def zero_grad(self) -> None:
         for g in self.grads.values():

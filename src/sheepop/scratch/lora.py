@@ -173,10 +173,10 @@ class LoraGPT(GPT):
         """The adapters' (and new tokens' rows') names and shapes."""
         return adapter_shapes(self.cfg, self.lora)
 
-    def _forward(self, idx, targets, rng):
+    def forward_pass(self, idx, targets, rng):
         return lora_forward(self.params, self.cfg, idx, targets, rng, lora=self.lora)
 
-    def _backward(self, cache: LoraCache, dloss: float) -> Params:
+    def backward_pass(self, cache: LoraCache, dloss: float) -> Params:
         return lora_backward(cache, self.grads, dloss)
 
     def load_adapters(self, adapters: dict[str, np.ndarray], where: str = "adapters") -> None:

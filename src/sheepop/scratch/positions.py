@@ -270,13 +270,11 @@ class PositionsCache(NamedTuple):
 def positions_forward(h: np.ndarray, params: Params, cfg: ModelConfig, idx: np.ndarray,
                       pos: Pos, cache: Any = None, rng: np.random.Generator | None = None
                       ) -> tuple[np.ndarray, tuple[Callable, Callable] | None, PositionsCache]:
-    """h (B, T, d), the token embeddings E[x], plus the kind's P[pos] (in place), plus
-    A[place] + N[term index] (`digit_rows`; from the token ids `idx`, a KV `cache` carrying
-    each row's state, an `rng` drawing the training offsets); the rotation (forward, backward)
-    attention applies to queries and keys (None when the kind turns nothing), bound to the
-    positions they turn by: `pos`, or for rope_terms / rope_places the term indices (and digit
-    places); and the cache for `positions_backward`. The additions run in this order, one
-    after the other, as a model reads them: h = (E[x] + P[pos]) + (A[place] + N[term])."""
+    """h = (E[x] + P[pos]) + (A[place] + N[term]), added in place in that order to the token
+    embeddings h (`digit_rows`: from the token ids, a KV `cache` carrying each row's state, an
+    `rng` drawing the training offsets); the rotation (forward, backward) attention applies,
+    bound to what it turns by (`pos`, or rope_terms' / rope_places' term indices and digit
+    places; None when the kind turns nothing); and the cache for `positions_backward`."""
     kind = POSITIONS[cfg.pos_encoding]
     embed_cache = tables = None
     if kind.embed_forward is not None:
