@@ -5,7 +5,10 @@
 Serves RUN_DIR (a trained run: `make run` makes one) with `--runs` over its parent folder, drives
 the page in Debian's Chromium through Playwright (as tests/serve/test_page_browser.py does),
 and writes page-generate.png, page-inside.png and page-runs.png at 1280x800, and
-page-inside-phone.png at 390x844.
+page-inside-phone.png at 390x844; then the Step view (page-step.png, page-step-attention.png,
+page-step-sampling.png, page-step-phone.png) and the Backprop view (page-backward.png,
+page-backward-phone.png) on the text generated. `--views step,backward` takes only those (the
+docs' ones are of SmolLM2: `sheepop import` its GGUF, then give that run).
 """
 
 from __future__ import annotations
@@ -33,13 +36,41 @@ def serve(run: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the server did not start")
 
 
+def step_view(page, out: Path) -> None:
+    """The Step view on the last generated token (a middle layer, the third head): its top,
+    the scores and softmax steps, and the sampling steps."""
+    page.get_by_test_id("view-step").click()
+    page.wait_for_selector("[data-testid=step-softmax]")
+    layers = page.get_by_test_id("step-layer").locator("option").count()
+    page.get_by_test_id("step-layer").select_option(str(layers // 2))
+    page.wait_for_function(f"document.querySelector('#step-status').textContent"
+                           f".includes('layer {layers // 2 + 1} of')")
+    heads = page.get_by_test_id("step-head").locator("option").count()
+    page.get_by_test_id("step-head").select_option(str(min(2, heads - 1)))
+    page.screenshot(path=str(out / "page-step.png"))
+    for number, name in ((5, "page-step-attention.png"), (15, "page-step-sampling.png")):
+        page.evaluate(f"document.querySelector('.step-card[data-step=\"{number}\"]')"
+                      ".scrollIntoView()")
+        page.screenshot(path=str(out / name))
+    page.evaluate("window.scrollTo(0, 0)")
+
+
+def backward_view(page, out: Path, name: str) -> None:
+    page.get_by_test_id("view-backward").click()
+    page.wait_for_selector("[data-testid=backward-grads] tbody tr")
+    page.screenshot(path=str(out / name))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--prompt", default="import os\n\n\ndef main(args):\n    ")
     ap.add_argument("--max-tokens", type=int, default=60)
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("images"))
+    ap.add_argument("--views", default="generate,inside,runs,step,backward",
+                    help="the views to take (after generating), comma-separated")
     args = ap.parse_args()
+    views = set(args.views.split(","))
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("no chromium: apt-get install chromium (make system-deps)")
@@ -57,20 +88,34 @@ def main() -> None:
             page.get_by_test_id("generate").click()
             page.wait_for_function("document.querySelector('#generate-status').textContent"
                                    ".includes('tokens in')")
-            page.get_by_test_id("token").nth(len(args.prompt) // 2 + 6).hover()
-            page.screenshot(path=str(args.out / "page-generate.png"))
-            page.mouse.move(1, 1)
-            page.get_by_test_id("view-inside").click()
-            page.wait_for_selector("[data-testid=logit-lens] tbody tr")
-            page.get_by_test_id("layer").select_option("1")
-            page.screenshot(path=str(args.out / "page-inside.png"), full_page=True)
-            page.get_by_test_id("view-runs").click()
-            page.wait_for_function("Number(document.querySelector('[data-testid=loss-chart]')"
-                                   ".dataset.points) > 0")
-            page.screenshot(path=str(args.out / "page-runs.png"))
+            if "generate" in views:
+                page.get_by_test_id("token").nth(len(args.prompt) // 2 + 6).hover()
+                page.screenshot(path=str(args.out / "page-generate.png"))
+                page.mouse.move(1, 1)
+            if "inside" in views:
+                page.get_by_test_id("view-inside").click()
+                page.wait_for_selector("[data-testid=logit-lens] tbody tr")
+                page.get_by_test_id("layer").select_option("1")
+                page.screenshot(path=str(args.out / "page-inside.png"), full_page=True)
+            if "runs" in views:
+                page.get_by_test_id("view-runs").click()
+                page.wait_for_function("Number(document.querySelector('[data-testid=loss-"
+                                       "chart]').dataset.points) > 0")
+                page.screenshot(path=str(args.out / "page-runs.png"))
+            if "step" in views:
+                step_view(page, args.out)
+            if "backward" in views:
+                backward_view(page, args.out, "page-backward.png")
             page.set_viewport_size({"width": 390, "height": 844})
-            page.get_by_test_id("view-inside").click()
-            page.screenshot(path=str(args.out / "page-inside-phone.png"))
+            if "inside" in views:
+                page.get_by_test_id("view-inside").click()
+                page.screenshot(path=str(args.out / "page-inside-phone.png"))
+            if "step" in views:
+                page.get_by_test_id("view-step").click()
+                page.locator("#step-status").scroll_into_view_if_needed()
+                page.screenshot(path=str(args.out / "page-step-phone.png"))
+            if "backward" in views:
+                backward_view(page, args.out, "page-backward-phone.png")
             browser.close()
     finally:
         proc.terminate()

@@ -111,12 +111,14 @@ export function backwardView(state) {
   return {
     show() {
       const last = state.last;
-      if (last && last !== seenLast && !last.messages) {
+      let fresh = false;
+      if (last && last !== seenLast) {  // the last prompt (a chat's: its last message)
         seenLast = last;
-        text.value = last.prompt;
+        fresh = text.value !== last.text;
+        text.value = last.text;
       }
-      if (!text.value) text.value = "The cat sat on the mat.";
-      if (!data) run();
+      if (!text.value) text.value = "The capital of France is Paris.";
+      if (!data || fresh) { position = null; run(); }
     },
   };
 }
