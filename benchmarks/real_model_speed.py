@@ -15,8 +15,9 @@ sheepop.threads.apply) it times, for the torch engine, the NumPy engine and tran
 - decode: greedy decoding of `--new-tokens` tokens after a `--prompt-tokens`-token prompt, one
   token a step through each library's own KV cache (tokens/s over the decode steps only).
 
-The three run in this one process, alternating, `--repeats` times each, and each keeps its best
-time: the ratios are fair on a machine shared with other work, the absolute figures less so.
+The three run in this one process, alternating, `--repeats` times each, and the medians are
+printed with the load average: the ratios are fair on a machine shared with other work, the
+absolute figures less so.
 The greedy tokens of the three are compared and the result printed.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -132,9 +134,9 @@ def main() -> None:
     print(f"machine: {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, torch {torch.__version__}, "
           f"cpu capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"load average {os.getloadavg()[0]:.2f}")
+          f"BLAS {threads.blas_kernels()}, load average {os.getloadavg()[0]:.2f}")
     print(f"SmolLM2-135M float32; prefill {len(long_prompt)} tokens; decode {args.new_tokens} "
-          f"greedy tokens after {len(prompt)}; best of {args.repeats}")
+          f"greedy tokens after {len(prompt)}; medians of {args.repeats}")
     print(f"{'threads':>7}  {'library':<16} {'prefill tok/s':>13} {'decode tok/s':>12}")
     for n in args.threads:
         threads.apply(n)
@@ -147,10 +149,10 @@ def main() -> None:
                 seconds, tokens[lib.name] = lib.greedy(prompt, args.new_tokens)
                 decode[lib.name].append(seconds)
         for lib in libs:
-            p = len(long_prompt) / min(prefill[lib.name])
-            d = (args.new_tokens - 1) / min(decode[lib.name])
+            p = len(long_prompt) / statistics.median(prefill[lib.name])
+            d = (args.new_tokens - 1) / statistics.median(decode[lib.name])
             print(f"{n:>7}  {lib.name:<16} {p:>13.1f} {d:>12.1f}   "
-                  f"(threads: {threads.describe()})")
+                  f"(threads: {threads.describe()}; load {os.getloadavg()[0]:.2f})")
         same = len({tuple(t) for t in tokens.values()}) == 1
         print(f"         greedy tokens of the three {'identical' if same else 'DIFFER'}")
 

@@ -2,6 +2,9 @@
 
     nice python benchmarks/serve_load.py                       # baby, 1/4/16/64 clients
     nice python benchmarks/serve_load.py --clients 1 16 --requests 32 --threads 1
+    sheepop import SmolLM2-135M-Instruct.Q4_1.gguf /tmp/smol  # a real model (float32 weights)
+    nice python benchmarks/serve_load.py --run /tmp/smol --clients 16 --requests 16 \
+        --new-tokens 32 --serial-requests 4 --threads 1 --max-batch 16
 
 A `baby`-preset run (random weights, a character vocabulary of printable ASCII: the arithmetic
 of a trained model) is written to a temporary folder, unless `--run` names one. The serial loop
@@ -14,7 +17,11 @@ tokens each, `ignore_eos`) until `--requests` (default max(8, 2 C)) have been se
 it prints the generated tokens/s over the level's wall time, time to first token and request
 latency (p50, p99), failed requests, and the ratio to the serial loop's tokens/s and to the
 server's own 1-client level (the same requests served one at a time); then the scheduler's
-counters (decode steps, their mean time and rows, prefill time).
+counters (decode steps, their mean time and rows, prefill time), and the KV cache as it went:
+GET /health sampled every 0.25 s during the level, the largest `kv_cache_bytes` seen at each
+number of running sequences (it grows with the tokens in flight) and the server's peak.
+The server and the serial loop run the same engine (`--engine`, default the server's `auto`
+choice, whose start-up line is printed).
 
 Bounded: every request has a timeout, each level stops sending after `--max-seconds`, and the
 server is stopped at the end (SIGTERM), whatever happens.
@@ -144,6 +151,30 @@ def health(port: int) -> dict:
         conn.close()
 
 
+def sample_health(port: int, samples: list[dict], done: threading.Event,
+                  every: float = 0.25) -> None:
+    """GET /health every `every` seconds until `done`: the running rows and the KV cache's
+    bytes as the level goes."""
+    while not done.wait(every):
+        try:
+            samples.append(health(port))
+        except OSError:
+            pass
+
+
+def kv_line(samples: list[dict], after: dict) -> str:
+    """The KV cache as it followed the tokens in flight: its bytes against the running rows,
+    the largest seen, and the server's peak."""
+    if not samples:
+        return "KV cache: no sample"
+    by_rows: dict[int, int] = {}
+    for s in samples:
+        by_rows[s["running"]] = max(by_rows.get(s["running"], 0), s["kv_cache_bytes"])
+    seen = ", ".join(f"{rows} running: {b / 2**20:.1f} MiB" for rows, b in sorted(by_rows.items()))
+    return (f"KV cache (largest seen at each number of running sequences): {seen}; peak "
+            f"{after['kv_cache_peak_bytes'] / 2**20:.1f} MiB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", help="a run directory to serve (default: a fresh baby run)")
@@ -153,6 +184,9 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 1) - 1),
                     help="torch threads, of the serial loop and of the server")
+    ap.add_argument("--engine", default="auto", choices=["auto", "torch", "numpy"],
+                    help="the engine of the server and of the serial loop (auto: the server's "
+                         "choice, printed)")
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--max-seconds", type=float, default=300, help="per level")
     ap.add_argument("--serial-requests", type=int, default=8)
@@ -161,12 +195,13 @@ def main() -> None:
         run = Path(args.run) if args.run else make_run(Path(tmp))
         texts = prompts(max([args.serial_requests, args.requests, *(2 * c for c in args.clients),
                              8]))
-        import torch
-        torch.set_num_threads(args.threads)
-        model = load(run, "torch")
+        from sheepop import threads as sheepop_threads
+        sheepop_threads.apply(args.threads)
+        model = load(run, args.engine)
         proc = subprocess.Popen(
             [sys.executable, "-m", "sheepop", "serve", str(run), "--port", "0", "--threads",
-             str(args.threads), "--max-batch", str(args.max_batch), "--max-queue", "1024"],
+             str(args.threads), "--max-batch", str(args.max_batch), "--max-queue", "1024",
+             "--engine", model.engine],
             stderr=subprocess.PIPE, text=True)
         try:
             line = ""
@@ -175,6 +210,11 @@ def main() -> None:
                 if not line:
                     raise SystemExit("the server did not start")
             port = int(re.search(r":(\d+)\s*$", line).group(1))
+            print(f"{run.name}: {model.engine} engine, {args.threads} thread(s), "
+                  f"{args.new_tokens} new tokens per request, load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)
+            # Its stderr read on from here on, so that a full pipe never blocks the server.
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
             print("| clients | requests | failed | tok/s | TTFT p50 | TTFT p99 | latency p50 "
                   "| latency p99 | serial loop tok/s | x serial loop | x 1 client |\n"
                   "|---|---|---|---|---|---|---|---|---|---|---|")
@@ -184,7 +224,15 @@ def main() -> None:
                 base = serial(model, texts[:args.serial_requests], args.new_tokens)
                 n = args.requests or max(8, 2 * c)
                 before = health(port)
-                r = level(port, c, texts[:n], args.new_tokens, args.max_seconds)
+                samples: list[dict] = []
+                watch = threading.Event()
+                sampler = threading.Thread(target=sample_health, args=(port, samples, watch))
+                sampler.start()
+                try:
+                    r = level(port, c, texts[:n], args.new_tokens, args.max_seconds)
+                finally:
+                    watch.set()
+                    sampler.join()
                 after = health(port)
                 one = r["tok_s"] if c == 1 else one
                 print(f"| {c} | {r['requests']} | {r['failed']} | {r['tok_s']:.1f} | "
@@ -200,6 +248,7 @@ def main() -> None:
                           f"{rows:.1f} rows on average; prefills {pre:.2f} s; load average "
                           f"{os.getloadavg()[0]:.2f}"
                           + (f"; errors: {r['errors']}" if r["errors"] else ""), flush=True)
+                    print("    " + kv_line(samples, after), flush=True)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
