@@ -197,18 +197,31 @@ def get(path: str) -> tuple[int, dict[str, str], bytes]:
 
     app = Starlette(routes=doc_pages.ROUTES, exception_handlers={ApiError: on_error})
     sent: list[dict] = []
-
-    async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message):
-        sent.append(message)
-
     scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(),
              "query_string": b"", "headers": [(b"host", b"127.0.0.1")], "http_version": "1.1",
              "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 9),
              "root_path": ""}
-    asyncio.run(app(scope, receive, send))
+
+    async def exchange() -> None:
+        """The request once; then the client stays until the response ends (a FileResponse
+        listens for its disconnection meanwhile)."""
+        answered, asked = asyncio.Event(), []
+
+        async def receive():
+            if not asked:
+                asked.append(True)
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await answered.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                answered.set()
+
+        await asyncio.wait_for(app(scope, receive, send), 30)
+
+    asyncio.run(exchange())
     headers = {k.decode(): v.decode() for k, v in sent[0]["headers"]}
     return sent[0]["status"], headers, b"".join(m.get("body", b"") for m in sent[1:])
 

@@ -83,7 +83,8 @@ def html_page(docs: Path, path: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def _cached(docs: Path, path: str, mtime: float) -> str:
+def _cached(docs: Path, path: str, mtime: float, shown: tuple[str, ...]) -> str:
+    """html_page, again only when the page changed or the set of pages did (its links)."""
     return html_page(docs, path)
 
 
@@ -95,7 +96,7 @@ async def document(request: HttpRequest) -> Response:
     if folder in documents.FOLDERS and f"{folder}/index.md" in pages:
         return RedirectResponse(f"/docs/{folder}/index.md", status_code=308)
     if path in pages:
-        html = _cached(docs, path, (docs / path).stat().st_mtime)
+        html = _cached(docs, path, (docs / path).stat().st_mtime, tuple(pages))
         return HTMLResponse(html, headers={"cache-control": "no-cache"})
     if path.startswith("images/") and path in documents.pictures(docs):
         return FileResponse(docs / path)
