@@ -4,9 +4,9 @@
     python benchmarks/weight_dtypes.py --run /tmp/smol --threads 1 2 --repeats 5
 
 For each `--dtype` of the torch engine (sheepop.inference.load.build; int8:
-sheepop.model.quantized) and for 4-bit groups in GGUF Q4_1's layout (`q4_1`:
-sheepop.model.quantized_int4, not a --dtype yet; first it checks that the imported float32
-weights give back the file's own Q4_1 blocks) it prints:
+sheepop.model.quantized; int4, 4-bit groups in GGUF Q4_1's layout: sheepop.model.quantized_int4,
+after checking that the imported float32 weights give back the file's own Q4_1 blocks) it
+prints:
 
 - decode tokens/s: greedy decoding of `--new-tokens` tokens after a `--prompt-tokens`-token
   prompt, one token a step through the KV cache; the dtypes take turns, `--repeats` times, and
@@ -48,10 +48,9 @@ from sheepop.arch.quantize import quantize_groups  # noqa: E402
 from sheepop.data.windows import eval_windows  # noqa: E402
 from sheepop.inference.load import build, read_run  # noqa: E402
 from sheepop.model.quantized import weight_bytes_read  # noqa: E402
-from sheepop.model.quantized_int4 import quantize_int4  # noqa: E402
 from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte  # noqa: E402
 
-DTYPES = ("float32", "bfloat16", "int8", "q4_1")
+DTYPES = ("float32", "bfloat16", "int8", "int4")
 # GGUF names of the matrices whose rows the import keeps in order (q and k are permuted back)
 IN_ORDER = {"ffn_gate": "ffn.gate", "ffn_up": "ffn.up", "ffn_down": "ffn.proj",
             "attn_output": "attn.proj"}
@@ -71,16 +70,6 @@ def read_bandwidth(mib: int, repeats: int = 5) -> float:
         a.sum()
         times.append(time.perf_counter() - t0)
     return a.numel() * 4 / statistics.median(times)
-
-
-def inference_model(config, weights, tokenizer, dtype: str):
-    """The torch engine's model in `dtype`; q4_1: the blocks' linear layers in 4-bit groups,
-    Q4_1's layout (sheepop.model.quantized_int4), the head in int8."""
-    if dtype != "q4_1":
-        return build(config, weights, tokenizer, "torch", "cpu", dtype)
-    model = build(config, weights, tokenizer, "torch", "cpu", "float32")
-    quantize_int4(model.lm.model)
-    return model
 
 
 def blocks_recovered(gguf: Path, weights: dict) -> tuple[int, int]:
@@ -141,11 +130,11 @@ def main() -> None:
         run = Path(tempfile.mkdtemp(prefix="sheepop-bench-")) / "smollm2"
         import_gguf(gguf, run)
     config, tokenizer, weights = read_run(run)
-    if gguf is not None and "q4_1" in args.dtypes:
+    if gguf is not None and "int4" in args.dtypes:
         equal, total = blocks_recovered(gguf, weights)
         print(f"Q4_1 blocks of {gguf.name} given back by quantize_groups from the imported "
               f"float32 weights (ffn and attention output matrices): {equal} of {total}")
-    models = {d: inference_model(config, weights, tokenizer, d) for d in args.dtypes}
+    models = {d: build(config, weights, tokenizer, "torch", "cpu", d) for d in args.dtypes}
     nbytes = {d: weight_bytes_read(m.lm.model) for d, m in models.items()}
 
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

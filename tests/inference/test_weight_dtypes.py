@@ -144,7 +144,7 @@ def run(tmp_path_factory):
     return root / "run", root / "text.txt"
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8", "int4"])
 def test_generate_takes_the_dtype(run, dtype, capsys):
     argv = ["generate", str(run[0]), "--prompt", "the", "--temperature", "0",
             "--max-new-tokens", "6", "--threads", "1", "--dtype", dtype]
@@ -191,11 +191,11 @@ def test_the_numpy_engine_refuses_another_dtype(run, argv, capsys):
 
 def test_an_unknown_dtype_is_refused(run, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["generate", str(run[0]), "--dtype", "int4"])
-    assert e.value.code == 2 and "invalid choice: 'int4'" in capsys.readouterr().err
+        main(["generate", str(run[0]), "--dtype", "float16"])
+    assert e.value.code == 2 and "invalid choice: 'float16'" in capsys.readouterr().err
 
 
-# ----- 4-bit groups in GGUF Q4_1's layout (measured by benchmarks/weight_dtypes.py) -------------
+# ----- 4-bit groups in GGUF Q4_1's layout (--dtype int4) ----------------------------------------
 
 
 def test_4bit_groups_round_trip_and_give_back_their_own_blocks():
@@ -237,3 +237,14 @@ def test_int4_logits_are_close_and_bad_shapes_refused(small):
     odd = ModelConfig(vocab_size=61, block_size=8, n_layer=1, n_head=2, n_embd=40)
     with pytest.raises(UserError, match="blocks.0.attn.qkv is 120 x 40"):
         quantize_int4(GPT(odd))
+
+
+def test_int4_refuses_a_shape_its_kernel_cannot_take(tmp_path, capsys):
+    tok = train_tokenizer("char", [TEXT])
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2,
+                            n_embd=40)
+    checkpoint.save_checkpoint(tmp_path / "run", GPT(cfg.model).numpy_weights(), cfg.to_dict(),
+                               tok.to_json())
+    fails(capsys, ["generate", str(tmp_path / "run"), "--dtype", "int4", "--threads", "1"],
+          "blocks.0.attn.qkv is 120 x 40", "multiples of 32")

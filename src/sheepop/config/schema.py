@@ -31,8 +31,8 @@ ENGINES = ("torch", "numpy")
 INFERENCE_ENGINES = ("auto", *ENGINES)  # auto: sheepop.inference.load.choose_engine
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 # `sheepop generate --dtype`: how the weights are stored (bfloat16: and the KV cache; int8: the
-# linear layers' weights with per-channel scales, sheepop.arch.quantize)
-INFERENCE_DTYPES = ("float32", "bfloat16", "int8")
+# linear layers' weights with per-channel scales; int4: in 4-bit groups; sheepop.arch.quantize)
+INFERENCE_DTYPES = ("float32", "bfloat16", "int8", "int4")
 POS_ENCODINGS = tuple(POSITION_KINDS)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.config.layer_kinds

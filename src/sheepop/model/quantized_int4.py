@@ -1,5 +1,5 @@
-"""4-bit weights in GGUF Q4_1's layout in the torch engine, measured by
-benchmarks/weight_dtypes.py (docs/performance.md, "Weights in fewer bytes"); not a --dtype yet.
+"""4-bit weights in GGUF Q4_1's layout in the torch engine, `--dtype int4` (docs/performance.md,
+"Weights in fewer bytes").
 
     W_j ~ low + d q_j, q in [0, 15], per group of 32 weights of a row (sheepop.arch.quantize)
     y = bf16( bf16(x) W~^T ) + b
