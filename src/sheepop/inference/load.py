@@ -164,9 +164,10 @@ def auto_choice(device: str = "auto", dtype: str = "float32", compile: bool = Fa
 def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
           engine: str = "torch", device: str = "auto", dtype: str = "float32",
           compile: bool = False) -> InferenceModel:
-    """A model for inference from weights in memory. `dtype` (float32 | bfloat16 | int8: the
-    linear layers' weights in int8, sheepop.model.quantized) and `compile` are for the torch
-    engine; the NumPy engine runs in float32; `auto`: the engine `choose_engine` picks."""
+    """A model for inference from weights in memory. `dtype` (float32 | bfloat16 | int8 | int4:
+    the linear layers' weights in int8 or 4-bit groups, sheepop.model.quantized*) and `compile`
+    are for the torch engine; the NumPy engine runs in float32; `auto`: the engine
+    `choose_engine` picks."""
     if dtype not in INFERENCE_DTYPES:
         raise UserError(f"inference dtype must be one of {', '.join(INFERENCE_DTYPES)}, "
                         f"not '{dtype}'")
@@ -194,6 +195,9 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
         if dtype == "int8":  # weight-only int8: a unit that wraps the linear layers
             from sheepop.model.quantized import quantize_int8
             quantize_int8(model)
+        if dtype == "int4":  # 4-bit groups (GGUF Q4_1's layout), the head in int8
+            from sheepop.model.quantized_int4 import quantize_int4
+            quantize_int4(model)
         lm = TorchLM(model.to(resolve_device(device)), never_generate=never)
         if dtype == "bfloat16":
             lm.cast(torch.bfloat16)
