@@ -73,12 +73,25 @@ def test_help_states_each_default_once_and_only_when_it_says_something(monkeypat
         for line in text.splitlines():
             assert line.count("(default") <= 1, (name, line)
     generate = parsers["sheepop generate"].format_help()
-    assert re.search(r"--max-new-tokens N +the most tokens to generate .*\(the run's "
-                     r"sample.max_new_tokens; default 200\)", generate)
-    assert re.search(r"--seed N +the seed of the sampling's random draws.*\(the run's "
+    assert re.search(r"--max-new-tokens MAX_NEW_TOKENS\s+the most tokens to generate .*\(the "
+                     r"run's sample.max_new_tokens; default 200\)", generate)
+    assert re.search(r"--seed SEED\s+the seed of the sampling's random draws.*\(the run's "
                      r"sample.seed; default 1337\)", generate)
-    assert re.search(r"--batch-size B +windows per forward pass .*\(default: 16\)",
+    assert re.search(r"--batch-size BATCH_SIZE\s+windows per forward pass .*\(default: 16\)",
                      parsers["sheepop eval"].format_help())
+    # One vocabulary (issue 32): an option that takes a number or a word shows its own name in
+    # capitals, the same in every command (generate and chat share their sampling flags).
+    for name, parser in parsers.items():
+        for action in parser._actions:
+            number = action.type in (int, float) or (action.type is None and action.nargs
+                                                      is None and not action.choices)
+            if action.option_strings and action.metavar and len(action.metavar) == 1:
+                assert not number, (name, action.option_strings, action.metavar)
+    chat = parsers["sheepop chat"].format_help()
+    for flag in ("--max-new-tokens MAX_NEW_TOKENS", "--temperature TEMPERATURE",
+                 "--top-k TOP_K", "--top-p TOP_P", "--seed SEED",
+                 "--repetition-penalty REPETITION_PENALTY"):
+        assert flag in generate and flag in chat, flag
 
 
 def test_the_tensorboard_switch_sets_its_key():
@@ -123,13 +136,14 @@ def test_train_on_a_folder_says_what_it_skipped_and_how_to_go_on(trained):
     progress = [line.split("  ")[0] for line in err.splitlines() if line.startswith("step ")]
     assert progress == ["step 2/4", "step 2/4", "step 4/4", "step 4/4"]
     assert "val loss" in err.splitlines()[-1]
-    assert lines[-4:] == ["next:",
-                          f"  sheepop generate {run} --prompt 'def '    # --best: the best "
-                          "checkpoint",
-                          f"  sheepop eval {run} --data FILE    # loss, perplexity, bits per "
-                          "byte on any text",
-                          f"  sheepop finetune {run} --data chats.jsonl --out {run}-chat, then "
-                          f"sheepop chat {run}-chat"]
+    assert lines[-5:-2] == ["next:",
+                            f"  sheepop generate {run} --prompt 'def '    # --best: the best "
+                            "checkpoint",
+                            f"  sheepop eval {run} --data FILE    # loss, perplexity, bits per "
+                            "byte on any text"]
+    assert lines[-2].startswith("  sheepop finetune --demo    # writes conversations to ")
+    assert lines[-1].startswith(f"  sheepop finetune {run} --data "
+                                f"runs/finetune-demo/data/train.jsonl --out {run}-chat")
 
 
 def test_show_probs_names_the_distribution_and_words_agree_with_numbers(trained, capsys):

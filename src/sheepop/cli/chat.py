@@ -28,8 +28,8 @@ from typing import Any, TextIO
 from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
-    add_config_flag,
     add_dtype_option,
+    add_sampling_flags,
     add_threads_option,
     flag_values,
     model_dir,
@@ -62,14 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "chat model's own)")
     p.add_argument("--system", default="", metavar="TEXT",
                    help="the system message that opens the conversation (empty: none)")
-    run_value = "the run's {key}; default {default}"
-    add_config_flag(p, "--max-new-tokens", "sample.max_new_tokens", note=run_value)
-    add_config_flag(p, "--temperature", "sample.temperature", note=run_value)
-    add_config_flag(p, "--top-k", "sample.top_k", note=run_value)
-    add_config_flag(p, "--top-p", "sample.top_p", note=run_value)
-    add_config_flag(p, "--seed", "sample.seed", note=run_value + "; answer n draws with seed + n")
-    add_config_flag(p, "--repetition-penalty", "sample.repetition_penalty", metavar="THETA",
-                    note=run_value)
+    add_sampling_flags(p, seed_note="; answer n draws with seed + n")
     p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
                    help="the engine that runs the model; auto: numpy on the CPU (it starts "
                         "without importing torch), torch on a GPU")

@@ -131,6 +131,27 @@ def add_config_flag(p: argparse.ArgumentParser, flag: str, key: str, help: str |
     p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
 
 
+def add_sampling_flags(p: argparse.ArgumentParser, seed_note: str = "") -> None:
+    """The sampling flags of `generate` and `chat`, written once: each sets its [sample] key,
+    the run's value (or the default) applying without it. Like every option whose value is a
+    number or a word, its metavar is its name in capitals (--top-k TOP_K); a path's names what
+    it is (RUN_DIR, FILE)."""
+    run_value = "the run's {key}; default {default}"
+    add_config_flag(p, "--max-new-tokens", "sample.max_new_tokens", note=run_value,
+                    help="the most tokens to generate (fewer when the model writes its end of "
+                         "text or of its turn, or a --stop text)")
+    add_config_flag(p, "--temperature", "sample.temperature", note=run_value)
+    add_config_flag(p, "--top-k", "sample.top_k", note=run_value)
+    add_config_flag(p, "--top-p", "sample.top_p", note=run_value)
+    add_config_flag(p, "--seed", "sample.seed", note=run_value + seed_note,
+                    help="the seed of the sampling's random draws: the same seed, prompt and "
+                         "settings give the same text")
+    add_config_flag(p, "--repetition-penalty", "sample.repetition_penalty", note=run_value,
+                    help="divide the positive logits (multiply the negative) of tokens already "
+                         "in the context by REPETITION_PENALTY; 1 = off, 1.1-1.3 discourages "
+                         "loops")
+
+
 def add_config_switch(p: argparse.ArgumentParser, flag: str, key: str, help: str,
                       value: bool = True) -> None:
     """A switch that sets bool config key `key` to `value` (true: a store_true flag); not
@@ -157,11 +178,11 @@ def add_threads_option(p: argparse.ArgumentParser, key: str | None = None, spare
             "auto or 0: the cores the load average leaves idle at start, or OMP_NUM_THREADS"
             + (f", less {spare} for the HTTP side" if spare else ""))
     if key is None:
-        p.add_argument("--threads", type=parse_threads, default=0, metavar="N",
+        p.add_argument("--threads", type=parse_threads, default=0,
                        help=f"{what} (default: auto)")
         p.set_defaults(**{APPLY_THREADS: True, SPARE_CORES: spare})
         return
-    action = p.add_argument("--threads", type=parse_threads, default=None, metavar="N",
+    action = p.add_argument("--threads", type=parse_threads, default=None,
                             help=f"{what} ({key})")
     p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
 

@@ -47,9 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the model's size, dtype and threads (printed at start-up; "
                         "docs/performance.md)")
     add_dtype_option(p)
-    p.add_argument("--max-windows", type=int, default=2000, metavar="N",
+    p.add_argument("--max-windows", type=int, default=2000,
                    help="evaluate at most this many windows (evenly spread)")
-    p.add_argument("--batch-size", type=int, default=16, metavar="B",
+    p.add_argument("--batch-size", type=int, default=16,
                    help="windows per forward pass (memory, not the result)")
     p.add_argument("--json", action="store_true",
                    help="print the figures as one JSON object instead of a sentence")

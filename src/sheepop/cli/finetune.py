@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="RUN_DIR",
                    help="the fine-tuned run's directory (default: BASE_RUN-chat, beside the "
                         "base run; a directory that holds a run is refused unless --resume)")
-    add_config_flag(p, "--lora-rank", "lora.rank", metavar="R")
-    add_config_flag(p, "--lora-alpha", "lora.alpha", metavar="A")
+    add_config_flag(p, "--lora-rank", "lora.rank")
+    add_config_flag(p, "--lora-alpha", "lora.alpha")
     add_config_flag(p, "--lora-targets", "lora.targets", metavar="NAMES")
     add_config_switch(p, "--lora-freeze-new-tokens", "lora.train_new_tokens",
                       "with --lora-rank: keep the embedding (and head) rows of the chat tokens "

@@ -10,6 +10,7 @@ from sheepop.cli.common import (
     add_best_option,
     add_config_flag,
     add_dtype_option,
+    add_sampling_flags,
     add_set_option,
     add_threads_option,
     flag_values,
@@ -39,23 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_best_option(p)
     p.add_argument("--prompt", default="", help="text to continue ('-' reads stdin; empty: "
                    "start from the tokenizer's BOS/EOS token)")
+    add_sampling_flags(p)
     run_value = "the run's {key}; default {default}"
-    add_config_flag(p, "--max-new-tokens", "sample.max_new_tokens", note=run_value,
-                    metavar="N", help="the most tokens to generate after the prompt (fewer when "
-                                      "the model writes its end-of-text token or a --stop text)")
-    add_config_flag(p, "--temperature", "sample.temperature", note=run_value, metavar="T")
-    add_config_flag(p, "--top-k", "sample.top_k", note=run_value, metavar="K")
-    add_config_flag(p, "--top-p", "sample.top_p", note=run_value, metavar="P")
-    add_config_flag(p, "--seed", "sample.seed", note=run_value, metavar="N",
-                    help="the seed of the sampling's random draws: the same seed, prompt and "
-                         "settings give the same text")
-    add_config_flag(p, "--repetition-penalty", "sample.repetition_penalty", metavar="THETA",
-                    help="divide the positive logits (multiply the negative) of tokens already "
-                         "in the context by THETA; 1 = off, 1.1-1.3 discourages loops",
-                    note=run_value)
-    add_config_flag(p, "--slide-chunk", "sample.slide_chunk", metavar="C", note=run_value,
-                    help="past the context, a model with absolute positions drops its C oldest "
-                         "tokens at once and refills its cache once per C new tokens (0: "
+    add_config_flag(p, "--slide-chunk", "sample.slide_chunk", note=run_value,
+                    help="past the context, a model with absolute positions drops its "
+                         "SLIDE_CHUNK oldest tokens at once and refills its cache once per "
+                         "SLIDE_CHUNK new tokens (0: "
                          "block_size // 4; 1: always the last block_size tokens, the slowest); "
                          "see docs/inference.md")
     p.add_argument("--config", metavar="FILE", help="a TOML file whose [sample] table applies "
@@ -66,8 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "as \\n are understood)")
     p.add_argument("--no-cache", action="store_true", help="recompute the whole context at "
                    "every step instead of using the KV cache (slower, same output)")
-    p.add_argument("--show-probs", type=int, default=0, metavar="K",
-                   help="write one line per token instead of the text: the token, then the K "
+    p.add_argument("--show-probs", type=int, default=0,
+                   help="write one line per token instead of the text: the token, then the "
+                        "SHOW_PROBS "
                         "most likely tokens of the distribution it was drawn from (after "
                         "temperature, top-k, top-p) with their probabilities")
     p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer", default="char", metavar="|".join(KINDS) + "|FILE",
                    help="tokenizer kind to train on the train split (char: on every document, "
                         "so validation has no unknown character), or a tokenizer.json to use")
-    p.add_argument("--vocab-size", type=int, default=0, metavar="N",
+    p.add_argument("--vocab-size", type=int, default=0,
                    help="vocabulary size (0: the kind's default)")
     p.add_argument("--include", action="append", default=[], metavar="GLOB",
                    help="only read files matching GLOB (repeatable; relative to the folder)")
@@ -42,14 +42,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also read what symbolic links leading outside the inputs point to "
                         "(by default they are skipped and listed); the report names each such "
                         "file's real path")
-    p.add_argument("--workers", type=int, default=_default_workers(), metavar="N",
+    p.add_argument("--workers", type=int, default=_default_workers(),
                    help="worker processes for extraction and tokenization")
     p.add_argument("--ocr-lang", default="eng", metavar="LANG",
                    help="Tesseract language(s) for images, e.g. eng or eng+fra")
     p.add_argument("--text-field", default="text", metavar="FIELD",
                    help="JSON Lines / Parquet: the key or column holding each document's text; "
                         "a dotted path (meta.body) for a nested field")
-    p.add_argument("--val-fraction", type=float, default=0.1, metavar="F",
+    p.add_argument("--val-fraction", type=float, default=0.1,
                    help="fraction of documents held out for validation")
     p.add_argument("--seed", type=int, default=1337, help="seed of the train/val split")
     p.add_argument("--tokenizer-sample-mb", type=float, default=256.0, metavar="MB",

@@ -42,7 +42,7 @@ def _register_generate(tasks: argparse._SubParsersAction) -> None:
     g.add_argument("--out", required=True, metavar="DIR")
     g.add_argument("--count", type=int, default=d.count, help="in-distribution sequences")
     g.add_argument("--seed", type=int, default=d.seed)
-    g.add_argument("--digits", type=int, default=d.digits, metavar="D",
+    g.add_argument("--digits", type=int, default=d.digits,
                    help="digits per term (0: the smallest width that holds the largest term)")
     g.add_argument("--min-terms", type=int, default=d.min_terms)
     g.add_argument("--max-terms", type=int, default=d.max_terms)
@@ -54,8 +54,9 @@ def _register_generate(tasks: argparse._SubParsersAction) -> None:
                    help="fraction of the sequences held out for evaluation")
     g.add_argument("--ood-count", type=int, default=d.ood_count,
                    help="sequences in each out-of-distribution file")
-    g.add_argument("--ood-more-digits", type=int, default=d.ood_more_digits, metavar="N",
-                   help="also write sets of numbers with D+1 .. D+N digits (ood_digits_*)")
+    g.add_argument("--ood-more-digits", type=int, default=d.ood_more_digits,
+                   help="also write sets of numbers with DIGITS+1 .. DIGITS+OOD_MORE_DIGITS "
+                        "digits (ood_digits_*)")
     g.set_defaults(func=run_generate)
 
 
@@ -78,8 +79,9 @@ def _register_train(tasks: argparse._SubParsersAction) -> None:
     add_threads_option(t, "train.threads")
     add_config_flag(t, "--engine", "train.engine")
     add_config_flag(t, "--seed", "train.seed")
-    t.add_argument("--window-terms", type=int, default=4, metavar="M",
-                   help="terms per training window (the model sees the last M-1 terms)")
+    t.add_argument("--window-terms", type=int, default=4,
+                   help="terms per training window (the model sees the last WINDOW_TERMS - 1 "
+                        "terms)")
     t.add_argument("--digit-order", choices=("reversed", "written"), default="reversed",
                    help="order of each term's digits inside the model: reversed = least "
                         "significant first, so every carry is already written when it is "

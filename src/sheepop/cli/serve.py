@@ -49,9 +49,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "docs/performance.md)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     add_dtype_option(p)
-    p.add_argument("--max-batch", type=int, default=16, metavar="N",
+    p.add_argument("--max-batch", type=int, default=16,
                    help="the most sequences decoding together (one KV cache row each)")
-    p.add_argument("--max-queue", type=int, default=256, metavar="N",
+    p.add_argument("--max-queue", type=int, default=256,
                    help="the most sequences waiting for a row; past it a request gets 503 with "
                         "Retry-After")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout-read", type=float, default=30.0, metavar="SECONDS",
                    help="a request's head and body must arrive within this of its first byte "
                         "(then 408 and the connection is closed)")
-    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+    p.add_argument("--max-connections", type=int, default=None,
                    help="the most open connections; past it a new one gets 503 with "
                         "Retry-After at once (default: what the open-file limit leaves room "
                         "for, at most 1024)")

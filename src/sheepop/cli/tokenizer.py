@@ -67,8 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     i = ops.add_parser("info", help="describe a tokenizer file")
     i.add_argument("tokenizer", metavar="TOK.json")
-    i.add_argument("--show", type=int, default=10, metavar="N",
-                   help="show the first N merges / last N tokens")
+    i.add_argument("--show", type=int, default=10,
+                   help="show the first SHOW merges / last SHOW tokens")
     i.set_defaults(func=run_info)
 
     x = ops.add_parser("export", help="write a bpe tokenizer in another format")

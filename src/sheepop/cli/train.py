@@ -74,7 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "set (the context lowered, or raised where positions are not learned)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar, even on a terminal: plain lines instead")
-    p.add_argument("--nproc", type=int, metavar="N", help="train on N processes of this machine "
+    p.add_argument("--nproc", type=int, help="train on NPROC processes of this machine "
                    "(DDP through torchrun; see docs/distributed.md)")
     add_config_options(p)
     p.set_defaults(func=run, train_parser=p)
@@ -108,13 +108,13 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.train.start import refuse_run_as_data, schedule_warning, setup
     refuse_run_as_data(args.data)
     cfg = config_from_args(args)
-    if (warning := schedule_warning(cfg.train)) is not None:
-        print(f"sheepop: warning: {warning}", file=sys.stderr)
     with distributed.session(cfg.train) as job:  # one process, or this rank of a torchrun job
         trainer = setup(args.data, cfg, args.out, resume=args.resume, log=job.log,
                         is_main=job.is_main, progress="lines" if args.no_progress else True,
                         wrap_engine=job.wrap_engine, init_from=args.init_from)
         job.shard(trainer)
+        if job.is_main and (warning := schedule_warning(trainer.cfg.train)) is not None:
+            print(f"sheepop: warning: {warning}", file=sys.stderr)  # once it is sure to train
         summary = trainer.run()
     # Interrupted (Ctrl-C, SIGTERM, SIGHUP): 128 + the signal's number, as a shell reports it.
     status = signals.exit_status(summary.signum) if summary.interrupted else 0
