@@ -36,11 +36,23 @@ def serve(run: Path) -> tuple[subprocess.Popen, str]:
     raise SystemExit("the server did not start")
 
 
-def step_view(page, out: Path) -> None:
-    """The Step view on the last generated token (a middle layer, the third head): its top,
-    the scores and softmax steps, and the sampling steps."""
+def step_view(page, out: Path, at: str | None) -> None:
+    """The Step view at the last token `at` (default: the middle generated token), a middle
+    layer, the third head, temperature 0.8, top-k 5 and top-p 0.9: its top, the scores and
+    softmax steps, and the sampling steps."""
     page.get_by_test_id("view-step").click()
     page.wait_for_selector("[data-testid=step-softmax]")
+    page.fill("#step-temperature", "0.8")
+    page.fill("#step-top-k", "5")
+    page.fill("#step-top-p", "0.9")
+    texts = page.eval_on_selector_all("[data-testid=step-token]",
+                                      "bs => bs.map(b => b.dataset.text)")
+    generated = page.eval_on_selector_all("[data-testid=step-token].generated", "b => b.length")
+    found = [i for i, x in enumerate(texts) if x == at]
+    position = found[-1] if found else len(texts) - max(1, generated) // 2 - 1
+    page.get_by_test_id("step-token").nth(position).click()
+    page.wait_for_function(f"document.querySelector('#step-status').textContent"
+                           f".includes('position {position},')")
     layers = page.get_by_test_id("step-layer").locator("option").count()
     page.get_by_test_id("step-layer").select_option(str(layers // 2))
     page.wait_for_function(f"document.querySelector('#step-status').textContent"
@@ -49,16 +61,24 @@ def step_view(page, out: Path) -> None:
     page.get_by_test_id("step-head").select_option(str(min(2, heads - 1)))
     page.screenshot(path=str(out / "page-step.png"))
     for number, name in ((5, "page-step-attention.png"), (15, "page-step-sampling.png")):
-        page.evaluate(f"document.querySelector('.step-card[data-step=\"{number}\"]')"
+        page.evaluate(f"document.querySelector('#step .step-card[data-step=\"{number}\"]')"
                       ".scrollIntoView()")
+        page.evaluate("document.querySelectorAll('.keys').forEach(k => "
+                      "k.scrollTop = k.scrollHeight)")  # the masked keys: the last rows
         page.screenshot(path=str(out / name))
     page.evaluate("window.scrollTo(0, 0)")
 
 
-def backward_view(page, out: Path, name: str) -> None:
+def backward_view(page, out: Path, name: str, grads: str | None = None) -> None:
+    """The Backprop view's top (the loss, dZ's row) and, at `grads`, its gradients' bars."""
     page.get_by_test_id("view-backward").click()
     page.wait_for_selector("[data-testid=backward-grads] tbody tr")
     page.screenshot(path=str(out / name))
+    if grads:
+        page.evaluate("document.querySelector('#backward .step-card[data-step=\"3\"]')"
+                      ".scrollIntoView()")
+        page.screenshot(path=str(out / grads))
+        page.evaluate("window.scrollTo(0, 0)")
 
 
 def main() -> None:
@@ -67,6 +87,10 @@ def main() -> None:
     ap.add_argument("--prompt", default="import os\n\n\ndef main(args):\n    ")
     ap.add_argument("--max-tokens", type=int, default=60)
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("images"))
+    ap.add_argument("--temperature", type=float,
+                    help="the generation's temperature (default: the page's); 0: greedy")
+    ap.add_argument("--step-at", help="the Step view's token (its text; default: the middle "
+                    "generated token)")
     ap.add_argument("--views", default="generate,inside,runs,step,backward",
                     help="the views to take (after generating), comma-separated")
     args = ap.parse_args()
@@ -85,6 +109,8 @@ def main() -> None:
                                    ".includes('layers')")
             page.get_by_test_id("prompt").fill(args.prompt)
             page.fill("#max-tokens", str(args.max_tokens))
+            if args.temperature is not None:
+                page.fill("#temperature", str(args.temperature))
             page.get_by_test_id("generate").click()
             page.wait_for_function("document.querySelector('#generate-status').textContent"
                                    ".includes('tokens in')")
@@ -103,9 +129,9 @@ def main() -> None:
                                        "chart]').dataset.points) > 0")
                 page.screenshot(path=str(args.out / "page-runs.png"))
             if "step" in views:
-                step_view(page, args.out)
+                step_view(page, args.out, args.step_at)
             if "backward" in views:
-                backward_view(page, args.out, "page-backward.png")
+                backward_view(page, args.out, "page-backward.png", "page-backward-grads.png")
             page.set_viewport_size({"width": 390, "height": 844})
             if "inside" in views:
                 page.get_by_test_id("view-inside").click()

@@ -49,9 +49,9 @@ function gradientTable(data, open) {
     return row;
   });
   (rows.find((r) => r.dataset.layer === open.layer) || rows[1] || rows[0]).pick();
-  return el("div", {}, el("div", { class: "scroll" }, el("table", { "data-testid": "backward-grads", class: "norms" },
+  return el("div", { class: "side-by-side" }, el("div", { class: "scroll" }, el("table", { "data-testid": "backward-grads", class: "norms" },
     el("thead", {}, el("tr", {}, ...["weights", "‖dL/dW‖", ""].map((h) => el("th", {}, h)))),
-    el("tbody", {}, ...rows))), el("div", { class: "scroll" }, weights));
+    el("tbody", {}, ...rows))), el("div", { class: "scroll sticky" }, weights));
 }
 
 export function backwardView(state) {

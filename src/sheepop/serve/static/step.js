@@ -80,6 +80,7 @@ function attentionCards(data, h, t) {
       `A<sub>tj</sub> = exp(S<sub>tj</sub> − max S<sub>t</sub>) / Σ<sub>j'</sub> exp(S<sub>tj'</sub> − max S<sub>t</sub>) : e<sup>−∞</sup> = 0, so the future gets nothing; the row sums to ${fmt(head.weights.reduce((a, b) => a + b, 0))}`,
       DOC.softmax,
       keysTable(data, head, t, [
+        column("S_tj", (j) => fmt(S(j))),
         column("A_tj", (j) => fmt(head.weights[j]), (j) => ({ class: "num a", "data-value": String(head.weights[j]) })),
         column("", (j) => el("span", { class: "bar", style: `width:${Math.max(head.weights[j] ? 1 : 0, 120 * head.weights[j])}px` }))],
       "step-softmax")),
@@ -109,7 +110,7 @@ function streamNorms(norms, layer) {
   const max = Math.max(...norms);
   return el("table", { class: "norms", "data-testid": "step-stream" }, el("tbody", {},
     ...norms.map((n, i) => el("tr", { class: i === layer || i === layer + 1 ? "here" : "" },
-      el("td", {}, i === 0 ? "h⁽⁰⁾ embedding" : `h⁽${i}⁾ after block ${i}`), el("td", { class: "num" }, fmt(n)),
+      el("td", {}, "h", el("sup", {}, `(${i})`), i === 0 ? " embedding" : ` after block ${i}`), el("td", { class: "num" }, fmt(n)),
       el("td", {}, el("span", { class: "bar", style: `width:${Math.max(1, 160 * n / max)}px` }))))));
 }
 
@@ -177,7 +178,7 @@ export function stepView(state) {
     el("p", { class: "hint" }, "Every step of the forward pass for one token, with the model's real numbers, in the notation of the mathematics pages. Pick a token (generated ones are underlined), a layer and a head."),
     el("form", { id: "step-form" }, el("label", { for: "step-prompt" }, "Text (the last prompt and its answer by default)"), text,
       el("div", { class: "buttons" }, el("button", { type: "submit" }, "Trace"))),
-    el("div", { class: "controls" }, label("Layer", layer), label("Head", head), label("τ", tau),
+    el("div", { class: "controls" }, label("Layer", layer), label("Head", head), label("Temperature τ", tau),
       label("Top-k", topK), label("Top-p", topP), label("Seed", seed)),
     strip, status, steps);
 
@@ -203,7 +204,7 @@ export function stepView(state) {
 
   function drawStrip() {
     strip.replaceChildren(...data.tokens.map((x, i) => {
-      const b = el("button", { type: "button", "data-testid": "step-token", "data-position": String(i),
+      const b = el("button", { type: "button", "data-testid": "step-token", "data-position": String(i), "data-text": x.text,
         class: i >= data.prompt_tokens ? "generated" : "", "aria-pressed": String(i === position),
         title: `position ${i}: ${JSON.stringify(x.text)}${i >= data.prompt_tokens ? " (generated)" : ""}` }, shortToken(x.text, 8));
       b.addEventListener("click", () => { position = i; run(); });
@@ -223,10 +224,10 @@ export function stepView(state) {
         kind === "none" ? DOC.embedding : DOC[kind],
         vector(`E[x_t] (row ${data.tokens[t].id} of E)`, data.embedding.token),
         pos ? vector(kind === "sinusoidal" ? "s P[t]" : "P[t]", pos) : "",
-        pos ? vector("h⁽⁰⁾_t", data.embedding.token.map((v, i) => v + pos[i])) : ""),
+        pos ? vector("h^(0)_t", data.embedding.token.map((v, i) => v + pos[i])) : ""),
       card(2, `The residual stream at position ${t}, into block ${l + 1}`,
         `h<sup>(ℓ)</sup> = Block<sub>ℓ</sub>(h<sup>(ℓ−1)</sup>) : its length before and after every block (block ${l + 1} marked)`,
-        DOC.forward, streamNorms(data.stream_norms, l), vector(`h⁽${l}⁾_t`, b.h_in)),
+        DOC.forward, el("div", { class: "scroll keys" }, streamNorms(data.stream_norms, l)), vector(`h^(${l})_t`, b.h_in)),
       normCard(3, "The first norm", b.norm1, "x", "y", s.eps, DOC[s.norm]),
       ...attentionCards(data, h, t),
       card(8, "Heads side by side, and the output projection",
@@ -236,8 +237,8 @@ export function stepView(state) {
       normCard(10, "The second norm", b.norm2, "x₁", "y", s.eps, DOC[s.norm]),
       ffnCards(data),
       card(12, "The second residual add", `h<sup>(${l + 1})</sup> = x<sub>2</sub> = x<sub>1</sub> + FFN(Norm<sub>2</sub>(x<sub>1</sub>))`,
-        DOC.residual, vector(`h⁽${l + 1}⁾_t`, b.x2)),
-      normCard(13, `The final norm, after the last block (${L})`, data.final_norm, `h⁽${L}⁾`, "Norm_f", s.eps, DOC.head),
+        DOC.residual, vector(`h^(${l + 1})_t`, b.x2)),
+      normCard(13, `The final norm, after the last block (${L})`, data.final_norm, `h^(${L})`, "Norm_f", s.eps, DOC.head),
       ...samplingCards(data, () => ask({ full_vocab: true })));
   }
 
