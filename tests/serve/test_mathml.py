@@ -108,6 +108,12 @@ def test_aligned_pairs_its_columns_right_then_left():
         "</mtable></mrow></mrow>")  # (the trailing \\ makes no empty row)
 
 
+def test_lines_outside_an_environment_are_one_centred_column():
+    assert body(r"a = b \\ c \\", display=True) == (
+        '<mrow><mtable displaystyle="true"><mtr><mtd><mrow><mi>a</mi><mo>=</mo><mi>b</mi>'
+        "</mrow></mtd></mtr><mtr><mtd><mrow><mi>c</mi></mrow></mtd></mtr></mtable></mrow>")
+
+
 def test_an_unknown_command_is_shown_as_its_source_and_listed():
     formula = to_mathml(r"\foo{x} + \begin{weird} y \end{weird}")
     assert formula.unsupported == ("\\foo", "\\begin{weird}")

@@ -35,7 +35,14 @@ def to_mathml(tex: str, display: bool = False) -> Math:
     """The formula `tex` as a <math> element, a block when `display` (TeX's $$...$$)."""
     parser = Parser(tex)
     try:
-        body = mrow(parser.row(stops=()), always=True)
+        lines = [parser.row(stops=("\\\\",))]
+        while parser.take() == "\\\\":  # lines outside an environment: one centred column
+            parser.optional()
+            lines.append(parser.row(stops=("\\\\",)))
+        body = mrow(lines[0], always=True) if len(lines) == 1 else (
+            '<mrow><mtable displaystyle="true">' + "".join(
+                f"<mtr><mtd>{mrow(line, always=True)}</mtd></mtr>" for line in lines if line)
+            + "</mtable></mrow>")
     except RecursionError:  # braces nested thousands deep: show the source
         parser.unsupported = ["(nesting too deep)"]
         body = f'<mrow><mtext><code class="tex-unsupported">{escape(tex)}</code></mtext></mrow>'
