@@ -24,7 +24,7 @@ const bar = (v, max, width) => el("span", { class: "bar", style: `width:${Math.m
 function weightTable(g) {
   const max = Math.max(...g.params.map((p) => p.norm));
   return el("table", { "data-testid": "backward-weights-table", "aria-label": `${g.layer}: each weight's gradient` },
-    el("caption", { class: "hint" }, `${g.layer}: each weight's ‖dL/dW‖`),
+    el("caption", { class: "hint" }, `${g.layer}: each weight's ‖dL/dW‖` + (g.layer.startsWith("block") ? " (the weights' names count blocks from 0)" : "")),
     el("tbody", {}, ...g.params.map((p) => el("tr", { "data-name": p.name, "data-norm": String(p.norm) },
       el("td", { class: "tok" }, p.name), el("td", {}, p.shape.join(" × ")),
       el("td", { class: "num" }, fmt(p.norm)), el("td", {}, bar(p.norm, max, 120))))));
