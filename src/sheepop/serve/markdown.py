@@ -53,7 +53,7 @@ def _starts_block(line: str) -> bool:
                                                 or item.group(2)[:-1] == "1")))
 
 
-def _blocks(lines: list[str], ctx: Context, tight: bool) -> list[str]:  # noqa: C901
+def _blocks(lines: list[str], ctx: Context, tight: bool) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(lines):

@@ -87,7 +87,7 @@ def plain(html: str) -> str:
                       m.group(1)], text)
 
 
-def _span(m: re.Match, ctx: Context) -> str:  # noqa: C901 (one branch per kind of span)
+def _span(m: re.Match, ctx: Context) -> str:
     if m.group("code") is not None:
         code = m.group("code_text").replace("\n", " ")
         if code.startswith(" ") and code.endswith(" ") and code.strip():

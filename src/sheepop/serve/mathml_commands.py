@@ -53,7 +53,7 @@ def operator(char: str) -> Atom:
     return Atom(f"<mo{fixed}>{escape(char)}</mo>")
 
 
-def command(p: Parser, name: str) -> Atom:  # noqa: C901 (one table lookup per family)
+def command(p: Parser, name: str) -> Atom:
     """The command \\name, its arguments read from `p`."""
     if name in sym.GREEK:
         return Atom(f"<mi>{sym.GREEK[name]}</mi>")
