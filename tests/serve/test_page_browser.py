@@ -3,8 +3,9 @@ no browser download): generate and watch tokens stream in, hover a token for its
 (q, the distribution it was drawn from, beside the model's p), look inside the last generation
 (every head of a layer, one enlarged, reading the endpoint's numbers; the sampled distribution
 redrawn by its controls and equal to the sampler's; the lens's marks and chart), watch a run's
-loss chart grow, at desktop and phone sizes, with no error in the browser's console. Screenshots go to $SHEEPOP_PAGE_SHOTS (default: a temporary folder);
-docs/make_page_images.py puts the best ones into docs/images/."""
+loss chart grow, at desktop and phone sizes, with no error in the browser's console.
+Screenshots go to $SHEEPOP_PAGE_SHOTS (default: a temporary folder); docs/make_page_images.py
+puts the best ones into docs/images/."""
 
 import base64
 import json
@@ -18,10 +19,9 @@ import numpy as np
 import pytest
 from serve_helpers import ServerProcess, call, weights
 
-from sheepop.generation.sample import penalize_repeats, probabilities
-
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.schema import Config, ModelConfig
+from sheepop.generation.sample import penalize_repeats, probabilities
 from sheepop.tokenizers import train_tokenizer
 
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
