@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval", help="loss, perplexity and bits per byte on a text",
         description="Mean cross-entropy (nats/token), perplexity exp(loss) and bits per byte "
-                    "(all the nats over ln 2 times the UTF-8 bytes of the text scored: the "
+                    "(all the nats over ln 2 times the UTF-8 bytes of the text scored, the "
+                    "bytes of characters the tokenizer lacks included, which a warning on "
+                    "stderr counts and shows: the "
                     "figure that compares models with different tokenizers; "
                     "docs/math/08-loss.md) of a trained model on DATA, cut into "
                     "non-overlapping windows of the model's context. --json prints one object "

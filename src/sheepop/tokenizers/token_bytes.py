@@ -19,6 +19,10 @@ except that a special token's own name (`<|eos|>`, `<|unk|>`, ...) counts 0: it 
   The word tokenizer drops other whitespace, so this counts the decoded text, which is the
   original for ordinary prose (single spaces, no tabs); an <|unk|> counts only its space.
 
+Characters the vocabulary lacks write no bytes of their own (an <|unk|> counts 0, a byte a
+byte-level vocabulary drops is no token at all); over raw text, whose bytes are known,
+`scored_text_bytes` adds them back, so that bits per byte is over the text's real UTF-8 bytes.
+
 The nats of special targets (the EOS between documents) stay in the sum: where a document ends
 is part of what the model has to predict. With no byte at all, bits per byte is undefined (None).
 """
