@@ -1,5 +1,5 @@
-"""Reading docs/math/ (and docs/architectures.md and docs/finetune.md, written the same way):
-the pages, their worked examples and their links.
+"""Reading docs/math/ (and docs/derivations/, docs/architectures.md and docs/finetune.md,
+written the same way): the pages, their worked examples and their links.
 
 A worked example is a fenced block whose info string is `example KIND`:
 
@@ -29,8 +29,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 MATH = ROOT / "docs" / "math"
-MORE_PAGES = (ROOT / "docs" / "architectures.md",  # checked like the math pages
-              ROOT / "docs" / "finetune.md")
+DERIVATIONS = ROOT / "docs" / "derivations"
+MORE_PAGES = (*sorted(DERIVATIONS.glob("*.md")),  # checked like the math pages
+              ROOT / "docs" / "architectures.md", ROOT / "docs" / "finetune.md")
 FENCE = re.compile(r"^```example ([a-z0-9_]+)[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^)\s]+)\)")
 CODE_NAME = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(?:\(\))?`")
