@@ -215,7 +215,7 @@ export function stepView(state) {
   function draw() {
     drawStrip();
     const s = data.shape, t = position, l = data.layer, h = Number(head.value), b = data.block;
-    const tok = JSON.stringify(data.tokens[t].text), kind = s.pos_encoding;
+    const tok = `“${shownToken(data.tokens[t].text)}”`, kind = s.pos_encoding;
     const pos = data.embedding.position;
     steps.replaceChildren(
       card(1, `Embedding of ${tok} at position ${t}`,

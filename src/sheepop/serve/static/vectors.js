@@ -20,7 +20,7 @@ export function norm(values) {
 function strip(values) {
   const limit = Math.max(...values.map(Math.abs)) || 1;
   const canvas = el("canvas", { class: "strip", "aria-hidden": "true" });
-  const width = Math.min(288, Math.max(values.length, 48)), height = 10;
+  const width = Math.min(288, Math.max(values.length * 4, 96)), height = 10;
   canvas.width = width; canvas.height = height;
   canvas.style.width = `${width}px`;
   const ctx = canvas.getContext("2d");
