@@ -267,7 +267,7 @@ def test_step_on_smollm2(browser, smollm2_run, shots):
     """SmolLM2 (30 layers, 9 heads of which 3 key/value, RMSNorm, SwiGLU, RoPE): the trace's
     softmax row is /v1/inspect's, its next token after the question is the model's, and the
     page draws it with 30 layers and 9 heads. The request time is printed (-s shows it)."""
-    s = ServerProcess(smollm2_run, "--engine", "torch")
+    s = ServerProcess(smollm2_run, "--engine", "numpy")  # starts without importing torch
     try:
         prompt = "The capital of France is"
         started = time.perf_counter()

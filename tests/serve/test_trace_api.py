@@ -119,3 +119,24 @@ def test_malformed_requests_are_refused_and_the_server_keeps_serving(plain, path
     assert reply.status == 400, reply.text[:300]
     assert reply.json()["error"]["param"] == param
     assert call(server.url, "POST", "/v1/trace", {"prompt": "ab"}).status == 200
+
+
+def test_a_trace_reads_at_most_max_tokens():
+    """A context longer than MAX_TOKENS is bounded by it: every layer forms (H, T, T) scores."""
+    from serve_helpers import weights
+
+    from sheepop.config.schema import Config, ModelConfig
+    from sheepop.inference.load import build
+    from sheepop.serve.protocol import ApiError
+    from sheepop.serve.trace import MAX_TOKENS, request_ids
+    from sheepop.tokenizers import train_tokenizer
+    tok = train_tokenizer("char", ["ab"])
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=2048, n_layer=1, n_head=1,
+                            n_embd=8)
+    model = build(cfg, weights(cfg.model), tok, engine="numpy")
+    ids, prompt = request_ids({"prompt": [5] * MAX_TOKENS}, model)
+    assert len(ids) == prompt == MAX_TOKENS
+    with pytest.raises(ApiError) as e:
+        request_ids({"prompt": [5] * MAX_TOKENS, "continuation": ["a"]}, model)
+    assert e.value.status == 400 and "at most 1024" in str(e.value)
