@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from cli_refusal import fails
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
@@ -140,10 +141,9 @@ def test_overflow_drops_the_oldest_turns_but_keeps_the_system_message(runs, monk
 
 
 def test_a_run_without_chat_tokens_is_refused_in_one_line(runs, capsys):
-    assert main(["chat", str(runs[1])]) == 2
-    assert capsys.readouterr().err == (
+    assert fails(capsys, ["chat", str(runs[1])]) == (
         "sheepop: error: this run's tokenizer has no chat template: fine-tune it with "
-        "sheepop finetune first\n")
+        "sheepop finetune first")
 
 
 def test_escapes_round_trip():
