@@ -265,3 +265,10 @@ def test_finetune_without_out_writes_beside_its_base_and_never_over_a_run(capsys
     fails(capsys, argv, f"{base}-chat already holds a run: continue it with --resume")
     assert (tmp_path / "base-chat" / "model.safetensors").read_bytes() == before
     fails(capsys, ["finetune", "--resume"], "--resume needs --out RUN_DIR")
+
+
+def test_help_config_of_a_resumed_run_shows_the_runs_values(trained, capsys):
+    assert main(["train", "--help-config", "--resume", "--out", str(trained)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  train.steps = 2    # optimizer steps (default 1000; set by the run)" in lines
+    assert any(line.startswith("  model.n_embd = 16    #") for line in lines)

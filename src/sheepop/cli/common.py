@@ -84,8 +84,9 @@ def add_config_options(p: argparse.ArgumentParser,
 
 def config_origin(args: argparse.Namespace) -> str:
     """What set the config's values besides the defaults, in words: 'the tiny preset, --set'."""
-    given = [f"the {args.preset} preset" if args.preset else "",
-             "the run" if getattr(args, "resume", False) else "",
+    resume, source = getattr(args, "resume", False), getattr(args, "init_from", None)
+    given = ["the run" if resume else f"the {args.preset} preset" if args.preset else "",
+             f"the model of {source}" if source and not resume else "",
              "--config" if args.config else "", "--set" if args.overrides else "",
              "the flags" if flag_values(args) else ""]
     return ", ".join(g for g in given if g) or "nothing"
