@@ -4,7 +4,8 @@
 
 Serves RUN_DIR (a trained run: `make run` makes one) with `--runs` over its parent folder, drives
 the page in Debian's Chromium through Playwright (as tests/serve/test_page_browser.py does),
-and writes page-generate.png, page-inside.png and page-runs.png at 1280x800, and
+and writes page-generate.png, page-inside.png (and its panels: page-inside-heads.png,
+page-inside-sampled.png, page-inside-lens.png) and page-runs.png at 1280x800, and
 page-inside-phone.png at 390x844; then the Step view (page-step.png, page-step-attention.png,
 page-step-sampling.png, page-step-phone.png) and the Backprop view (page-backward.png,
 page-backward-phone.png) on the text generated. `--views step,backward` takes only those (the
@@ -81,6 +82,30 @@ def backward_view(page, out: Path, name: str, grads: str | None = None) -> None:
         page.evaluate("window.scrollTo(0, 0)")
 
 
+def inside_view(page, out: Path) -> None:
+    """The inside view: page-inside.png (whole), and the panels of issue 30 at 1280x800:
+    page-inside-heads.png (every head of layer 2, head 2 enlarged), page-inside-sampled.png
+    (the sampled distribution at T 0.8, top-k 10), page-inside-lens.png (the lens's chart)."""
+    page.get_by_test_id("view-inside").click()
+    page.wait_for_selector("[data-testid=logit-lens] tbody tr")
+    page.wait_for_selector("[data-testid=sampled] tbody tr")
+    page.get_by_test_id("layer").select_option("1")
+    page.wait_for_function("document.querySelector('[data-testid=attention]').dataset.layer "
+                           "=== '1'")
+    page.get_by_test_id("head-thumb").nth(1).click()
+    page.screenshot(path=str(out / "page-inside.png"), full_page=True)
+    shots = {"page-inside-heads.png": ("#heads", 120), "page-inside-sampled.png": ("#sampled", 220),
+             "page-inside-lens.png": ("#lens-nats", 420)}
+    page.fill("#s-temperature", "0.8")
+    page.fill("#s-top-k", "10")
+    page.dispatch_event("#s-top-k", "input")
+    page.mouse.move(1, 1)
+    for name, (selector, above) in shots.items():
+        page.evaluate(f"window.scrollTo(0, document.querySelector('{selector}')"
+                      f".getBoundingClientRect().top + window.scrollY - {above})")
+        page.screenshot(path=str(out / name))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
@@ -119,10 +144,7 @@ def main() -> None:
                 page.screenshot(path=str(args.out / "page-generate.png"))
                 page.mouse.move(1, 1)
             if "inside" in views:
-                page.get_by_test_id("view-inside").click()
-                page.wait_for_selector("[data-testid=logit-lens] tbody tr")
-                page.get_by_test_id("layer").select_option("1")
-                page.screenshot(path=str(args.out / "page-inside.png"), full_page=True)
+                inside_view(page, args.out)
             if "runs" in views:
                 page.get_by_test_id("view-runs").click()
                 page.wait_for_function("Number(document.querySelector('[data-testid=loss-"

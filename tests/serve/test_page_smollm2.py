@@ -36,7 +36,8 @@ def test_the_lens_top_k_equals_a_full_softmax_and_sort_on_a_49k_vocabulary():
     logits[2, [7, 40_000, 123]] = logits[2].max() + 1  # a three-way tie for the top: ids order
     logits[4, :] = 0.5  # all tied
     ids = [5, 49_151, 0, 17, 9, 4]
-    top, following = distribution(logits, ids, 5)
+    rows, _ = distribution(logits.copy(), np.array(ids[1:] + [-1]), 5)
+    top, following = rows.top, rows.following
     p = softmax(logits)
     order = np.argsort(-p, axis=-1, kind="stable")[:, :5]
     np.testing.assert_array_equal(top.ids, order)
@@ -156,6 +157,7 @@ def test_the_inside_view_draws_smollm2_in_chromium(smol, shots):
                                  ".dataset.layer === '11'")
             heatmap = pg.get_by_test_id("attention")
             margin, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("margin", "cell"))
+            heatmap.scroll_into_view_if_needed()
             box = heatmap.bounding_box()
             pg.mouse.move(box["x"] + margin + 10.5 * cell, box["y"] + margin + 11.5 * cell)
             answer = call(smol.url, "POST", "/v1/inspect", {"prompt": PAGE_PROMPT, "layers": [11],

@@ -44,7 +44,8 @@ export function drawChart(canvas, readout, series, { xLabel = "step", yLabel = "
     ctx.fillText(label(v), m.left - 6, Y(v));
   }
   ctx.textAlign = "center"; ctx.textBaseline = "top";
-  for (const v of ticks(x0, x1, Math.max(2, Math.floor(width / 110)))) {
+  const whole = xs.every(Number.isInteger);  // (layers, steps: no tick between two)
+  for (const v of ticks(x0, x1, Math.max(2, Math.floor(width / 110))).filter((t) => !whole || Number.isInteger(t))) {
     ctx.beginPath(); ctx.moveTo(X(v), m.top); ctx.lineTo(X(v), height - m.bottom); ctx.stroke();
     ctx.fillText(label(v), X(v), height - m.bottom + 4);
   }

@@ -49,8 +49,11 @@ export function attentionPanel(H) {
   function drawHeads() {
     const layer = Number(layerSelect.value), all = weightsOf(layer);
     if (!all) return;
+    // As many columns as fit at about 110 px (all 9 of SmolLM2's on a desktop, 3 x 3 on a phone).
     const room = grid.clientWidth || 300;
-    const side = Math.max(64, Math.min(150, Math.floor((room - 8 * (Math.min(H, 5) - 1)) / Math.min(H, 5)) - 4));
+    const cols = Math.max(1, Math.min(H, Math.floor(room / 110)));
+    const side = Math.max(48, Math.min(150, Math.floor((room - 8 * (cols - 1)) / cols) - 10));
+    grid.style.gridTemplateColumns = `repeat(${cols}, ${side + 10}px)`;
     grid.replaceChildren(...all.map((w, h) => {
       const small = el("canvas", { role: "img", "aria-label": `head ${h + 1}` });
       drawSmall(small, w, side);

@@ -120,7 +120,8 @@ export function insideView(state) {
     if (!all) $("#logit-lens").replaceChildren();
     await showLayer();
     drawPositionStrip();
-    pick(data.tokens.length > 1 ? data.tokens.length - 2 : 0);
+    // After a generation: the position its last token was drawn at; else what would come next.
+    pick(Math.max(0, data.tokens.length - (generated ? 2 : 1)));
     drawPositions($("#positions"), $("#positions-readout"), data);
     if (!all) {
       try {
