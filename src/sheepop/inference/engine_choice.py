@@ -45,6 +45,8 @@ DECODE_TOKENS_PER_S: tuple[Measured, ...] = (
     Measured("10m", 11_433_984, 2, 4.1, 3.6),
     Measured("smollm2", 134_515_008, 1, 3.4, 2.7),
     Measured("smollm2", 134_515_008, 2, 0.3, 0.8),
+    Measured("gpt2", 124_439_808, 1, 5.4, 4.8),
+    Measured("gpt2", 124_439_808, 2, 0.9, 1.3),
 )
 
 
