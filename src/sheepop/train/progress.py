@@ -75,12 +75,17 @@ class Progress:
 
     def _of(self, step: int, elapsed: float) -> str:
         """'40/266', or, when train.max_minutes ends the run before its steps would (a phase
-        bounded by time, its steps only a ceiling), '620 (2m 13s of a 5m 00s budget)'."""
+        bounded by time, its steps only a ceiling), '620 (2m 13s of a 5m 00s budget)'; the
+        bar then counts steps without a total, under the budget's name."""
         done = step - self.start
         by_steps = (self.steps - step) * elapsed / done if done > 0 else 0.0
-        if self.max_seconds and by_steps > self.max_seconds - elapsed:
-            return f"{step} ({duration(elapsed)} of a {duration(self.max_seconds)} budget)"
-        return f"{step}/{self.steps}"
+        if not (self.max_seconds and by_steps > self.max_seconds - elapsed):
+            return f"{step}/{self.steps}"
+        budget = duration(self.max_seconds)
+        if self.mode == "bar" and self.bar.total is not None:
+            self.bar.total = None
+            self.bar.set_description(f"train ({budget} budget)", refresh=False)
+        return f"{step} ({duration(elapsed)} of a {budget} budget)"
 
     def note(self, text: str) -> None:
         """A line about the run (an evaluation): above the bar, or one plain line; its
