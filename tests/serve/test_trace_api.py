@@ -140,3 +140,21 @@ def test_a_trace_reads_at_most_max_tokens():
     with pytest.raises(ApiError) as e:
         request_ids({"prompt": [5] * MAX_TOKENS, "continuation": ["a"]}, model)
     assert e.value.status == 400 and "at most 1024" in str(e.value)
+
+
+def test_the_softmax_rows_are_inspects_attention_rows(plain):
+    """Endpoint to endpoint: /v1/trace's A_t of every head equals /v1/inspect's row t of that
+    layer and head, and its p the next-token p /v1/inspect gives at t."""
+    server, _ = plain
+    ids = [t["id"] for t in call(server.url, "POST", "/v1/trace",
+                                 {"prompt": PROMPT}).json()["tokens"]]
+    seen = call(server.url, "POST", "/v1/inspect", {"prompt": ids}).json()
+    for layer, t in ((0, 9), (1, 4)):
+        x = call(server.url, "POST", "/v1/trace", {"prompt": ids, "position": t,
+                                                   "layer": layer}).json()
+        for h, head in enumerate(x["block"]["heads"]):
+            np.testing.assert_allclose(head["weights"][:t + 1],
+                                       seen["attention"]["weights"][layer][h][t], atol=2e-7)
+        p = {r["id"]: r["p"] for r in x["sampling"]["rows"]}
+        for i, q in zip(seen["next"]["ids"][t], seen["next"]["probs"][t]):
+            assert abs(p[i] - q) < 1e-6
