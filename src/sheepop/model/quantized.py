@@ -29,8 +29,9 @@ from sheepop.model.gpt import GPT, Head
 
 KERNEL_ROWS = 8
 """The most rows (tokens x sequences) the int8 kernel takes; measured on the AVX2 CPU, 1
-thread, a 1536 x 576 weight: it beats the float32 product up to 8 rows (1.8x at 1 row) and
-loses from 16 (0.75x at 16, 0.55x at 512)."""
+thread, a 1536 x 576 weight: it beats the row-major float32 product up to 8 rows (1.8x at 1
+row) and loses from 16 (0.75x at 16, 0.55x at 512). So a step of more than 8 sequences (serve's
+batches) runs the dequantized product: no faster than float32, only smaller in memory."""
 
 
 class Int8Linear(nn.Module):
