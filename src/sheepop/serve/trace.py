@@ -48,20 +48,21 @@ DIGITS = 7
 
 
 def vec(x: np.ndarray) -> list[float]:
+    """A vector as JSON: float64, rounded to DIGITS decimals."""
     return np.round(np.asarray(x, dtype=np.float64), DIGITS).tolist()
 
 
 def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
+    """body[name] (default `default`), a number in [low, high] (NaN and infinities are not)."""
     v = body.get(name, default)
     if type(v) not in (int, float) or not (low <= v <= high):
         raise bad(name, f"'{name}' must be a number between {low:g} and {high:g}, not {shown(v)}")
     return float(v)
 
 
-def _integer(body: dict, name: str, default: int | None, low: int, high: int) -> int | None:
+def _integer(body: dict, name: str, default: int, low: int, high: int) -> int:
+    """body[name] (default `default`), an integer in [low, high] (true and false are not)."""
     v = body.get(name, default)
-    if v is None and default is None:
-        return None
     if type(v) is not int or not low <= v <= high:
         raise bad(name, f"'{name}' must be an integer between {low} and {high}, not {shown(v)}")
     return v
