@@ -137,6 +137,22 @@ def repeat_kv_backward(dx: np.ndarray, groups: int) -> np.ndarray:
     return dx.reshape(B, H // groups, groups, T, dk).sum(axis=2)
 
 
+def grouped_decode_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+                           mask: np.ndarray | None = None) -> tuple[np.ndarray, CoreCache]:
+    """One query per head (a decode step, q (B, H, 1, d_k)) against H_kv cached key/value heads
+    (B, H_kv, T, d_k), without `repeat_kv_forward`'s copy of the cache to H heads: the
+    H / H_kv queries sharing a key/value head (heads g*groups .. g*groups + groups-1) become the
+    rows of one product, (B, H_kv, groups, d_k) against (B, H_kv, T, d_k). The same Y; a
+    one-token query sees every key (the causal mask is all zeros), and a given `mask`
+    ((T_keys,) rows, or (B, 1, 1, T_keys)) broadcasts over the groups. Inference only (no
+    backward: its cache holds the grouped shapes)."""
+    B, H, _, dk = q.shape
+    grouped = q.reshape(B, k.shape[1], H // k.shape[1], dk)
+    y, core = attention_core_forward(grouped, k, v, mask=np.zeros(1, q.dtype) if mask is None
+                                     else mask)
+    return y.reshape(B, H, 1, dk), core
+
+
 def merge_heads(y: np.ndarray) -> np.ndarray:
     """(B, H, T, d_k) -> (B, T, H * d_k): heads side by side, head h in columns h*d_k:(h+1)*d_k."""
     B, H, T, dk = y.shape
@@ -180,8 +196,11 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     if cache is not None:
         k, v = cache.update(layer, k, v)
     groups = n_head // n_kv_head
-    k, v = repeat_kv_forward(k, groups), repeat_kv_forward(v, groups)
-    y, core_cache = attention_core_forward(q, k, v, dropout, rng, mask)
+    if cache is not None and groups > 1 and q.shape[2] == 1 and (dropout == 0 or rng is None):
+        y, core_cache = grouped_decode_forward(q, k, v, mask)  # a decode step: no KV copy
+    else:
+        k, v = repeat_kv_forward(k, groups), repeat_kv_forward(v, groups)
+        y, core_cache = attention_core_forward(q, k, v, dropout, rng, mask)
     out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)
     return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head, n_kv_head,
                                rotate[1] if rotate is not None else None, rotation)
