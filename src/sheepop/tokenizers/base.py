@@ -179,33 +179,14 @@ class Tokenizer(ABC):
         return sum(self.unknown_pieces(text).values())
 
     def unknown_pieces(self, texts: str | Iterable[str]) -> Counter[str]:
-        """The pieces of a text, or of several (outside special tokens), that this tokenizer
-        cannot write, each with its count: the characters it does not know (`_knows`, asked
-        once per distinct character); the word kind counts words. Whether the kind maps them
-        to <|unk|> or drops them, they are not the text."""
-        counts: Counter[str] = Counter()
-        for piece in self._ordinary_pieces(texts):
-            counts.update(piece)
-        return Counter({c: n for c, n in counts.items() if not self._knows(c)})
-
-    def _ordinary_pieces(self, texts: str | Iterable[str]) -> Iterator[str]:
-        """The parts of the texts outside special tokens."""
-        for text in [texts] if isinstance(texts, str) else texts:
-            yield from (p for p, special in self.split_specials(text) if special is None)
+        """What this tokenizer cannot write, with counts (sheepop.tokenizers.unknown)."""
+        from sheepop.tokenizers.unknown import unknown_characters
+        return unknown_characters(self, texts)
 
     def _knows(self, char: str) -> bool:
-        """Whether `char` survives a round trip: it encodes to tokens, none of them <|unk|>,
-        that decode to text (not to nothing, nor to U+FFFD for part of its bytes). A
-        byte-level vocabulary without some bytes (SmolLM2's lacks 21 control bytes) drops
-        them: they are unknown too, though no <|unk|> says so."""
-        try:
-            ids = self._encode_ordinary(char)
-        except UserError:  # a kind without <|unk|> refuses what it does not know
-            return False
-        if not ids or (self.unk_id is not None and self.unk_id in ids):
-            return False
-        back = self.decode(ids)
-        return bool(back) and ("\ufffd" not in back or char == "\ufffd")
+        """Whether `char` survives a round trip (sheepop.tokenizers.unknown.round_trips)."""
+        from sheepop.tokenizers.unknown import round_trips
+        return round_trips(self, char)
 
     # ----- decode -----------------------------------------------------------------------------
 

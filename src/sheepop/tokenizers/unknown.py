@@ -8,11 +8,43 @@ round trip (mapped to <|unk|>, or dropped by a byte-level vocabulary that lacks 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Iterator
 
 from sheepop.errors import UserError
 from sheepop.tokenizers.base import Tokenizer
 
 EXAMPLES = 5  # the commonest unknown pieces a warning shows
+
+
+def ordinary_pieces(tokenizer: Tokenizer, texts: str | Iterable[str]) -> Iterator[str]:
+    """The parts of a text, or of several, outside special tokens."""
+    for text in [texts] if isinstance(texts, str) else texts:
+        yield from (p for p, special in tokenizer.split_specials(text) if special is None)
+
+
+def unknown_characters(tokenizer: Tokenizer, texts: str | Iterable[str]) -> Counter[str]:
+    """The characters of the texts (outside special tokens) that `tokenizer` does not know
+    (its `_knows`, asked once per distinct character), each with its count. Whether the kind
+    maps them to <|unk|> or drops them, they are not the text."""
+    counts: Counter[str] = Counter()
+    for piece in ordinary_pieces(tokenizer, texts):
+        counts.update(piece)
+    return Counter({c: n for c, n in counts.items() if not tokenizer._knows(c)})
+
+
+def round_trips(tokenizer: Tokenizer, char: str) -> bool:
+    """Whether `char` survives a round trip: it encodes to tokens, none of them <|unk|>, that
+    decode to text (not to nothing, nor to U+FFFD for part of its bytes). A byte-level
+    vocabulary without some bytes (SmolLM2's lacks a few control bytes) drops them: they are
+    unknown too, though no <|unk|> says so."""
+    try:
+        ids = tokenizer._encode_ordinary(char)
+    except UserError:  # a kind without <|unk|> refuses what it does not know
+        return False
+    if not ids or (tokenizer.unk_id is not None and tokenizer.unk_id in ids):
+        return False
+    back = tokenizer.decode(ids)
+    return bool(back) and ("\ufffd" not in back or char == "\ufffd")
 
 
 def unknown_warning(tokenizer: Tokenizer, pieces: Counter[str], what: str) -> str | None:

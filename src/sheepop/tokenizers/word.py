@@ -96,7 +96,8 @@ class WordTokenizer(Tokenizer):
 
     def unknown_pieces(self, texts: str | Iterable[str]) -> Counter[str]:
         """The words of the texts (as the tokenizer splits them) that map to <|unk|>."""
-        return Counter(w for piece in self._ordinary_pieces(texts)
+        from sheepop.tokenizers.unknown import ordinary_pieces
+        return Counter(w for piece in ordinary_pieces(self, texts)
                        for w in split_words(piece, self.lowercase) if w not in self._stoi)
 
     def _piece(self, i: int, prev: int | None, skip_special: bool) -> bytes:
