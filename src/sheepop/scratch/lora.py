@@ -173,7 +173,9 @@ class LoraGPT(GPT):
         """The adapters' (and new tokens' rows') names and shapes."""
         return adapter_shapes(self.cfg, self.lora)
 
-    def forward_pass(self, idx, targets, rng):
+    def forward_pass(self, idx: np.ndarray, targets: np.ndarray | None,
+                     rng: np.random.Generator | None
+                     ) -> tuple[np.ndarray, float | None, LoraCache]:
         return lora_forward(self.params, self.cfg, idx, targets, rng, lora=self.lora)
 
     def backward_pass(self, cache: LoraCache, dloss: float) -> Params:
