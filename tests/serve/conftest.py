@@ -24,7 +24,7 @@ def runs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server(runs):
     """The chat run, torch engine, an API key, batches of up to 16."""
-    s = ServerProcess(runs[0], "--api-key", KEY, "--max-batch", "16")
+    s = ServerProcess(runs[0], "--engine", "torch", "--api-key", KEY, "--max-batch", "16")
     yield s
     assert s.stop(signal.SIGTERM) == 0
 
