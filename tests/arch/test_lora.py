@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+from variants import gqa, llama
 
 from sheepop.arch.lora import (
     LORA_FILE,
@@ -23,9 +24,7 @@ from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 
 GPT_SHAPED = ModelConfig(vocab_size=11, n_layer=2, n_head=2, n_embd=8, d_ff=12)
-LLAMA_SHAPED = ModelConfig(vocab_size=11, n_layer=2, n_head=4, n_kv_head=2, n_embd=8, d_ff=12,
-                           pos_encoding="rope", norm="rmsnorm", ffn="swiglu", bias=False,
-                           tie_weights=False)
+LLAMA_SHAPED = ModelConfig(vocab_size=11, n_layer=2, n_embd=8, d_ff=12, **llama(**gqa(4, 2)))
 
 
 def test_config_round_trips_through_its_dict_and_file(tmp_path):

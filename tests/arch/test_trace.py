@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from variants import gqa, llama
 
 from sheepop.arch.trace import trace_token
 from sheepop.config.schema import Config, ModelConfig
@@ -26,8 +27,7 @@ KINDS = {  # every layer kind the trace follows
     "gpt": dict(pos_encoding="sinusoidal"),
     "learned": dict(pos_encoding="learned", head_bias=True, activation="gelu_tanh"),
     "relu": dict(pos_encoding="none", activation="relu", tie_weights=False),
-    "llama": dict(pos_encoding="rope", norm="rmsnorm", ffn="swiglu", n_head=4, n_kv_head=2,
-                  bias=False, tie_weights=False, rope_theta=100.0),
+    "llama": llama(rope_theta=100.0, **gqa(4, 2)),
 }
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import save as st_save
+from variants import RMSNORM, ROPE, SWIGLU, gqa, llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.checkpoint.check import check_weights_file, weights_from_bytes
@@ -284,7 +285,7 @@ def child_load(run_dir: Path, name: str) -> tuple[str, float]:
     """Load `name` of `run_dir` in a child process (a hang must not hang the tests): the
     UserError message and the seconds the load call itself took."""
     code = ("import sys, time, json\n"
-            "from sheepop import checkpoint\n"
+            "from sheepop.checkpoint import format as checkpoint\n"
             "from sheepop.errors import UserError\n"
             "start = time.perf_counter()\n"
             "try:\n"
@@ -382,11 +383,10 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(copy):
 @pytest.mark.parametrize("options", [
     {}, {"pos_encoding": "learned", "tie_weights": False, "head_bias": True},
     {"bias": False, "d_ff": 40, "n_layer": 3}, {"n_head": 1, "n_embd": 6, "vocab_size": 1},
-    {"norm": "rmsnorm", "bias": False},
-    {"ffn": "swiglu"}, {"ffn": "swiglu", "bias": False, "d_ff": 40},
-    {"n_head": 4, "n_kv_head": 1}, {"n_head": 4, "n_kv_head": 2, "pos_encoding": "rope"},
-    {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu", "n_kv_head": 1, "bias": False,
-     "tie_weights": False},
+    {**RMSNORM, "bias": False},
+    SWIGLU, {**SWIGLU, "bias": False, "d_ff": 40},
+    gqa(4, 1), {**gqa(4, 2), **ROPE},
+    llama(n_kv_head=1),
 ])
 def test_the_parameter_count_is_exact_for_both_engines(options):
     import torch

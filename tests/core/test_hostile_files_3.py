@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from variants import llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
@@ -128,8 +129,7 @@ def disk_full(monkeypatch):
                                      "prepare"])
 def test_a_full_disk_is_one_line_naming_the_output(tmp_path, capsys, disk_full, command):
     (tmp_path / "corpus.txt").write_text(TEXT * 20)
-    run = make_run(tmp_path / "run", pos_encoding="rope", norm="rmsnorm", ffn="swiglu",
-                   bias=False)
+    run = make_run(tmp_path / "run", **llama(tie_weights=True))
     out = tmp_path / "out"
     argv = {"tokenizer train": ["tokenizer", "train", "--kind", "bpe", "--vocab-size", "300",
                                 "--out", str(out), str(tmp_path / "corpus.txt")],

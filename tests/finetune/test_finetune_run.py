@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from variants import llama
 
 from sheepop.arch.lora import LoraConfig, merge
 from sheepop.checkpoint import format as checkpoint
@@ -174,8 +175,7 @@ def test_lora_adapters_load_in_peft_onto_the_exported_base(tmp_path, capsys, tin
     import peft
     import transformers
     cfg = tiny_config("torch", dropout=0.0)
-    for key, value in {"block_size": 32, "pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu",
-                       "n_kv_head": 1, "bias": False, "tie_weights": False}.items():
+    for key, value in {"block_size": 32, **llama(n_kv_head=1)}.items():
         cfg.set(f"model.{key}", value)
     tiny_trainer(cfg, tmp_path / "base").run()
     (tmp_path / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CHATS))

@@ -9,6 +9,7 @@ loop recomputes exactly that: the two must agree token for token and logit for l
 import numpy as np
 import pytest
 import torch
+from variants import gqa, llama
 
 from sheepop.config.model_size import kv_cache_bytes_per_token
 from sheepop.config.schema import Config, ModelConfig, SampleConfig
@@ -19,9 +20,8 @@ from sheepop.scratch.init import param_shapes
 from sheepop.scratch.lm import NumpyLM
 
 BLOCK, NEW, VOCAB = 8, 40, 23
-ROPE = dict(vocab_size=VOCAB, block_size=BLOCK, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
-            pos_encoding="rope", norm="rmsnorm", ffn="swiglu", bias=False, tie_weights=False,
-            dropout=0.0)
+ROPE = dict(vocab_size=VOCAB, block_size=BLOCK, n_layer=2, n_embd=16, dropout=0.0,
+            **llama(**gqa(4, 2)))
 GREEDY = SampleConfig(max_new_tokens=NEW, temperature=0.0)
 
 

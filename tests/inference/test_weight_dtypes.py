@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from cli_refusal import fails
+from variants import gqa, llama
 
 from sheepop.arch.quantize import (
     QMAX,
@@ -84,9 +85,9 @@ def test_int8_linear_computes_its_formula_in_both_paths():
 @pytest.fixture(scope="module")
 def small():
     cfg = Config()
-    cfg.model = ModelConfig(vocab_size=61, block_size=64, n_layer=2, n_head=4, n_kv_head=2,
-                            n_embd=64, pos_encoding="rope", norm="rmsnorm", activation="silu",
-                            ffn="swiglu", bias=False, tie_weights=True, dropout=0.0)
+    cfg.model = ModelConfig(vocab_size=61, block_size=64, n_layer=2, n_embd=64,
+                            activation="silu", dropout=0.0,
+                            **llama(tie_weights=True, **gqa(4, 2)))
     torch.manual_seed(3)
     return cfg, GPT(cfg.model).numpy_weights()
 

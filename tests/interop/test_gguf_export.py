@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGUFReader, GGUFValueType
+from variants import gqa, llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import export as export_cli
@@ -42,9 +43,8 @@ def bpe():
 
 
 def llama_cfg(vocab: int, **kw) -> ModelConfig:
-    settings = dict(vocab_size=vocab, block_size=T, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
-                    d_ff=64, pos_encoding="rope", rope_theta=500.0, norm="rmsnorm",
-                    ffn="swiglu", bias=False, tie_weights=False, ln_eps=1e-5)
+    settings = dict(vocab_size=vocab, block_size=T, n_layer=2, n_embd=32, d_ff=64,
+                    rope_theta=500.0, ln_eps=1e-5, **llama(**gqa(4, 2)))
     return ModelConfig(**{**settings, **kw})
 
 

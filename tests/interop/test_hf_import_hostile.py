@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load as st_load
 from safetensors.numpy import save as st_save
+from variants import llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
@@ -28,8 +29,7 @@ TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 def tiny(kind: str, vocab: int) -> ModelConfig:
     if kind == "llama":
         return ModelConfig(vocab_size=vocab, block_size=16, n_layer=1, n_head=2, n_embd=16,
-                           d_ff=24, pos_encoding="rope", norm="rmsnorm", ffn="swiglu",
-                           bias=False, tie_weights=True)
+                           d_ff=24, **llama(tie_weights=True))
     return ModelConfig(vocab_size=vocab, block_size=16, n_layer=1, n_head=2, n_embd=16,
                        pos_encoding="learned", activation="gelu_tanh", bias=True,
                        tie_weights=True, head_bias=False, norm="layernorm")

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+import variants
 from scrambled import scramble
 
 from sheepop.checkpoint import format as checkpoint
@@ -34,9 +35,9 @@ def bpe():
 
 
 def llama_cfg(vocab: int, **kw) -> ModelConfig:
-    settings = dict(vocab_size=vocab, block_size=T, n_layer=2, n_head=4, n_kv_head=2, n_embd=32,
-                    d_ff=48, pos_encoding="rope", rope_theta=500.0, norm="rmsnorm",
-                    ffn="swiglu", bias=False, tie_weights=False, ln_eps=1e-5)
+    settings = dict(vocab_size=vocab, block_size=T, n_layer=2, n_embd=32, d_ff=48,
+                    rope_theta=500.0, ln_eps=1e-5,
+                    **variants.llama(**variants.gqa(4, 2)))
     return ModelConfig(**{**settings, **kw})
 
 

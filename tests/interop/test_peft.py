@@ -10,6 +10,7 @@ import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file
+from variants import gqa, llama
 
 from sheepop.arch.lora import LoraConfig, adapter_shapes
 from sheepop.checkpoint import format as checkpoint
@@ -23,9 +24,8 @@ from sheepop.tokenizers import train_tokenizer
 
 T = 16
 MODELS = {
-    "hf-llama": ModelConfig(block_size=T, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, d_ff=48,
-                            pos_encoding="rope", rope_theta=500.0, norm="rmsnorm", ffn="swiglu",
-                            bias=False, tie_weights=False, ln_eps=1e-5),
+    "hf-llama": ModelConfig(block_size=T, n_layer=2, n_embd=32, d_ff=48, rope_theta=500.0,
+                            ln_eps=1e-5, **llama(**gqa(4, 2))),
     "hf-gpt2": ModelConfig(block_size=T, n_layer=2, n_head=4, n_embd=32, pos_encoding="learned",
                            activation="gelu_tanh", bias=True, tie_weights=True),
 }

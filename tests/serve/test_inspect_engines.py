@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from serve_helpers import weights
+from variants import llama
 
 from sheepop.arch.inspect import softmax
 from sheepop.config.schema import Config, ModelConfig
@@ -23,8 +24,7 @@ TEXT = "the cat sat on the mat. "
 KINDS = {  # the layer kinds each change what inspect reads
     "gpt": dict(pos_encoding="sinusoidal"),
     "learned": dict(pos_encoding="learned", head_bias=True),
-    "llama": dict(pos_encoding="rope", norm="rmsnorm", ffn="swiglu", n_kv_head=1, bias=False,
-                  tie_weights=False),
+    "llama": llama(n_kv_head=1),
 }
 
 

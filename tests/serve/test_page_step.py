@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 from serve_helpers import ServerProcess, call, weights
+from variants import gqa, llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.schema import Config, ModelConfig
@@ -49,9 +50,8 @@ def run(tmp_path_factory) -> Path:
     whose head bias keeps it from ending (no EOS): every generation runs to max_tokens."""
     tok = train_tokenizer("char", ["abcdefgh ijk.\n"])
     cfg = Config()
-    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=2, n_head=4,
-                            n_kv_head=2, n_embd=32, pos_encoding="rope", norm="rmsnorm",
-                            ffn="swiglu", bias=False, tie_weights=False, head_bias=True)
+    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=2, n_embd=32,
+                            head_bias=True, **llama(**gqa(4, 2)))
     w = weights(cfg.model)
     w["head.bias"][tok.eos_id] = -100.0
     path = tmp_path_factory.mktemp("step-model") / "model"

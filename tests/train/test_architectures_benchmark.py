@@ -8,6 +8,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+from variants import RMSNORM, ROPE, SWIGLU, llama
+
 from sheepop.config.build import build_config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "architectures.py"
@@ -65,7 +67,6 @@ def test_each_ablation_changes_tiny_in_its_component_only():
 
     found = {name: changed(preset, ov) for name, preset, ov, _ in bench.CONTENDERS}
     assert found == {
-        "gpt": {}, "gpt+rope": {"pos_encoding": "rope"}, "gpt+rmsnorm": {"norm": "rmsnorm"},
-        "gpt+swiglu": {"ffn": "swiglu", "d_ff": 384}, "gpt+gqa": {"n_kv_head": 2},
-        "llama": {"n_kv_head": 2, "d_ff": 384, "pos_encoding": "rope", "norm": "rmsnorm",
-                  "ffn": "swiglu", "bias": False, "tie_weights": False}}
+        "gpt": {}, "gpt+rope": ROPE, "gpt+rmsnorm": RMSNORM,
+        "gpt+swiglu": {**SWIGLU, "d_ff": 384}, "gpt+gqa": {"n_kv_head": 2},
+        "llama": llama(n_kv_head=2, d_ff=384)}

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from variants import ALL_LORA_TARGETS, gqa, llama
 
 from sheepop.arch.lora import LoraConfig, adapter_param_count, adapter_shapes
 from sheepop.checkpoint import format as checkpoint
@@ -20,10 +21,9 @@ from sheepop.train.engine_torch import TorchEngine
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-CFG = ModelConfig(vocab_size=13, block_size=8, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
-                  d_ff=24, pos_encoding="rope", norm="rmsnorm", ffn="swiglu", bias=False,
-                  tie_weights=False)
-LORA = LoraConfig(4, 8.0, ("qkv", "proj", "fc", "down"))
+CFG = ModelConfig(vocab_size=13, block_size=8, n_layer=2, n_embd=16, d_ff=24,
+                  **llama(**gqa(4, 2)))
+LORA = LoraConfig(4, 8.0, ALL_LORA_TARGETS)
 TCFG = TrainConfig(steps=6, lr=5e-2, min_lr=5e-3, warmup_steps=1, weight_decay=0.1,
                    grad_clip=0.05, dtype="float64", device="cpu", seed=3)
 
