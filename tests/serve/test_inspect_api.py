@@ -136,6 +136,11 @@ def test_the_attention_of_the_torch_engine_for_a_conversation(server, chat_model
     assert_same_attention(answer, chat_model, ids)
     assert answer["positions"]["kind"] == "sinusoidal"
     assert np.shape(answer["positions"]["values"]) == (len(ids), 32)
+    assert answer["positions"]["scale"] == chat_model.config.model.sinusoid_scale == 32 ** -0.5
+    # The tokens a generation drew come after the opened assistant turn, as they are.
+    more = call(server.url, "POST", "/v1/inspect", {"messages": messages, "generated": [5, 6],
+                                                    "layers": [], "lens": False}, key=KEY)
+    assert [t["id"] for t in more.json()["tokens"]] == ids + [5, 6]
 
 
 def test_the_models_shape(server, plain_server):
@@ -144,6 +149,7 @@ def test_the_models_shape(server, plain_server):
             shape["engine"]) == (2, 2, 64, True, "torch")
     shape = call(plain_server.url, "GET", "/v1/inspect").json()
     assert (shape["pos_encoding"], shape["chat"], shape["engine"]) == ("rope", False, "numpy")
+    assert shape["tied"] is False  # (these runs keep a head of their own)
 
 
 @pytest.mark.parametrize("body, status, param, code", [
