@@ -262,7 +262,7 @@ def test_no_list_of_allowed_values_is_spelled_out_twice():
     assert KINDS is config.TOKENIZER_KINDS
     lists = [v for v in (*choice_fields().values(), config.INFERENCE_DTYPES) if len(v) > 1]
     for path in SRC.rglob("*.py"):
-        if path == SRC / "config" / "schema.py":
+        if path in (SRC / "config" / "schema.py", SRC / "config" / "finetune.py"):
             continue
         code = path.read_text()
         for allowed in lists:

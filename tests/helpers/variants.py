@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sheepop.config.schema import FFNS, LORA_TARGETS, NORMS, POS_ENCODINGS
+from sheepop.config.finetune import LORA_TARGETS
+from sheepop.config.schema import FFNS, NORMS, POS_ENCODINGS
 
 ROPE = {"pos_encoding": "rope"}
 RMSNORM = {"norm": "rmsnorm"}

@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 
 from sheepop.arch.params import check_shapes
-from sheepop.config.schema import LORA_TARGETS, ModelConfig
+from sheepop.config.finetune import LORA_TARGETS
+from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_text, read_json, shown
 

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import TYPE_CHECKING
+from typing import Any
 
 from sheepop.config.model_size import check_model_size, physical_memory
 from sheepop.errors import UserError
 from sheepop.files import shown
 
-if TYPE_CHECKING:  # schema imports this module to validate
-    from sheepop.config.schema import Config
 
-
-def check_config(cfg: Config, sections: dict[str, type]) -> None:
-    """Raise a UserError for the first value of `cfg`, whose section classes are `sections`,
+def check_config(cfg: Any, sections: dict[str, type]) -> None:
+    """Raise a UserError for the first value of `cfg` (a sheepop.config.schema.Config, whose
+    section classes are `sections`; schema imports this module, so the type is not named here)
     that breaks a rule."""
     m, t, d, s, lora = cfg.model, cfg.train, cfg.data, cfg.sample, cfg.lora
     values = [(f"{section}.{f.name}", getattr(getattr(cfg, section), f.name), f)

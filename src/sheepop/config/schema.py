@@ -20,7 +20,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sheepop.config.checks import check_config
+from sheepop.config.finetune import FinetuneConfig, LoraSettings
 from sheepop.config.layer_kinds import FFN_SHAPES, NORM_VECTORS, POSITION_KINDS, default_ffn_width
+from sheepop.config.setting import setting
 from sheepop.config.values import convert_value
 from sheepop.errors import UserError
 from sheepop.files import shown
@@ -39,9 +41,6 @@ NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.co
 FFNS = tuple(FFN_SHAPES)
 TOKENIZER_KINDS = ("char", "word", "bpe", "digits", "pretrained")  # pretrained: imported only
 SAMPLING_MODES = ("random", "chunks")
-TRAIN_ON = ("assistant", "all")  # fine-tuning: the tokens the loss counts (sheepop.tokenizers.chat)
-# The layers that can get a LoRA adapter, by the short names a user types (sheepop.arch.lora).
-LORA_TARGETS = ("qkv", "proj", "fc", "down")
 
 # What config.json's sections mean ("config_version"; a file without it is version 1).
 # 2: `sheepop generate` reads [sample]. A version-1 file's [sample] holds defaults nothing ever
@@ -50,53 +49,39 @@ CONFIG_VERSION = 2
 VERSION_KEY = "config_version"
 
 
-def _f(default: Any, help: str, choices: tuple[str, ...] = (), many: bool = False,
-       **kw: Any) -> Any:
-    """A dataclass field that carries its help text and, for a choice, the allowed values
-    (`{choices}` in the help is replaced by them, else they are appended); `many`: the value
-    is a comma-separated list of them."""
-    if choices:
-        listed = " | ".join(choices)
-        help = help.format(choices=listed) if "{choices}" in help else f"{help}: {listed}"
-    meta = {"help": help, "choices": choices, "many": many}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta, **kw)
-    return field(default=default, metadata=meta, **kw)
-
-
 @dataclass
 class ModelConfig:
-    vocab_size: int = _f(0, "vocabulary size (0: taken from the tokenizer; another value must "
-                         "equal the tokenizer's)")
-    block_size: int = _f(128, "context length T in tokens")
-    n_layer: int = _f(4, "number of transformer blocks")
-    n_head: int = _f(4, "attention heads per block (1: the single-head model)")
-    n_kv_head: int = _f(0, "key/value heads per block (0: n_head; fewer: grouped-query "
-                        "attention, 1: multi-query), a divisor of n_head")
-    n_embd: int = _f(128, "model width d")
-    d_ff: int = _f(0, "feed-forward hidden width (0: 4 * n_embd for mlp; for swiglu the "
-                   "multiple of 64 nearest 8 * n_embd / 3)")
-    dropout: float = _f(0.0, "dropout on embeddings, attention weights and residual branches")
-    pos_encoding: str = _f("sinusoidal", "positional encoding", POS_ENCODINGS)
-    pos_scale: float = _f(0.0, "multiplier on the sinusoidal table (0: 1/sqrt(n_embd))")
-    rope_theta: float = _f(10000.0, "rope: the base of the rotation frequencies "
-                           "theta^(-2i/head_dim)")
-    digit_positions: int = _f(0, "digit places (digits tokenizer): rows of a learned table "
-                              "added at each digit by its place in its number, 1 = the first "
-                              "digit written (0: off; docs/math/03-positions.md)")
-    digit_offset: int = _f(0, "digit places, training only: a random 0..N added to every "
-                           "place of a sequence, so rows past the training numbers' length "
-                           "are trained too")
-    term_positions: int = _f(0, "term indices (digits tokenizer): rows of a learned table "
-                             "added at each token by how many numbers end before it (0: off)")
-    activation: str = _f("gelu", "FFN activation (gelu: the exact erf form)", ACTIVATIONS)
-    norm: str = _f("layernorm", "normalisation before attention, FFN and head", NORMS)
-    ffn: str = _f("mlp", "feed-forward kind (mlp: act(x W_fc^T) W_proj^T, act = activation; "
-                  "swiglu: (silu(x W_gate^T) * x W_up^T) W_proj^T)", FFNS)
-    ln_eps: float = _f(1e-5, "epsilon of the norms (layernorm and rmsnorm)")
-    bias: bool = _f(True, "biases in the attention and FFN linear layers")
-    tie_weights: bool = _f(True, "share the token embedding with the output head")
-    head_bias: bool = _f(False, "a bias on the output head")
+    vocab_size: int = setting(0, "vocabulary size (0: taken from the tokenizer; another value must "
+                              "equal the tokenizer's)")
+    block_size: int = setting(128, "context length T in tokens")
+    n_layer: int = setting(4, "number of transformer blocks")
+    n_head: int = setting(4, "attention heads per block (1: the single-head model)")
+    n_kv_head: int = setting(0, "key/value heads per block (0: n_head; fewer: grouped-query "
+                             "attention, 1: multi-query), a divisor of n_head")
+    n_embd: int = setting(128, "model width d")
+    d_ff: int = setting(0, "feed-forward hidden width (0: 4 * n_embd for mlp; for swiglu the "
+                        "multiple of 64 nearest 8 * n_embd / 3)")
+    dropout: float = setting(0.0, "dropout on embeddings, attention weights and residual branches")
+    pos_encoding: str = setting("sinusoidal", "positional encoding", POS_ENCODINGS)
+    pos_scale: float = setting(0.0, "multiplier on the sinusoidal table (0: 1/sqrt(n_embd))")
+    rope_theta: float = setting(10000.0, "rope: the base of the rotation frequencies "
+                                "theta^(-2i/head_dim)")
+    digit_positions: int = setting(0, "digit places (digits tokenizer): rows of a learned table "
+                                   "added at each digit by its place in its number, 1 = the first "
+                                   "digit written (0: off; docs/math/03-positions.md)")
+    digit_offset: int = setting(0, "digit places, training only: a random 0..N added to every "
+                                "place of a sequence, so rows past the training numbers' length "
+                                "are trained too")
+    term_positions: int = setting(0, "term indices (digits tokenizer): rows of a learned table "
+                                  "added at each token by how many numbers end before it (0: off)")
+    activation: str = setting("gelu", "FFN activation (gelu: the exact erf form)", ACTIVATIONS)
+    norm: str = setting("layernorm", "normalisation before attention, FFN and head", NORMS)
+    ffn: str = setting("mlp", "feed-forward kind (mlp: act(x W_fc^T) W_proj^T, act = activation; "
+                       "swiglu: (silu(x W_gate^T) * x W_up^T) W_proj^T)", FFNS)
+    ln_eps: float = setting(1e-5, "epsilon of the norms (layernorm and rmsnorm)")
+    bias: bool = setting(True, "biases in the attention and FFN linear layers")
+    tie_weights: bool = setting(True, "share the token embedding with the output head")
+    head_bias: bool = setting(False, "a bias on the output head")
 
     @property
     def ffn_dim(self) -> int:
@@ -123,106 +108,75 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = _f(1000, "optimizer steps")
-    batch_size: int = _f(16, "sequences per micro-batch")
-    grad_accum: int = _f(1, "micro-batches per optimizer step (gradient accumulation)")
-    lr: float = _f(1e-3, "peak learning rate")
-    min_lr: float = _f(1e-4, "learning rate at the end of the cosine decay")
-    warmup_steps: int = _f(100, "linear warmup steps")
-    decay_steps: int = _f(0, "step where the cosine reaches min_lr (0: train.steps)")
-    weight_decay: float = _f(0.1, "AdamW decoupled weight decay (not on biases, LayerNorm)")
-    beta1: float = _f(0.9, "AdamW beta1")
-    beta2: float = _f(0.99, "AdamW beta2")
-    eps: float = _f(1e-8, "AdamW epsilon")
-    grad_clip: float = _f(1.0, "clip the global gradient norm to this (0: off)")
-    max_grad_norm: float = _f(1000.0, "stop, before saving, when the gradient norm (before "
-                              "clipping) passes this: a diverging run (0: no limit)")
-    dtype: str = _f("auto", "{choices} (float64: numpy engine; auto: bf16 on capable CUDA, "
-                    "else fp32)", DTYPES)
-    device: str = _f("auto", "cpu | cuda | cuda:N | auto")
-    compile: bool = _f(False, "torch.compile the model (torch engine)")
-    engine: str = _f("torch", "the engine that trains", ENGINES)
-    seed: int = _f(1337, "random seed (weights, batches, dropout)")
-    eval_interval: int = _f(200, "evaluate on the val split every N steps (0: only at the end)")
-    eval_batches: int = _f(20, "batches per evaluation")
-    log_interval: int = _f(10, "append to metrics.jsonl every N steps")
-    checkpoint_interval: int = _f(500, "write a checkpoint every N steps (0: only at the end)")
-    keep_last: int = _f(1, "checkpoints kept: the run directory holds the latest; N > 1 also "
-                        "keeps the newest N as checkpoints/step-NNNNNNN/ (hard links)")
-    early_stop_patience: int = _f(0, "stop after N evaluations in a row without a new best val "
-                                  "loss (0: never); the best is kept in best/ either way")
-    tensorboard: bool = _f(False, "also write the metrics as TensorBoard events in "
-                           "RUN_DIR/tensorboard/ (needs: pip install 'sheepop[tensorboard]')")
-    max_minutes: float = _f(0.0, "stop after this many minutes of training (0: no limit)")
-    threads: int = _f(0, "threads of torch and of the NumPy engine's BLAS (0: auto, the cores "
-                         "the load average leaves idle; sheepop.threads)")
-    fsdp: bool = _f(False, "under torchrun: shard weights, gradients and AdamW moments over the "
-                    "ranks (FSDP) instead of replicating them (DDP)")
+    steps: int = setting(1000, "optimizer steps")
+    batch_size: int = setting(16, "sequences per micro-batch")
+    grad_accum: int = setting(1, "micro-batches per optimizer step (gradient accumulation)")
+    lr: float = setting(1e-3, "peak learning rate")
+    min_lr: float = setting(1e-4, "learning rate at the end of the cosine decay")
+    warmup_steps: int = setting(100, "linear warmup steps")
+    decay_steps: int = setting(0, "step where the cosine reaches min_lr (0: train.steps)")
+    weight_decay: float = setting(0.1, "AdamW decoupled weight decay (not on biases, LayerNorm)")
+    beta1: float = setting(0.9, "AdamW beta1")
+    beta2: float = setting(0.99, "AdamW beta2")
+    eps: float = setting(1e-8, "AdamW epsilon")
+    grad_clip: float = setting(1.0, "clip the global gradient norm to this (0: off)")
+    max_grad_norm: float = setting(1000.0, "stop, before saving, when the gradient norm (before "
+                                   "clipping) passes this: a diverging run (0: no limit)")
+    dtype: str = setting("auto", "{choices} (float64: numpy engine; auto: bf16 on capable CUDA, "
+                         "else fp32)", DTYPES)
+    device: str = setting("auto", "cpu | cuda | cuda:N | auto")
+    compile: bool = setting(False, "torch.compile the model (torch engine)")
+    engine: str = setting("torch", "the engine that trains", ENGINES)
+    seed: int = setting(1337, "random seed (weights, batches, dropout)")
+    eval_interval: int = setting(200, "evaluate on the val split every N steps (0: only at the "
+                                 "end)")
+    eval_batches: int = setting(20, "batches per evaluation")
+    log_interval: int = setting(10, "append to metrics.jsonl every N steps")
+    checkpoint_interval: int = setting(500, "write a checkpoint every N steps (0: only at the end)")
+    keep_last: int = setting(1, "checkpoints kept: the run directory holds the latest; N > 1 also "
+                             "keeps the newest N as checkpoints/step-NNNNNNN/ (hard links)")
+    early_stop_patience: int = setting(0, "stop after N evaluations in a row without a new best "
+                                       "val loss (0: never); the best is kept in best/ either way")
+    tensorboard: bool = setting(False, "also write the metrics as TensorBoard events in "
+                                "RUN_DIR/tensorboard/ (needs: pip install 'sheepop[tensorboard]')")
+    max_minutes: float = setting(0.0, "stop after this many minutes of training (0: no limit)")
+    threads: int = setting(0, "threads of torch and of the NumPy engine's BLAS (0: auto, the cores "
+                              "the load average leaves idle; sheepop.threads)")
+    fsdp: bool = setting(False, "under torchrun: shard weights, gradients and AdamW moments over "
+                         "the ranks (FSDP) instead of replicating them (DDP)")
 
 
 @dataclass
 class DataConfig:
-    tokenizer: str = _f("char", "tokenizer kind when training one", TOKENIZER_KINDS)
-    vocab_size: int = _f(0, "tokenizer vocabulary size for word/bpe (0: the kind's default)")
-    max_bytes: int = _f(8_000_000, "read at most this many bytes of raw text")
-    text_field: str = _f("text", "JSON Lines / Parquet: the key or column holding the text; "
-                         "a dotted path (meta.body) for a nested field")
-    follow_links: bool = _f(False, "raw-text DATA: also read what symbolic links leading outside "
-                            "it point to (by default they are skipped and listed)")
-    val_fraction: float = _f(0.1, "fraction of the tokens held out for validation")
-    sampling: str = _f("random", "{choices}: random windows, or chunks (stride, last chunk "
-                       "padded)", SAMPLING_MODES)
-    stride: int = _f(0, "chunks mode: step between window starts (0: block_size)")
+    tokenizer: str = setting("char", "tokenizer kind when training one", TOKENIZER_KINDS)
+    vocab_size: int = setting(0, "tokenizer vocabulary size for word/bpe (0: the kind's default)")
+    max_bytes: int = setting(8_000_000, "read at most this many bytes of raw text")
+    text_field: str = setting("text", "JSON Lines / Parquet: the key or column holding the text; "
+                              "a dotted path (meta.body) for a nested field")
+    follow_links: bool = setting(False, "raw-text DATA: also read what symbolic links leading "
+                                 "outside it point to (by default they are skipped and listed)")
+    val_fraction: float = setting(0.1, "fraction of the tokens held out for validation")
+    sampling: str = setting("random", "{choices}: random windows, or chunks (stride, last chunk "
+                            "padded)", SAMPLING_MODES)
+    stride: int = setting(0, "chunks mode: step between window starts (0: block_size)")
 
 
 @dataclass
 class SampleConfig:
     """How `sheepop generate` samples (a run's [sample] section; its flags override it)."""
-    max_new_tokens: int = _f(200, "tokens to generate")
+    max_new_tokens: int = setting(200, "tokens to generate")
     # 0.8, not 1: slightly sharper than the model's own distribution, which reads better from
     # the small models trained here; it is also what `sheepop generate` has always used.
-    temperature: float = _f(0.8, "softmax temperature (0: greedy; 1: the model's own "
-                            "distribution; 0.8 reads better from small models)")
-    top_k: int = _f(0, "keep the k most likely tokens (0: all)")
-    top_p: float = _f(1.0, "keep the smallest set whose probability reaches p (1: all)")
-    seed: int = _f(1337, "sampling seed")
-    repetition_penalty: float = _f(1.0, "divide the positive logits (multiply the negative) of "
-                                   "tokens already in the context by this (1: off)")
-    slide_chunk: int = _f(0, "past the context, absolute positions: the oldest tokens dropped "
-                          "at once, so the cache is refilled once per chunk (1: always the last "
-                          "block_size tokens, the slowest; 0: block_size // 4)")
-
-
-@dataclass
-class FinetuneConfig:
-    """How `sheepop finetune` trains on conversations (recorded in its run's finetune.json)."""
-    train_on: str = _f("assistant", "which tokens the loss counts: the assistant's, or all of "
-                       "them", TRAIN_ON)
-
-
-@dataclass
-class LoraSettings:
-    """The adapters `sheepop finetune` trains, W + (alpha / r) B A (docs/finetune.md); the run's
-    lora.json records them as a sheepop.arch.lora.LoraConfig (`lora_config`)."""
-    rank: int = _f(0, "rank r of the adapters W + (alpha/r) B A; 0: no adapters, every weight "
-                   "trains (full fine-tuning)")
-    alpha: float = _f(0.0, "the adapters' scale is alpha / rank (0: 2 * rank, a scale of 2)")
-    targets: str = _f("qkv,proj", "comma-separated layers that get adapters, of {choices} (qkv, "
-                      "proj: attention; fc: the FFN's first layer, swiglu's gate and up; down: "
-                      "the FFN's output)", LORA_TARGETS, many=True)
-    train_new_tokens: bool = _f(True, "the embedding (and head) rows of the chat tokens added "
-                                "to the vocabulary train with the adapters (false: frozen at "
-                                "their initial values)")
-
-    @property
-    def scale_alpha(self) -> float:
-        """alpha, or its default 2r (a scale alpha / r of 2) when 0."""
-        return self.alpha or 2.0 * self.rank
-
-    @property
-    def target_names(self) -> tuple[str, ...]:
-        """The targets as a tuple of names, in the order typed ("qkv,fc" -> ("qkv", "fc"))."""
-        return tuple(t.strip() for t in self.targets.split(",") if t.strip())
+    temperature: float = setting(0.8, "softmax temperature (0: greedy; 1: the model's own "
+                                 "distribution; 0.8 reads better from small models)")
+    top_k: int = setting(0, "keep the k most likely tokens (0: all)")
+    top_p: float = setting(1.0, "keep the smallest set whose probability reaches p (1: all)")
+    seed: int = setting(1337, "sampling seed")
+    repetition_penalty: float = setting(1.0, "divide the positive logits (multiply the negative) "
+                                        "of tokens already in the context by this (1: off)")
+    slide_chunk: int = setting(0, "past the context, absolute positions: the oldest tokens dropped "
+                               "at once, so the cache is refilled once per chunk (1: always the "
+                               "last block_size tokens, the slowest; 0: block_size // 4)")
 
 
 # The sections of a run: its config.json holds these.

@@ -31,7 +31,8 @@ import numpy as np
 from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.build import build_config
-from sheepop.config.schema import FINETUNE_SECTIONS, Config, LoraSettings
+from sheepop.config.finetune import LoraSettings
+from sheepop.config.schema import FINETUNE_SECTIONS, Config
 from sheepop.data.chat import read_conversations
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError

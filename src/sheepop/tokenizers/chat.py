@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
-from sheepop.config.schema import TRAIN_ON
+from sheepop.config.finetune import TRAIN_ON
 from sheepop.errors import UserError
 from sheepop.tokenizers.base import Tokenizer
 from sheepop.tokenizers.chat_shipped import (
