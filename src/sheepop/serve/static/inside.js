@@ -52,12 +52,14 @@ export function insideView(state) {
     const chosen = t + 1 < ids.length ? ids[t + 1] : null;
     if (!logits.has(t)) {
       const mine = data;
+      let got;
       try {
-        const got = await api("/v1/inspect", { ...request, layers: [], lens: false, top: 1, logits_at: t });
-        logits.set(t, decodeLogits(got.logits.float32));
-        for (const [id, name] of Object.entries(got.logits.texts)) data.texts.set(Number(id), name);
+        got = await api("/v1/inspect", { ...request, layers: [], lens: false, top: 1, logits_at: t });
       } catch (e) { setStatus(status, e.message, true); return; }
-      if (mine !== data || picked !== t) return;
+      if (mine !== data) return;  // another text was analysed meanwhile: these logits are not its
+      logits.set(t, decodeLogits(got.logits.float32));
+      for (const [id, name] of Object.entries(got.logits.texts)) data.texts.set(Number(id), name);
+      if (picked !== t) return;
     }
     const text = (i) => data.texts.get(i) ?? `#${i}`;
     sampled.show(logits.get(t), ids.slice(0, t + 1), chosen, text, t);
