@@ -98,11 +98,11 @@ class Summary:
         `train` and `eval` all say it: 'nothing usable found in chats.jsonl: 1 file (1 no
         documents; lines/rows: 1 no field 'text')'."""
         files = self.total("files")
-        reasons = [f"{n} {code}" for code, n in self.reasons.most_common(3)]
+        reasons = [", ".join(f"{n} {code}" for code, n in self.reasons.most_common(3))]
         records = ", ".join(f"{n:,} {why}" for why, n in self.record_reasons.most_common(3))
         if records:
             reasons.append(f"lines/rows: {records}")
-        why = f" ({'; '.join(reasons)})" if reasons else ""
+        why = f" ({'; '.join(r for r in reasons if r)})" if any(reasons) else ""
         return f"nothing usable found in {where}: {files} file{'s' if files != 1 else ''}{why}"
 
     def outside_lines(self) -> list[str]:
