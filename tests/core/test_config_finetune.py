@@ -76,3 +76,25 @@ def test_help_config_lists_the_finetune_keys(capsys):
     assert "[lora]    # sheepop finetune" in out
     assert "  lora.rank = 0    # rank r of the adapters" in out
     assert "  finetune.train_on = 'assistant'    # which tokens the loss counts" in out
+
+
+def test_a_bad_setting_is_refused_before_the_base_run_is_read(tmp_path, capsys):
+    """One line, exit status 2, whether the setting comes from a file, --set or a flag; the base
+    run named does not exist, so reading it would have failed with another message."""
+    toml = tmp_path / "ft.toml"
+    toml.write_text('[lora]\nrank = 4\ntargets = "qkv,mlp"\n')
+    base = ["finetune", str(tmp_path / "no-base"), "--data", str(tmp_path / "c.jsonl"),
+            "--out", str(tmp_path / "out")]
+    for extra, message in [
+        (["--config", str(toml)], "lora.targets must be a comma-separated list of qkv, proj, "
+                                  "fc, down, not 'qkv,mlp'"),
+        (["--set", "lora.alpha=8"], "lora.alpha and lora.train_new_tokens need lora.rank"),
+        (["--lora-freeze-new-tokens"], "lora.alpha and lora.train_new_tokens need lora.rank"),
+        (["--lora-rank", "2", "--set", "model.n_layer=9"],
+         "--set model.n_layer: only train, sample, finetune, lora settings can be set here"),
+    ]:
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("sheepop: error: ") and message in err, err
+        assert len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()

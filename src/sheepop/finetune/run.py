@@ -136,6 +136,8 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
         if checkpoint.holds_checkpoint(run_dir):  # before reading anything big
             raise UserError(f"{run_dir} already holds a run: continue it with --resume or "
                             "choose another --out")
+        # a mistyped setting is said before the base run (maybe a large model) is read
+        _settings(Config(), config_file, overrides, {**_lora_values(lora), **values}).validate()
         base_run = str(Path(base_run).resolve())
     base_cfg, tokenizer, weights, added = base_model(base_run)
     if not resume:
