@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from variants import llama
+from variants import ALL_LORA_TARGETS, llama
 
 from sheepop.arch.lora import LoraConfig, merge
 from sheepop.checkpoint import format as checkpoint
@@ -180,7 +180,7 @@ def test_lora_adapters_load_in_peft_onto_the_exported_base(tmp_path, capsys, tin
     tiny_trainer(cfg, tmp_path / "base").run()
     (tmp_path / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CHATS))
     finetune(str(tmp_path / "base"), str(tmp_path / "chats.jsonl"), tmp_path / "lora",
-             LoraConfig(4, 8.0, ("qkv", "proj", "fc", "down")), overrides=SETTINGS,
+             LoraConfig(4, 8.0, ALL_LORA_TARGETS), overrides=SETTINGS,
              values={"train.steps": 4, "train.lr": 0.05}, log=lambda *_: None, progress=False)
     assert main(["export", str(tmp_path / "lora"), str(tmp_path / "hf"), "--to", "hf-llama",
                  "--adapters"]) == 0

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file
-from variants import gqa, llama
+from variants import ALL_LORA_TARGETS, gqa, llama
 
 from sheepop.arch.lora import LoraConfig, adapter_shapes
 from sheepop.checkpoint import format as checkpoint
@@ -61,8 +61,8 @@ def sheepop_logits(cfg, weights, lora, adapters, ids) -> np.ndarray:
 
 
 @pytest.mark.parametrize("fmt,targets,new_tokens", [
-    ("hf-llama", ("qkv", "proj", "fc", "down"), 0), ("hf-llama", ("qkv",), 0),
-    ("hf-gpt2", ("qkv", "proj", "fc", "down"), 0), ("hf-gpt2", ("proj",), 0),
+    ("hf-llama", ALL_LORA_TARGETS, 0), ("hf-llama", ("qkv",), 0),
+    ("hf-gpt2", ALL_LORA_TARGETS, 0), ("hf-gpt2", ("proj",), 0),
     ("hf-llama", ("qkv", "fc"), 3), ("hf-gpt2", ("qkv",), 3),  # untied and tied new rows
 ])
 def test_peft_loads_the_adapters_with_the_same_logits(tmp_path, fmt, targets, new_tokens):
