@@ -8,10 +8,24 @@ round trip (mapped to <|unk|>, or dropped by a byte-level vocabulary that lacks 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Protocol
 
 from sheepop.errors import UserError
-from sheepop.tokenizers.base import Tokenizer
+
+
+class Tokenizer(Protocol):
+    """What these rules ask of a tokenizer (sheepop.tokenizers.base.Tokenizer, which calls
+    them: so they name its parts here instead of importing it)."""
+    kind: str
+
+    @property
+    def unk_id(self) -> int | None: ...
+    def split_specials(self, text: str) -> Iterable[tuple[str, int | None]]: ...
+    def encode(self, text: str) -> list[int]: ...
+    def _encode_ordinary(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int]) -> str: ...
+    def _knows(self, char: str) -> bool: ...
 
 EXAMPLES = 5  # the commonest unknown pieces a warning shows
 
