@@ -29,9 +29,11 @@ def test_hf_from_file_gives_exactly_our_ids(code_text, tmp_path, pattern):
     assert hf.token_to_id("<|eos|>") == tok.eos_id
 
 
-def test_export_of_other_kinds_is_refused(tmp_path):
-    with pytest.raises(UserError, match="only bpe"):
-        export_hf(train_tokenizer("char", ["abc"]), tmp_path / "x.json")
+def test_export_of_a_kind_without_a_hugging_face_form_is_refused(tmp_path):
+    with pytest.raises(UserError, match="a digits tokenizer has no Hugging Face form "
+                                        r"\(these do: bpe, char, word\)"):
+        export_hf(train_tokenizer("digits", ["1, 2, 3"]), tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()
 
 
 def _gpt2_style_files(tok, folder):
