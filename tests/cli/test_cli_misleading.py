@@ -230,6 +230,13 @@ def test_resume_on_new_text_warns_about_what_the_tokenizer_lacks(capsys, tmp_pat
     n = sum(c.isalpha() for c in TEXT)  # the capitals: not one is in the lowercase vocabulary
     assert (f"warning: {n:,} characters of the data are not in the vocabulary, encoded as the "
             "unknown token (e.g. 'E' x") in out
+    # Its val bits per byte are over the real text: the unknown capitals' bytes count (all
+    # ASCII, one token each, so bits per byte is near the loss in bits: the lost bytes are
+    # spread over 16 targets by the text's average; counting only the bytes the tokens
+    # write, the non-letters, it was about 5 times that).
+    last = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+            if "val_bpb" in line][-1]
+    assert last["val_bpb"] == pytest.approx(last["val_loss"] / math.log(2), rel=0.15)
 
 
 def test_a_run_bounded_by_time_shows_its_budget_not_a_step_ceiling(capsys, tmp_path):

@@ -38,7 +38,7 @@ from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError
 from sheepop.files import open_own_append
 from sheepop.schedule import lr_for
-from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
+from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte, scored_text_bytes
 from sheepop.train import divergence, keeping, run_lock
 from sheepop.train.progress import Progress, evaluation_line
 from sheepop.train.saving import CheckpointSaving
@@ -83,8 +83,7 @@ class Trainer(CheckpointSaving):
             self.eval_x, self.eval_y = eval_windows(data.val, m.block_size,
                                                     t.eval_batches * t.batch_size, pad)
         # The windows are fixed, so the bytes of text their targets stand for are counted once.
-        self.eval_bytes = (TargetBytes(data.tokenizer).count(self.eval_x, self.eval_y)
-                           if self.eval_x is not None else 0)
+        self.eval_bytes = self._eval_bytes(data)
         self.best = keeping.Best.from_state(state)
         self.last_val: float | None = None
         self.last_val_bpb: float | None = None
@@ -111,6 +110,19 @@ class Trainer(CheckpointSaving):
         # The scalars also as TensorBoard events (rank 0); checked here, before any step.
         self.events = (EventWriter(run_dir, start_step) if t.tensorboard and is_main else None)
 
+
+    def _eval_bytes(self, data: Dataset) -> int:
+        """The bytes of text the evaluation windows' targets stand for. Over raw text that a
+        run's tokenizer does not fully know (--resume, --init-from on new data), the bytes its
+        tokens cannot write are spread over the scored targets, as `sheepop eval` counts them
+        (sheepop.tokenizers.token_bytes.scored_text_bytes): bits per byte over the real text."""
+        if self.eval_x is None:
+            return 0
+        target_bytes = TargetBytes(data.tokenizer)
+        if not data.unknown or data.text_bytes is None:
+            return target_bytes.count(self.eval_x, self.eval_y)
+        stream = np.concatenate([np.asarray(data.train), np.asarray(data.val)])
+        return scored_text_bytes(target_bytes, self.eval_x, self.eval_y, stream, data.text_bytes)
     def evaluate(self) -> tuple[float, float | None] | None:
         """(mean loss in nats/token, bits per byte) on the validation windows; None without
         them. Bits per byte = sum of nats / (ln 2 * bytes of the targets' text)."""
