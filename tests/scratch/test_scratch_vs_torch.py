@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from variants import RMSNORM, ROPE, SWIGLU, gqa, llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.schema import ModelConfig, TrainConfig
@@ -18,18 +19,17 @@ from sheepop.scratch.init import init_params
 from sheepop.train.engine_numpy import NumpyEngine
 from sheepop.train.engine_torch import TorchEngine
 
-VARIANTS = [
+MODEL_VARIANTS = [
     {},
     {"tie_weights": False, "head_bias": True, "pos_encoding": "learned"},
     {"n_head": 1, "bias": False, "activation": "gelu_tanh"},
     {"n_head": 4, "activation": "relu", "n_layer": 3},
-    {"norm": "rmsnorm", "bias": False},
+    {**RMSNORM, "bias": False},
     # The modern decoder, in the combinations that matter (issue 14).
-    {"pos_encoding": "rope", "n_kv_head": 1, "n_head": 4},                     # rope + MQA
-    {"pos_encoding": "rope", "n_kv_head": 2, "n_head": 4, "bias": False},      # rope + GQA
-    {"norm": "rmsnorm", "ffn": "swiglu"},                                      # with biases
-    {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu", "n_kv_head": 1,
-     "bias": False, "tie_weights": False},                                     # Llama-shaped
+    {**ROPE, **gqa(4, 1)},                                    # rope + MQA
+    {**ROPE, **gqa(4, 2), "bias": False},                     # rope + GQA
+    {**RMSNORM, **SWIGLU},                                    # with biases
+    llama(n_kv_head=1),                                       # Llama-shaped, multi-query
 ]
 
 
@@ -74,7 +74,7 @@ def rel(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("dtype,tol", [(np.float64, 1e-6), (np.float32, 1e-4)])
-@pytest.mark.parametrize("kw", VARIANTS)
+@pytest.mark.parametrize("kw", MODEL_VARIANTS)
 def test_gradients_match_torch_autograd(kw, dtype, tol):
     cfg = config(**kw)
     params = perturbed_params(cfg, dtype)
@@ -123,8 +123,7 @@ def test_ten_adamw_steps_match_torch_in_float64():
 
 
 @pytest.mark.parametrize("kw", [{"pos_encoding": "learned", "tie_weights": False},
-                                {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu",
-                                 "n_kv_head": 1, "bias": False, "tie_weights": False}])
+                                llama(n_kv_head=1)])
 def test_checkpoints_cross_load_with_the_same_logits(tmp_path, kw):
     cfg = config(**kw)
     tcfg = TrainConfig(steps=3, lr=1e-2, warmup_steps=1, device="cpu", seed=5, dtype="float32")
