@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from scratch_gradcheck import check
+from variants import RMSNORM, ROPE, SWIGLU, gqa, llama
 
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.block import block_backward, block_forward
@@ -73,8 +74,8 @@ def test_swiglu(bias):
 
 
 @pytest.mark.parametrize("kw", [{}, {"n_head": 1, "bias": False}, {"dropout": 0.2},
-                                {"ffn": "swiglu", "n_head": 4, "n_kv_head": 2},
-                                {"ffn": "swiglu", "norm": "rmsnorm", "bias": False}])
+                                {**SWIGLU, **gqa(4, 2)},
+                                {**SWIGLU, **RMSNORM, "bias": False}])
 def test_block(kw):
     cfg = small_config(**kw)
     rng = np.random.default_rng(1)
@@ -99,12 +100,11 @@ MODEL_VARIANTS = [
     {"tie_weights": False, "head_bias": True, "pos_encoding": "learned"},
     {"n_head": 1, "bias": False, "activation": "gelu_tanh"},       # the single-head model
     {"n_head": 4, "activation": "relu", "n_layer": 1},
-    {"norm": "rmsnorm", "bias": False, "pos_encoding": "learned"},
-    {"pos_encoding": "rope", "n_head": 4, "n_kv_head": 2},                     # rope + GQA
-    {"pos_encoding": "rope", "n_head": 2, "n_kv_head": 1, "bias": False},      # rope + MQA
-    {"norm": "rmsnorm", "ffn": "swiglu"},                                      # with biases
-    {"norm": "rmsnorm", "ffn": "swiglu", "bias": False, "pos_encoding": "rope",
-     "n_head": 4, "n_kv_head": 2, "tie_weights": False},                      # Llama-shaped
+    {**RMSNORM, "bias": False, "pos_encoding": "learned"},
+    {**ROPE, **gqa(4, 2)},                                         # rope + GQA
+    {**ROPE, **gqa(2, 1), "bias": False},                          # rope + MQA
+    {**RMSNORM, **SWIGLU},                                         # with biases
+    llama(**gqa(4, 2)),                                            # Llama-shaped
 ]
 
 
