@@ -8,6 +8,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from variants import llama
 
 from sheepop.cli import main
 from sheepop.config.schema import ModelConfig, SampleConfig, TrainConfig
@@ -61,11 +62,7 @@ def test_a_torch_run_resumes_in_the_numpy_engine(tmp_path, interrupt_after, tiny
     np.testing.assert_allclose([x["loss"] for x in b], [x["loss"] for x in a], atol=2e-5)
 
 
-LLAMA = {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu", "n_kv_head": 1,
-         "bias": False, "tie_weights": False}
-
-
-@pytest.mark.parametrize("model", [{}, LLAMA])
+@pytest.mark.parametrize("model", [{}, llama(n_kv_head=1)])
 def test_a_numpy_run_resumes_in_the_torch_engine(tmp_path, interrupt_after, tiny_config,
                                                  tiny_trainer, read_metrics, model):
     def cfg(engine):
@@ -93,7 +90,7 @@ def model_pair(**kw):
 
 
 @pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned", "tie_weights": False},
-                                {**LLAMA, "n_kv_head": 2}])
+                                llama(n_kv_head=2)])
 def test_kv_cache_gives_the_logits_of_a_full_forward(kw):
     cfg, weights = model_pair(**kw)
     params = GPT(cfg, weights, np.float64).params
@@ -108,7 +105,7 @@ def test_kv_cache_gives_the_logits_of_a_full_forward(kw):
     assert cache.length == 9
 
 
-@pytest.mark.parametrize("kw", [{}, LLAMA])
+@pytest.mark.parametrize("kw", [{}, llama(n_kv_head=1)])
 def test_generation_matches_the_torch_engine_past_the_context(kw):
     cfg, weights = model_pair(**kw)
     torch_model = TorchGPT(cfg)
@@ -123,7 +120,7 @@ def test_generation_matches_the_torch_engine_past_the_context(kw):
     assert a == b == c and len(a) == 25
 
 
-@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned"}, LLAMA])
+@pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned"}, llama(n_kv_head=1)])
 def test_batched_generation_with_left_padding_matches_torch_and_single_prompts(kw):
     cfg, weights = model_pair(**kw)
     torch_model = TorchGPT(cfg)
