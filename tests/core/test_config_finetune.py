@@ -70,12 +70,18 @@ def test_only_finetune_reads_its_sections_and_a_run_does_not_save_them(tmp_path)
     assert Config.from_saved(cfg.to_dict(), "config.json").lora.rank == 0
 
 
-def test_help_config_lists_the_finetune_keys(capsys):
+def test_help_config_shows_the_values_a_finetune_runs_with(capsys):
     assert main(["finetune", "--help-config"]) == 0
     out = capsys.readouterr().out
-    assert "[lora]    # sheepop finetune" in out
+    assert "[lora]" in out and "[finetune]" in out
     assert "  lora.rank = 0    # rank r of the adapters" in out
     assert "  finetune.train_on = 'assistant'    # which tokens the loss counts" in out
+    # a fine-tune's own defaults, not the dataclasses' (train.steps 1000, lr 0.001)
+    assert "  train.steps = 300    # optimizer steps (default 1000; set by finetune)" in out
+    assert "  train.lr = 0.0005    # " in out
+    assert main(["finetune", "--help-config", "--lora-rank", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "  lora.rank = 8    # " in out and "  train.lr = 0.002    # " in out
 
 
 def test_a_bad_setting_is_refused_before_the_base_run_is_read(tmp_path, capsys):

@@ -62,7 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    keys="train.*, sample.*, finetune.* and lora.* keys (the model is the base "
                         "run's; resumed: train.* and sample.*)")
     p.add_argument("--help-config", action="store_true",
-                   help="print every config key with its default and exit")
+                   help="print every key with the value a fine-tune of BASE_RUN would run with "
+                        "(this command's defaults, the file, --set and the flags) and exit")
     p.set_defaults(func=run)
 
 
@@ -74,9 +75,11 @@ def default_out(base_run: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from sheepop.cli.common import flag_values
-    if args.help_config:
-        from sheepop.config.schema import describe_fields
-        print(describe_fields())
+    if args.help_config:  # the values a fine-tune of BASE_RUN would run with
+        from sheepop.cli.show_config import describe_values
+        from sheepop.finetune.run import NEW_SECTIONS, settings_for
+        cfg = settings_for(args.base_run, args.config, args.overrides, flag_values(args))
+        print(describe_values(cfg, "finetune", sections=("model", *NEW_SECTIONS)))
         return 0
     if args.demo:
         from sheepop.finetune.demo import run_demo

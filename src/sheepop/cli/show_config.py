@@ -23,11 +23,12 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
-def describe_values(cfg: Config, origin: str) -> str:
+def describe_values(cfg: Config, origin: str, sections: tuple[str, ...] | None = None) -> str:
     """'[train]' then '  train.steps = 1500    # optimizer steps (default 1000; set by the
-    tiny preset)' for each key; `origin` names what set the values that differ."""
+    tiny preset)' for each key of `sections` (default: the run's); `origin` names what set the
+    values that differ."""
     lines = []
-    for section in _sections(cfg):
+    for section in sections or _sections(cfg):
         values = getattr(cfg, section)
         lines.append(f"[{section}]")
         for f in dataclasses.fields(values):

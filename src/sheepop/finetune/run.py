@@ -182,6 +182,17 @@ def lora_config(settings: LoraSettings, base_run: str, added: int) -> LoraConfig
                       added if settings.train_new_tokens else 0)
 
 
+def settings_for(base_run: str | None, config_file: str | Path | None,
+                 overrides: list[str] | None, values: dict[str, Any]) -> Config:
+    """The settings a new fine-tune of `base_run` (None: of a default model) would run with:
+    what `sheepop finetune --help-config` shows."""
+    base_cfg = Config()
+    if base_run is not None:
+        where = str(Path(base_run) / checkpoint.CONFIG_FILE)
+        base_cfg = Config.from_dict(checkpoint.load_config(base_run), where)
+    return _settings(base_cfg, config_file, overrides, values)
+
+
 def _settings(base_cfg: Config, config_file: str | Path | None, overrides: list[str] | None,
               values: dict[str, Any]) -> Config:
     """A new fine-tune's config: the base run's model and sample settings, this command's train
