@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from variants import gqa, llama
 
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import attention_core_forward, grouped_decode_forward
@@ -14,12 +15,10 @@ from sheepop.scratch.gpt import gpt_forward, new_cache
 from sheepop.scratch.init import init_params
 from sheepop.scratch.lm import NumpyLM
 
-LLAMA = {"pos_encoding": "rope", "norm": "rmsnorm", "ffn": "swiglu", "bias": False}
-
 
 def config(n_head: int, n_kv_head: int, block_size: int = 12) -> ModelConfig:
-    return ModelConfig(vocab_size=17, block_size=block_size, n_layer=2, n_head=n_head,
-                       n_kv_head=n_kv_head, n_embd=24, **LLAMA)
+    return ModelConfig(vocab_size=17, block_size=block_size, n_layer=2, n_embd=24,
+                       **llama(tie_weights=True, **gqa(n_head, n_kv_head)))
 
 
 @pytest.mark.parametrize("mask_kind", ["none", "rows", "batch"])
