@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from scratch_gradcheck import check, numerical_grad, rel_error
+from variants import ALL_LORA_TARGETS, gqa, llama
 
 from sheepop.arch.lora import LoraConfig, adapter_shapes, init_adapters, is_adapter, merge
 from sheepop.config.schema import ModelConfig
@@ -29,13 +30,11 @@ from sheepop.scratch.lora import (
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-ALL = ("qkv", "proj", "fc", "down")
 SHAPES = {
     "gpt": dict(vocab_size=13, block_size=8, n_layer=2, n_head=2, n_embd=16, d_ff=24,
                 pos_encoding="learned", activation="gelu_tanh"),
-    "llama": dict(vocab_size=13, block_size=8, n_layer=2, n_head=4, n_kv_head=2, n_embd=16,
-                  d_ff=24, pos_encoding="rope", norm="rmsnorm", ffn="swiglu", bias=False,
-                  tie_weights=False),
+    "llama": dict(vocab_size=13, block_size=8, n_layer=2, n_embd=16, d_ff=24,
+                  **llama(**gqa(4, 2))),
     "head_bias": dict(vocab_size=13, block_size=8, n_layer=1, n_head=2, n_embd=16, d_ff=24,
                       tie_weights=False, head_bias=True, pos_encoding="learned"),
 }
@@ -129,7 +128,7 @@ def test_adapter_layer_matches_torch_lora_linear_float32():
 @pytest.mark.parametrize("shape", SHAPES)
 def test_whole_model_adapter_gradients_match_finite_differences(shape, new_tokens):
     cfg = ModelConfig(**SHAPES[shape])
-    lora = LoraConfig(2, 3.0, ALL, new_tokens=new_tokens)
+    lora = LoraConfig(2, 3.0, ALL_LORA_TARGETS, new_tokens=new_tokens)
     params, adapters = perturbed(cfg, lora, 4)
     both = {**params, **adapters}
     x, y = batch(cfg, 5)
@@ -155,7 +154,7 @@ def test_whole_model_adapter_gradients_match_finite_differences(shape, new_token
 @pytest.mark.parametrize("shape", SHAPES)
 def test_whole_model_with_adapters_matches_torch_autograd_float64(shape, new_tokens):
     cfg = ModelConfig(**SHAPES[shape])
-    lora = LoraConfig(3, 5.0, ALL, new_tokens=new_tokens)
+    lora = LoraConfig(3, 5.0, ALL_LORA_TARGETS, new_tokens=new_tokens)
     params, adapters = perturbed(cfg, lora, 7)
     x, y = batch(cfg, 8)
     logits, loss, cache = lora_forward({**params, **adapters}, cfg, x, y, lora=lora)
@@ -216,7 +215,7 @@ def test_merged_weights_give_the_unmerged_logits_in_both_engines(shape):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_fresh_adapters_start_exactly_at_the_base_model(shape):
     cfg = ModelConfig(**SHAPES[shape])
-    lora = LoraConfig(8, 16.0, ALL, new_tokens=3)
+    lora = LoraConfig(8, 16.0, ALL_LORA_TARGETS, new_tokens=3)
     params = init_params(cfg, 0, np.float32)
     x, _ = batch(cfg, 11)
     base, _, _ = gpt_forward(params, cfg, x)
