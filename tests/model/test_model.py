@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 import torch
+from variants import ROPE
 
 from sheepop.config.schema import ModelConfig, SampleConfig
 from sheepop.generation.generate import generate
@@ -129,8 +130,7 @@ def test_rope_trains_after_an_evaluation_at_the_same_positions():
 
     from sheepop.config.schema import ModelConfig, TrainConfig
     from sheepop.train.engine_torch import TorchEngine
-    cfg = ModelConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8,
-                      pos_encoding="rope")
+    cfg = ModelConfig(vocab_size=11, block_size=8, n_layer=1, n_head=2, n_embd=8, **ROPE)
     engine = TorchEngine(cfg, TrainConfig(device="cpu", dtype="float32", seed=0))
     x = np.random.default_rng(0).integers(0, 11, (2, 8))
     before, _ = engine.eval_loss(x, x)
