@@ -12,6 +12,7 @@ refill), and for the server's running batch, whose memory follows the rows and t
 import numpy as np
 import pytest
 import torch
+from variants import ROPE, gqa
 
 from sheepop.arch.kv_cache import KVCache, cache_shape, describe_memory, grown, shrunk, slides
 from sheepop.config.model_size import kv_cache_bytes_per_token
@@ -22,8 +23,8 @@ from sheepop.inference.load import build
 from sheepop.scratch.init import param_shapes
 
 CONTEXT, VOCAB = 8192, 31
-SHAPE = dict(vocab_size=VOCAB, n_layer=2, n_head=4, n_kv_head=2, n_embd=16, bias=False,
-             tie_weights=False, dropout=0.0)
+SHAPE = dict(vocab_size=VOCAB, n_layer=2, n_embd=16, bias=False, tie_weights=False, dropout=0.0,
+             **gqa(4, 2))
 PER_TOKEN = 2 * 2 * 2 * 4 * 4  # K and V, 2 layers, 2 kv heads of 4, float32: 128 bytes
 
 
@@ -209,7 +210,7 @@ def test_sheepop_generate_prints_the_bytes_it_allocated(engine, tmp_path, capsys
     tok = train_tokenizer("char", ["abcdefgh ijk.\n"])
     cfg = Config()
     cfg.model = ModelConfig(**{**SHAPE, "vocab_size": tok.vocab_size}, block_size=CONTEXT,
-                            pos_encoding="rope", head_bias=True)
+                            head_bias=True, **ROPE)
     weights = random_weights(cfg.model)
     weights["head.bias"][tok.eos_id] = -100.0  # never ends early: 100 tokens
     checkpoint.save_checkpoint(tmp_path / "run", weights, cfg.to_dict(), tok.to_json())
