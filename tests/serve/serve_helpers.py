@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from variants import ROPE
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.schema import Config, ModelConfig, SampleConfig
@@ -44,10 +45,11 @@ def make_runs(root: Path) -> tuple[Path, Path]:
     base = train_tokenizer("char", ["abcdefgh ijk.\n"])
     tok, _ = with_chat_tokens(base)
     out = []
-    for name, t, pos in (("chat", tok, "sinusoidal"), ("plain", base, "rope")):
+    for name, t, positions in (("chat", tok, {"pos_encoding": "sinusoidal"}),
+                               ("plain", base, ROPE)):
         cfg = Config()
         cfg.model = ModelConfig(vocab_size=t.vocab_size, block_size=CONTEXT, n_layer=2,
-                                n_head=2, n_embd=32, tie_weights=False, pos_encoding=pos)
+                                n_head=2, n_embd=32, tie_weights=False, **positions)
         checkpoint.save_checkpoint(root / name, weights(cfg.model), cfg.to_dict(), t.to_json())
         out.append(root / name)
     return out[0], out[1]
