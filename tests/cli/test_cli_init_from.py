@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 from cli_refusal import fails
+from variants import gqa, llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
@@ -116,7 +117,8 @@ def test_an_imported_llama_keeps_learning(capsys, imported_llama, text, tmp_path
     assert vals[2][1] < vals[1][1] < vals[0][1] - 1.0, vals
     saved = checkpoint.load_config(tmp_path / "new")
     assert saved["init_from"] == {"path": str(imported_llama), "step": None}
-    assert (saved["model"]["pos_encoding"], saved["model"]["block_size"]) == ("rope", 32)
+    expected = llama(**gqa(4, 2), block_size=32)  # the Llama's layer kinds, the new context
+    assert {k: saved["model"][k] for k in expected} == expected
     assert main(["generate", str(tmp_path / "new"), "--prompt", "The quick", "--max-new-tokens",
                  "8", "--temperature", "0"]) == 0
 
