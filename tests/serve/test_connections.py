@@ -141,7 +141,7 @@ def _hold_until_refused(srv: ServerProcess, most: int) -> tuple[list[socket.sock
     held: list[socket.socket] = []
     for _ in range(most):
         s = _connect(srv)
-        s.settimeout(0.3)
+        s.settimeout(0.1)  # a refusal is written as soon as the connection is accepted
         try:
             answer = s.recv(65536)
         except TimeoutError:
