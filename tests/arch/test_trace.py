@@ -175,11 +175,13 @@ def test_the_hand_written_backward_gives_what_autograd_gives(tokenizer, kind, dt
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("engine", ["numpy", "torch"])
+@pytest.mark.parametrize("engine", ["numpy"])
 def test_the_trace_gives_smollm2s_logits(smollm2_run, engine):
     """SmolLM2 (30 layers, 9 heads sharing 3 key/value heads, RMSNorm, SwiGLU, RoPE, a tied
-    49,152-token head): the trace's logits are the engine's (measured: within 3.4e-5, |z| ~ 20)
-    and its softmax rows inspect's."""
+    49,152-token head): the trace's logits are the engine's (measured: within 2.5e-5 of the
+    NumPy engine's, 3.4e-5 of torch's, |z| ~ 20) and its softmax rows inspect's. One engine
+    here: the trace reads neither, the toys above compare it with both, and the two engines'
+    SmolLM2 logits agree with transformers' (tests/interop/test_gguf_smollm2.py)."""
     from sheepop.inference.load import load
     model = load(smollm2_run, engine=engine)
     ids = model.tokenizer.encode("The capital of France is Paris. The capital of Germany is")
