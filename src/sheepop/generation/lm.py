@@ -4,7 +4,8 @@ An engine subclasses `CachedLM` and supplies the arithmetic (and `loss_sum` for 
 
     _new_cache(batch, max_len) -> KVCache          buffers in the engine's arrays
     _logits(idx, cache, pos_ids, key_mask) -> (B, V) NumPy float32 logits after each row's
-        last token; `idx` (B, T) continues the `cache` (None: no cache), which advances by T
+        last token; `idx` (B, T) continues the `cache` (None: no cache), which advances by T;
+        with last_only=False, (B, T, V): after every position (a prompt's own log-probabilities)
 
 Everything else, one sequence (`prefill`/`decode`/`full`, the `LanguageModel` protocol) or a
 batch of left-padded sequences (`prefill_batch`/`decode_batch`/`full_batch`/`keep_rows`, the
@@ -45,7 +46,7 @@ class CachedLM:
         raise NotImplementedError
 
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
-                key_mask: np.ndarray | None = None) -> np.ndarray:
+                key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
         raise NotImplementedError
 
     def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
@@ -133,10 +134,10 @@ class CachedLM:
     # ----- a prompt's own log-probabilities (the server's echo, sheepop.serve) -------------
     def prompt_logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits (len(ids), V): row t is the prediction after ids[:t+1] (what a prompt's own
-        log-probabilities are read from). One decode step per token in a cache of their own,
-        so it costs len(ids) steps; `_logits` returns the last position only."""
+        log-probabilities are read from): one forward pass over the prompt, in a cache of its
+        own, keeping every position's logits (`last_only=False`)."""
         cache = self._new_cache(1, len(ids))
-        return np.stack([self._logits(self._row([t]), cache)[0] for t in ids])
+        return self._logits(self._row(ids), cache, last_only=False)[0]
 
     # ----- greedy decoding of equal-length contexts (the progression task's evaluation) ----
     def greedy(self, contexts: np.ndarray, n_new: int) -> np.ndarray:

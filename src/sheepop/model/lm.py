@@ -65,7 +65,7 @@ class TorchLM(CachedLM):
         return self.model.new_cache(batch, max_len)
 
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
-                key_mask: np.ndarray | None = None) -> np.ndarray:
+                key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
         if cache is not None:  # grow here, not in the forward pass: torch.compile cannot
             cache.make_room(idx.shape[1])  # trace an allocation of a symbolic size
         kw = {}
@@ -75,8 +75,8 @@ class TorchLM(CachedLM):
                   "attn_mask": self._tensor(allowed_keys(idx.shape[1], past, key_mask,
                                                          self.block_size))}
         with torch.inference_mode():
-            logits, _ = self.forward(self._tensor(idx), cache=cache, last_only=True, **kw)
-        return logits[:, -1].float().cpu().numpy()
+            logits, _ = self.forward(self._tensor(idx), cache=cache, last_only=last_only, **kw)
+        return (logits[:, -1] if last_only else logits).float().cpu().numpy()
 
     def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         with torch.inference_mode():

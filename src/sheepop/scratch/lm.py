@@ -36,10 +36,10 @@ class NumpyLM(CachedLM):
         return new_cache(self.cfg, batch, max_len, self.dtype)
 
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
-                key_mask: np.ndarray | None = None) -> np.ndarray:
+                key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
         logits, _, _ = gpt_forward(self.params, self.cfg, idx, cache=cache,
-                                   pos_ids=pos_ids, key_mask=key_mask, last_only=True)
-        return logits[:, -1]
+                                   pos_ids=pos_ids, key_mask=key_mask, last_only=last_only)
+        return logits[:, -1] if last_only else logits
 
     def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         n = int((np.asarray(y) != IGNORE_INDEX).sum())
