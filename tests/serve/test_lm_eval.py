@@ -32,11 +32,7 @@ pytestmark = [pytest.mark.real_model, pytest.mark.slow]
 # enough to be scored above chance, and some it does not.
 FACTS = [
     ("The capital of France is", "Paris", "London", "Rome", "Madrid"),
-    ("The capital of Italy is", "Rome", "Paris", "Vienna", "Athens"),
-    ("The capital of Japan is", "Tokyo", "Beijing", "Seoul", "Bangkok"),
     ("The capital of Germany is", "Berlin", "Munich", "Vienna", "Prague"),
-    ("The capital of Spain is", "Madrid", "Lisbon", "Barcelona", "Rome"),
-    ("The capital of England is", "London", "Dublin", "Paris", "Edinburgh"),
     ("The largest planet in the solar system is", "Jupiter", "Mars", "Venus", "Mercury"),
     ("Water freezes at a temperature of zero degrees", "Celsius", "Kelvin", "Newton", "Volts"),
     ("The opposite of hot is", "cold", "warm", "blue", "fast"),
