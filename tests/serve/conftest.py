@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import signal
+from pathlib import Path
 
 import pytest
+from chromium import launch
 from serve_helpers import KEY, ServerProcess, make_runs
 
 from sheepop.inference.load import load
@@ -13,6 +16,25 @@ from sheepop.inference.load import load
 @pytest.fixture(autouse=True)
 def torch_on_one_thread(one_torch_thread):
     """Every test here runs torch on one thread (why: tests/conftest.py, `one_torch_thread`)."""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for a module's browser tests (skipped without Playwright)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    with sync_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    """Where the browser tests' screenshots go: $SHEEPOP_PAGE_SHOTS, or a temporary folder."""
+    where = os.environ.get("SHEEPOP_PAGE_SHOTS")
+    path = Path(where) if where else tmp_path_factory.mktemp("shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -8,37 +8,17 @@ box). The server has an API key: the documents need none (the page itself is ope
 without). Screenshots go to $SHEEPOP_PAGE_SHOTS
 (default: a temporary folder)."""
 
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
+from chromium import needs_chromium
 
 from sheepop.serve import documents
 
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium: `make system-deps` "
-                                "installs it (apt-get install chromium)")
+pytestmark = needs_chromium
 WAIT_MS = 20_000
 PAGES = documents.pages(documents.root())
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    where = os.environ.get("SHEEPOP_PAGE_SHOTS")
-    path = Path(where) if where else tmp_path_factory.mktemp("shots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 @pytest.fixture

@@ -10,13 +10,12 @@ puts the best ones into docs/images/."""
 import base64
 import json
 import math
-import os
-import shutil
 import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+from chromium import needs_chromium
 from serve_helpers import ServerProcess, call, weights
 
 from sheepop.checkpoint import format as checkpoint
@@ -24,20 +23,9 @@ from sheepop.config.schema import Config, ModelConfig
 from sheepop.generation.sample import penalize_repeats, probabilities
 from sheepop.tokenizers import train_tokenizer
 
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium: `make system-deps` "
-                                "installs it (apt-get install chromium)")
+pytestmark = needs_chromium
 WAIT_MS = 20_000
 PROMPT = "abc def"
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    where = os.environ.get("SHEEPOP_PAGE_SHOTS")
-    path = Path(where) if where else tmp_path_factory.mktemp("shots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def make_run(path: Path) -> Path:
@@ -66,14 +54,6 @@ def site(tmp_path_factory):
     s = ServerProcess(run, "--engine", "torch", "--runs", str(root))
     yield s, root
     assert s.stop(signal.SIGTERM) == 0
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 @pytest.fixture

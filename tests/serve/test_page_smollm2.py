@@ -12,12 +12,12 @@ argsort over a vocabulary of that size."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+from chromium import launch, needs_chromium
 from serve_helpers import ServerProcess, call
 
 from sheepop.arch.inspect import distribution, softmax
@@ -27,7 +27,6 @@ PAGE_PROMPT = "The capital of France is Paris. The capital of Germany is"
 TEXT = ("The capital of France is Paris. The capital of Germany is Berlin. The capital of Italy "
         "is Rome. The capital of Spain is Madrid. ") * 4
 WAIT_MS = 120_000  # the logit lens of 31 layers takes ~4 s on one busy core
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def test_the_lens_top_k_equals_a_full_softmax_and_sort_on_a_49k_vocabulary():
@@ -108,13 +107,12 @@ def shots(tmp_path_factory) -> Path:
 
 
 @pytest.mark.real_model
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium: `make system-deps` installs it "
-                    "(apt-get install chromium)")
+@needs_chromium
 def test_the_inside_view_draws_smollm2_in_chromium(smol, shots):
     playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
     errors: list[str] = []
     with playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = launch(p)
         try:
             pg = browser.new_page(viewport={"width": 1280, "height": 800})
             pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)

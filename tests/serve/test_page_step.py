@@ -9,9 +9,7 @@ $SHEEPOP_PAGE_SHOTS (default: a temporary folder). The last test runs on SmolLM2
 from __future__ import annotations
 
 import math
-import os
 import re
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -19,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from chromium import needs_chromium
 from serve_helpers import ServerProcess, call, weights
 from variants import gqa, llama
 
@@ -27,21 +26,10 @@ from sheepop.config.schema import Config, ModelConfig
 from sheepop.model import GPT
 from sheepop.tokenizers import train_tokenizer
 
-playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium: `make system-deps` "
-                                "installs it (apt-get install chromium)")
+pytestmark = needs_chromium
 WAIT_MS = 20_000
 PROMPT = "abc def"
 GENERATED = 6
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    where = os.environ.get("SHEEPOP_PAGE_SHOTS")
-    path = Path(where) if where else tmp_path_factory.mktemp("shots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +52,6 @@ def site(run):
     s = ServerProcess(run, "--engine", "torch")
     yield s
     assert s.stop(signal.SIGTERM) == 0
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with playwright.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield b
-        b.close()
 
 
 def open_page(browser, url: str, width: int = 1280, height: int = 800):
