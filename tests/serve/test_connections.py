@@ -152,6 +152,17 @@ def _hold_until_refused(srv: ServerProcess, most: int) -> tuple[list[socket.sock
     return held, b""
 
 
+def _close_and_answered(srv: ServerProcess, held: list[socket.socket]) -> None:
+    """Close the held connections; the server answers /health again within BOUND_S."""
+    for s in held:
+        s.close()
+    deadline = time.monotonic() + BOUND_S
+    while (reply := call(srv.url, "GET", "/health")).status == 503:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert reply.status == 200
+
+
 def test_past_max_connections_a_new_one_gets_503_at_once(runs):
     srv = ServerProcess(runs[1], "--engine", "numpy", "--max-connections", "6",
                         "--timeout-idle", "60", preexec_fn=_low_file_limit)
@@ -161,13 +172,7 @@ def test_past_max_connections_a_new_one_gets_503_at_once(runs):
         status, headers, body = _error(answer)
         assert status == 503 and headers["retry-after"] == "1"
         assert body["error"]["code"] == "too_many_connections"
-        for s in held:
-            s.close()
-        deadline = time.monotonic() + BOUND_S
-        while (reply := call(srv.url, "GET", "/health")).status == 503:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        assert reply.status == 200
+        _close_and_answered(srv, held)
     finally:
         assert srv.stop() == 0
 
@@ -180,13 +185,7 @@ def test_the_default_cap_stays_below_the_file_limit(runs):
     try:
         held, answer = _hold_until_refused(srv, FILES + 10)
         assert 10 < len(held) < FILES and _error(answer)[0] == 503
-        for s in held:
-            s.close()
-        deadline = time.monotonic() + BOUND_S
-        while (reply := call(srv.url, "GET", "/health")).status == 503:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        assert reply.status == 200
+        _close_and_answered(srv, held)
     finally:
         assert srv.stop() == 0
     log = "".join(srv.lines)
