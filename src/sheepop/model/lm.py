@@ -15,6 +15,7 @@ import torch
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
+from sheepop.arch.layout import column_major
 from sheepop.generation.lm import CachedLM
 from sheepop.model.gpt import GPT, cross_entropy
 
@@ -25,11 +26,11 @@ class TorchLM(CachedLM):
     `compile=True` runs the forward pass through `torch.compile` (dynamic shapes, so a growing
     cache does not recompile at every step); the first calls pay the compilation.
 
-    On CPU in float32 the blocks' linear weights are re-stored column-major (`decode_layout`):
-    same shapes and values, so the model and its checkpoint are unchanged, but y = x W^T then
-    reads W^T row by row, the order in which the BLAS library's float32 matrix-vector product
-    for a single token runs fastest (12-19% faster decode steps measured here; bfloat16 runs
-    fastest row-major, so `cast` puts them back; docs/inference.md).
+    On CPU in float32 each weight matrix W (out, in), the token table (the tied head) included,
+    is re-stored in the order the BLAS library's one-token product reads fastest
+    (`decode_layout`, the rule of sheepop.arch.layout: column-major where out >= in): same
+    shapes and values, so the model and its checkpoint are unchanged (bfloat16 runs fastest
+    row-major, so `cast` puts them back; docs/inference.md).
     """
 
     def __init__(self, model: GPT, compile: bool = False, decode_layout: bool = True,
@@ -38,13 +39,13 @@ class TorchLM(CachedLM):
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self.decode_layout = decode_layout and self.device.type == "cpu"
-        _set_layout(model, column_major=self._column_major_pays())
+        _set_layout(model, self._layout_pays())
         self.forward = model
         self._new_caches()
         if compile:
             self.compile()
 
-    def _column_major_pays(self) -> bool:
+    def _layout_pays(self) -> bool:
         # Measured: float32 products read column-major weights faster, bfloat16 ones row-major.
         return self.decode_layout and self.model.tok_emb.weight.dtype == torch.float32
 
@@ -54,7 +55,7 @@ class TorchLM(CachedLM):
         bfloat16 halves the bytes every decode step reads, and a decode step is bound by
         reading the weights: on CPUs with bf16 instructions it is the cheap speed-up."""
         self.model.to(dtype)
-        _set_layout(self.model, column_major=self._column_major_pays())
+        _set_layout(self.model, self._layout_pays())
         self._new_caches()
 
     def compile(self) -> None:
@@ -88,13 +89,14 @@ class TorchLM(CachedLM):
         return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
 
 
-def _set_layout(model: GPT, column_major: bool) -> None:
-    """Store every block's linear weight W (out, in) as the row-major W^T it is multiplied by
-    (column-major W), or back as the usual row-major W."""
+def _set_layout(model: GPT, decode_layout: bool) -> None:
+    """Store each weight matrix W (out, in) column-major (as the row-major W^T it is multiplied
+    by) where sheepop.arch.layout says it pays, or every one back as the usual row-major W."""
     with torch.no_grad():
-        for p in model.blocks.parameters():
+        for p in model.parameters():
             if p.dim() == 2:
-                if column_major and not p.t().is_contiguous():
-                    p.data = p.data.t().contiguous().t()
-                elif not column_major and not p.is_contiguous():
+                if decode_layout and column_major(p.shape):
+                    if not p.t().is_contiguous():
+                        p.data = p.data.t().contiguous().t()
+                elif not p.is_contiguous():
                     p.data = p.data.contiguous()

@@ -12,6 +12,7 @@ import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.kv_cache import KVCache, slides
+from sheepop.arch.layout import column_major
 from sheepop.config.schema import ModelConfig
 from sheepop.generation.lm import CachedLM
 from sheepop.scratch.gpt import gpt_forward, new_cache
@@ -21,12 +22,18 @@ Params = dict[str, np.ndarray]
 
 
 class NumpyLM(CachedLM):
-    """Next-token logits from the NumPy GPT (float32, or float64 for checks)."""
+    """Next-token logits from the NumPy GPT (float32, or float64 for checks).
+
+    Each matrix W (out, in) is stored in the order OpenBLAS's one-token product reads fastest
+    (`decode_layout`, the rule of sheepop.arch.layout: column-major where out >= in): the same
+    shape and values, so the same model. A lookup E[x] in a column-major table reads d
+    strided values per token: nothing beside the products."""
 
     def __init__(self, cfg: ModelConfig, weights: Params, dtype: type = np.float32,
-                 never_generate: Sequence[int] = ()):
+                 never_generate: Sequence[int] = (), decode_layout: bool = True):
         super().__init__(cfg.block_size, never_generate, slides(cfg))
-        self.params = {name: np.array(weights[name], dtype=dtype)
+        self.params = {name: np.array(weights[name], dtype=dtype, order="F" if decode_layout
+                                      and column_major(np.shape(weights[name])) else "C")
                        for name in check_weights(cfg, weights)}
         self.dtype = np.dtype(dtype)
         self.cfg = cfg

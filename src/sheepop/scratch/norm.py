@@ -28,10 +28,13 @@ class LayerNormCache(NamedTuple):
 def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
                       ) -> tuple[np.ndarray, LayerNormCache]:
     """y = gamma * (x - mu) / sqrt(var + eps) + beta; mu, var (biased) over the last axis
-    (docs/derivations/layernorm.md)."""
-    mu = x.mean(axis=-1, keepdims=True)
+    (docs/derivations/layernorm.md). Means are sum / d, np.mean's arithmetic without its
+    Python wrapper (a decode step normalises single rows, where the wrapper costs as much as
+    the sum)."""
+    d = x.shape[-1]
+    mu = x.sum(axis=-1, keepdims=True) / d
     xc = x - mu
-    var = np.mean(xc * xc, axis=-1, keepdims=True)
+    var = (xc * xc).sum(axis=-1, keepdims=True) / d
     rstd = 1.0 / np.sqrt(var + eps)
     xhat = xc
     xhat *= rstd
@@ -64,8 +67,8 @@ class RMSNormCache(NamedTuple):
 def rmsnorm_forward(x: np.ndarray, gamma: np.ndarray, eps: float
                     ) -> tuple[np.ndarray, RMSNormCache]:
     """y = gamma * x / sqrt(mean(x^2) + eps), the mean over the last axis
-    (docs/derivations/rmsnorm.md)."""
-    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    (docs/derivations/rmsnorm.md); the mean as in layernorm_forward."""
+    rstd = 1.0 / np.sqrt((x * x).sum(axis=-1, keepdims=True) / x.shape[-1] + eps)
     xhat = x * rstd
     return xhat * gamma, RMSNormCache(xhat, rstd, gamma)
 
