@@ -89,8 +89,14 @@ def learned_positions_backward(dout: np.ndarray, cache: PositionCache) -> np.nda
 
 
 class RopeCache(NamedTuple):
-    cos: np.ndarray      # (T, d_k/2), or (B, 1, T, d_k/2) for per-row positions
+    cos: np.ndarray       # (T, d_k/2), or (B, 1, T, d_k/2) for per-row positions
     sin: np.ndarray
+    pair_cos: np.ndarray  # (..., d_k/2, 2): (cos, cos) for the two members of each pair
+    pair_sin: np.ndarray  # (..., d_k/2, 2): (-sin, sin)
+
+
+def rope_cache(cos: np.ndarray, sin: np.ndarray) -> RopeCache:
+    return RopeCache(cos, sin, np.stack((cos, cos), -1), np.stack((-sin, sin), -1))
 
 
 def rope_angles(pos: Pos, head_dim: int, theta: float, dtype: np.dtype) -> RopeCache:
@@ -103,7 +109,7 @@ def rope_angles(pos: Pos, head_dim: int, theta: float, dtype: np.dtype) -> RopeC
     if isinstance(pos, slice):
         angle = np.arange(pos.start, pos.stop)[:, None].astype(np.float64) * \
             rope_frequencies(head_dim, theta)
-        return RopeCache(np.cos(angle).astype(dtype), np.sin(angle).astype(dtype))
+        return rope_cache(np.cos(angle).astype(dtype), np.sin(angle).astype(dtype))
     p = np.asarray(pos)
     pairs = p.ndim == 3  # (B, T, 2): rope_places' (term index, digit place)
     flat = p.reshape(-1, 2) if pairs else p.reshape(-1, 1)
@@ -116,26 +122,27 @@ def rope_angles(pos: Pos, head_dim: int, theta: float, dtype: np.dtype) -> RopeC
         angle = u[:, 0:1] * rope_frequencies(head_dim, theta)
     shape = (p.shape[0], 1, p.shape[1], head_dim // 2)  # a head axis to broadcast over
     which = which.reshape(-1)
-    return RopeCache(np.cos(angle).astype(dtype)[which].reshape(shape),
-                     np.sin(angle).astype(dtype)[which].reshape(shape))
+    return rope_cache(np.cos(angle).astype(dtype)[which].reshape(shape),
+                      np.sin(angle).astype(dtype)[which].reshape(shape))
 
 
 def rope_forward(x: np.ndarray, cache: RopeCache) -> np.ndarray:
     """Turn each interleaved pair (x_2i, x_2i+1) of x (B, H, T, d_k) by its angle:
 
         x'_2i   = x_2i cos - x_2i+1 sin
-        x'_2i+1 = x_2i sin + x_2i+1 cos          (R(p omega_i) applied to the pair)"""
-    even, odd = x[..., 0::2], x[..., 1::2]
-    out = np.empty_like(x)
-    out[..., 0::2] = even * cache.cos - odd * cache.sin
-    out[..., 1::2] = even * cache.sin + odd * cache.cos
-    return out
+        x'_2i+1 = x_2i sin + x_2i+1 cos          (R(p omega_i) applied to the pair)
+
+    as (x_2i, x_2i+1) (cos, cos) + (x_2i+1, x_2i) (-sin, sin): three array operations."""
+    pairs = x.reshape(*x.shape[:-1], -1, 2)
+    out = pairs * cache.pair_cos
+    out += pairs[..., ::-1] * cache.pair_sin
+    return out.reshape(x.shape)
 
 
 def rope_backward(dout: np.ndarray, cache: RopeCache) -> np.ndarray:
     """dx = R^T dout: a rotation's Jacobian is the rotation itself, whose transpose is the
     rotation by the opposite angle (cos unchanged, sin negated)."""
-    return rope_forward(dout, RopeCache(cache.cos, -cache.sin))
+    return rope_forward(dout, cache._replace(sin=-cache.sin, pair_sin=-cache.pair_sin))
 
 
 _last_angles: tuple | None = None  # (positions, (d_k, theta, dtype), RopeCache)
