@@ -80,7 +80,7 @@ def logits_row(answer: dict) -> np.ndarray:
 
 def test_one_p_everywhere_and_the_distribution_each_token_was_drawn_from(plain_server,
                                                                          plain_model):
-    """A token's p in /v1/inspect is the completion's logprob exp'ed (1e-6), the model's
+    """A token's p in /v1/inspect is the completion's logprob exp'ed (5e-6), the model's
     distribution with the never-generated ids excluded; each generated token's `sampled` is
     q = probabilities(z, T, k, p) of the logits /v1/inspect gives at its position: after
     top-k 3 it is 3 tokens that sum to 1, and the token drawn is one of them."""
@@ -98,11 +98,14 @@ def test_one_p_everywhere_and_the_distribution_each_token_was_drawn_from(plain_s
     assert [t["id"] for t in answer["tokens"]] == ids + generated[:-1]
     n = len(ids)
     shown = np.exp(lp["token_logprobs"][:-1])
-    np.testing.assert_allclose(answer["next"]["next_prob"][n - 1:-1], shown, rtol=0, atol=1e-6)
+    # The completion's p comes from one-row products through the KV cache, /v1/inspect's from
+    # the prompt's matrix product: float32 sums in another order, logits apart by up to ~1e-5
+    # (7.6e-6 measured on this model, in either weight layout), p by p (1 - p) of that.
+    np.testing.assert_allclose(answer["next"]["next_prob"][n - 1:-1], shown, rtol=0, atol=5e-6)
     for j, top in enumerate(lp["top_logprobs"]):  # the alternatives: the same five, same p
         assert list(top) == answer["next"]["texts"][n - 1 + j]
         np.testing.assert_allclose(np.exp(list(top.values())),
-                                   answer["next"]["probs"][n - 1 + j], rtol=0, atol=1e-6)
+                                   answer["next"]["probs"][n - 1 + j], rtol=0, atol=5e-6)
     for j, (token, drawn) in enumerate(zip(generated, lp["sampled"])):
         at = call(plain_server.url, "POST", "/v1/inspect", {
             "prompt": prompt, "generated": generated[:j], "layers": [], "lens": False,
