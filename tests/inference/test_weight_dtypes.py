@@ -29,7 +29,13 @@ from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference.load import build, load
 from sheepop.model import GPT
-from sheepop.model.quantized import Int8Linear, quantize_int8, weight_bytes_read
+from sheepop.model.quantized import (
+    Int8Linear,
+    deinterleave,
+    interleave,
+    quantize_int8,
+    weight_bytes_read,
+)
 from sheepop.model.quantized_int4 import Int4Linear, quantize_int4
 from sheepop.tokenizers import train_tokenizer
 from sheepop.tokenizers.chat import with_chat_tokens
@@ -67,19 +73,55 @@ def test_int8_round_trip_is_within_half_a_scale_per_element():
     assert rel.max() <= 1 / 254 * 1.01  # half a step of 127 per row, at most
 
 
-def test_int8_linear_computes_its_formula_in_both_paths():
+# interleaved columns and the kernel (a multiple of 8); interleaved, no kernel (torch's read
+# past the row: wrong results); plain columns, no kernel
+@pytest.mark.parametrize("width", [40, 36, 42])
+def test_int8_linear_computes_its_formula_in_both_paths(width):
     torch.manual_seed(0)
-    base = torch.nn.Linear(40, 24)
+    base = torch.nn.Linear(width, 24)
     layer = Int8Linear.from_weight(base.weight, base.bias)
     q, s = quantize_rows(base.weight.detach().numpy())
-    assert np.array_equal(layer.q.numpy(), q) and np.array_equal(layer.scale.float().numpy(), s)
+    assert layer.interleaved == (width % 4 == 0)
+    assert np.array_equal(layer.quantized().numpy(), q)
+    assert np.array_equal(layer.scale.float().numpy(), s)
     for rows in (1, 8, 9, 64):  # <= 8: the int8 kernel; more: the dequantized product
-        x = torch.randn(rows, 40)
+        x = torch.randn(rows, width)
         xb = x.bfloat16().double()
         want = (xb @ torch.from_numpy(dequantize_rows(q, s)).double().T)
         got = layer(x).double() - base.bias.detach().double()
         # the result is rounded to bf16 once (relative 2^-9), then the bias added in float32
         assert torch.allclose(got, want, rtol=2 ** -8, atol=1e-6), rows
+
+
+def test_interleaved_columns_put_each_quarter_in_its_own_byte_of_a_word():
+    q = torch.arange(2 * 12, dtype=torch.int8).reshape(2, 12)
+    stored = interleave(q)
+    assert stored[0].tolist() == [0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11]
+    assert torch.equal(deinterleave(stored), q)
+    words = stored.view(torch.int32)  # little-endian: byte k of word j is column k * 3 + j
+    assert [[(int(w) >> (8 * k)) & 255 for k in range(4)] for w in words[1]] == [
+        [12, 15, 18, 21], [13, 16, 19, 22], [14, 17, 20, 23]]
+
+
+def test_the_compiled_int8_product_is_the_kernels_formula():
+    """Under torch.compile up to 8 rows run `_words_product` (the loop inductor fuses). Eager,
+    it is bf16(bf16(x) q^T s) as the kernel computes it; compiled, inductor keeps x and y in
+    float32 where the code rounds them to bf16 (its default, emulate_precision_casts off), so
+    the compiled result is x q^T s within float32's error, and within the two bf16 roundings
+    (2^-8 of sum |x_i w_i|, 2^-8 of |y|) of the kernel's."""
+    torch.manual_seed(1)
+    layer = Int8Linear.from_weight(torch.randn(48, 64) * 0.1, torch.randn(48))
+    compiled = torch.compile(layer, dynamic=True)
+    w = layer.dequantized().double()
+    for rows in (1, 2):
+        x = torch.randn(rows, 64)
+        kernel, got = layer(x) - layer.bias, compiled(x) - layer.bias
+        assert torch.equal(layer._words_product(x.bfloat16()).float() + layer.bias - layer.bias,
+                           kernel) or torch.allclose(layer._words_product(x.bfloat16()).float(),
+                                                     kernel, rtol=0, atol=1e-6)
+        exact, size = x.double() @ w.T, x.double().abs() @ w.abs().T
+        assert torch.allclose(got.double(), exact, rtol=0, atol=1e-5), rows
+        assert ((got - kernel).abs() <= 2 ** -8 * (size + kernel.abs())).all(), rows
 
 
 @pytest.fixture(scope="module")

@@ -36,12 +36,25 @@ batches) runs the dequantized product: no faster than float32, only smaller in m
 
 class Int8Linear(nn.Module):
     """y = bf16(bf16(x) q^T * s) + b, in the dtype of x. `q` and `scale` are buffers (no
-    gradient: this layer is for inference); the bias stays a float32 Parameter."""
+    gradient: this layer is for inference); the bias stays a float32 Parameter.
+
+    When the input width is a multiple of 4, `q`'s columns are stored interleaved (`interleave`):
+    stored column 4j + k is column k n + j of the weight, n = in / 4, so that the 4 bytes of
+    32-bit word j are column j of each quarter. The eager paths interleave x the same way (a
+    copy of one row of activations: the products are unchanged); the compiled one reads the
+    words (`_words_product`).
+
+    torch's int8 kernel takes only widths that are multiples of 8: on this AVX2 CPU it read past
+    the end of shorter rows (results off by up to 1e30 for widths 4, 28, 36, 44... and every
+    width = 2 mod 4, measured over 5 seeds; none wrong in 49 multiples of 8 x 6 seeds x 3
+    output counts). Other widths take the dequantized product."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
         self.out_features, self.in_features = q.shape
-        self.register_buffer("q", q.to(torch.int8).contiguous())
+        self.interleaved = self.in_features % 4 == 0
+        q = q.to(torch.int8)
+        self.register_buffer("q", (interleave(q) if self.interleaved else q).contiguous())
         self.register_buffer("scale", scale.to(torch.bfloat16).contiguous())
         self.bias = None if bias is None else nn.Parameter(bias.detach().float(),
                                                            requires_grad=False)
@@ -58,21 +71,63 @@ class Int8Linear(nn.Module):
         """The tensors a product with one token reads (weight_bytes_read)."""
         return self.q, self.scale
 
+    def quantized(self) -> torch.Tensor:
+        """q (out, in) int8 in the weight's own column order."""
+        return deinterleave(self.q) if self.interleaved else self.q
+
     def dequantized(self) -> torch.Tensor:
-        """s[:, None] * q in float32 (out, in)."""
-        return self.q.float() * self.scale.float()[:, None]
+        """s[:, None] * q in float32 (out, in), in the weight's own column order."""
+        return self.quantized().float() * self.scale.float()[:, None]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        if rows.shape[0] <= KERNEL_ROWS and rows.device.type == "cpu":
-            y = torch.ops.aten._weight_int8pack_mm(rows, self.q, self.scale)
+        few = rows.shape[0] <= KERNEL_ROWS and rows.device.type == "cpu"
+        if few and self.interleaved and torch.compiler.is_compiling():
+            y = self._words_product(rows)
         else:
-            y = (F.linear(rows.float(), self.q.float()) * self.scale.float()).to(torch.bfloat16)
+            stored = interleave(rows) if self.interleaved else rows
+            if few and self.in_features % 8 == 0:
+                y = torch.ops.aten._weight_int8pack_mm(stored, self.q, self.scale)
+            else:
+                y = (F.linear(stored.float(), self.q.float()) * self.scale.float()
+                     ).to(torch.bfloat16)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
+    def _words_product(self, rows: torch.Tensor) -> torch.Tensor:
+        """bf16(x q^T * s) written as the loop inductor fuses (under torch.compile only):
+
+            y_o = s_o sum_j sum_k x[k n + j] byte_k(word[o, j])
+
+        with byte k sign-extended by shifts of the 32-bit word (k = 0 the lowest: the words
+        are read little-endian). On an AVX2 CPU torch's int8 kernel converts the weights more
+        slowly than memory delivers them; this loop reads 8 words at a time and converts them
+        in registers (docs/performance.md, "Compiled decoding"). The words are the int8
+        buffer viewed as float32 first: inductor loads a float32 input a vector at a time, an
+        int32 one through a copy (measured 3x slower)."""
+        n = self.in_features // 4
+        words = self.q.view(torch.float32).view(torch.int32)  # (out, n)
+        xs = rows.float()[:, None, :]  # (rows, 1, in)
+        total = 0
+        for k in range(4):
+            byte = (words << (24 - 8 * k)) >> 24
+            total = total + xs[..., k * n:(k + 1) * n] * byte.float()
+        return (total.sum(-1) * self.scale.float()).to(torch.bfloat16)
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+def interleave(t: torch.Tensor) -> torch.Tensor:
+    """Columns (..., in) reordered so that column 4j + k holds column k n + j (n = in / 4)."""
+    *lead, width = t.shape
+    return t.reshape(*lead, 4, width // 4).transpose(-1, -2).reshape(*lead, width)
+
+
+def deinterleave(t: torch.Tensor) -> torch.Tensor:
+    """The inverse of `interleave`."""
+    *lead, width = t.shape
+    return t.reshape(*lead, width // 4, 4).transpose(-1, -2).reshape(*lead, width)
 
 
 class Int8Head(nn.Module):
