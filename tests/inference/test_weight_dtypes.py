@@ -200,6 +200,17 @@ def test_generate_takes_the_dtype(run, dtype, capsys):
     assert out.out == "the" + model.tokenizer.decode(want.tolist()) + "\n"
 
 
+def test_generate_compiled_int8_gives_the_eager_tokens(run, capsys):
+    """`--compile --dtype int8`: the decode steps run Int8Linear._words_product (inductor's loop,
+    activations not rounded to bf16), the eager model the int8 kernel; greedy tokens agree."""
+    argv = ["generate", str(run[0]), "--prompt", "the", "--temperature", "0",
+            "--max-new-tokens", "8", "--threads", "1", "--dtype", "int8", "--engine", "torch"]
+    assert main(argv) == 0
+    eager = capsys.readouterr().out
+    assert main([*argv, "--compile"]) == 0
+    assert capsys.readouterr().out == eager and len(eager) > len("the\n")
+
+
 def test_eval_takes_the_dtype(run, capsys):
     figures = {}
     for dtype in ("float32", "bfloat16", "int8"):
