@@ -16,6 +16,15 @@ slower than the float32 product itself, measured here) and gives a bf16 result. 
 `KERNEL_ROWS` rows (a prompt, a large batch) the kernel loses to a float32 product of the
 dequantized weight, so those rows take that path, rounded the same way: both paths compute
 the same numbers up to the order of the float32 sums.
+
+Under torch.compile (`--compile`) up to `KERNEL_ROWS` rows run `Int8Linear._words_product`
+instead of the kernel: the same formula written as a loop inductor turns into C++ that reads
+the int8 weights 32 at a time (2.2x the kernel's decode speed on SmolLM2's shape, given the
+conditions in docs/performance.md, "Compiled decoding"). Inductor drops the code's roundings
+to bf16 there (its default, emulate_precision_casts off), so compiled results are x q^T s in
+float32, within a bf16 step of the kernel's: greedy tokens can part where two logits nearly
+tie. (Rounding by integer arithmetic on the bits, which inductor keeps, made the compiled step
+3x slower than eager: measured on 4 layers.)
 """
 
 from __future__ import annotations
