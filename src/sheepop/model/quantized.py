@@ -54,9 +54,9 @@ class Int8Linear(nn.Module):
     words (`_words_product`).
 
     torch's int8 kernel takes only widths that are multiples of 8: on this AVX2 CPU it read past
-    the end of shorter rows (results off by up to 1e30 for widths 4, 28, 36, 44... and every
-    width = 2 mod 4, measured over 5 seeds; none wrong in 49 multiples of 8 x 6 seeds x 3
-    output counts). Other widths take the dequantized product."""
+    the end of other rows (results off by up to 1e30, depending on the seed, for widths 18, 22,
+    30, 34... and 4, 28, 36, 44...; none wrong in 49 multiples of 8 x 6 seeds x 3 output
+    counts). Other widths take the dequantized product."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
