@@ -3,7 +3,7 @@ shape with random weights, one decode step at a time, as `sheepop generate --com
 
     python benchmarks/compiled_dtypes.py                       # 30 layers: minutes of compiling
     python benchmarks/compiled_dtypes.py --layers 4 --dtypes int8 --repeats 5
-    python benchmarks/compiled_dtypes.py --inductor realize_opcount_threshold=1
+    python benchmarks/compiled_dtypes.py --inductor freezing=True
 
 For each `--dtypes` (the torch engine's `--dtype`: sheepop.inference.load.build) an eager model
 and a compiled one (TorchLM.compile: `torch.compile(dynamic=True)`) on the same weights. Printed:
@@ -21,13 +21,9 @@ and a compiled one (TorchLM.compile: `torch.compile(dynamic=True)`) on the same 
 - whether the compiled model's greedy tokens equal the eager one's.
 
 `--inductor KEY=VALUE` sets `torch._inductor.config.KEY` before anything compiles (a value is
-a Python literal), to measure a knob without editing the code. `--without-graph-breaks`
-measures two one-line changes not made yet (docs/performance.md, "Compiled decoding"): the
-rotary angles' cache key calls `torch.is_inference_mode_enabled()`, which dynamo cannot trace
-(sheepop.model.positions), and attention passes `enable_gqa` a symbolic bool
-(sheepop.model.attention); the option puts a stand-in for each in those modules' globals,
-here only, so that one graph covers the whole forward pass. Random weights decode at the
-speed trained ones do (decode_shapes); the real model's figures: benchmarks/weight_dtypes.py.
+a Python literal), to measure a knob without editing the code; TorchLM.compile's own options
+(`realize_opcount_threshold=1`) win over it. Random weights decode at the speed trained ones do
+(decode_shapes); the real model's figures: benchmarks/weight_dtypes.py.
 """
 
 from __future__ import annotations
@@ -65,32 +61,6 @@ def set_inductor(settings: list[str]) -> None:
         setattr(owner, last, ast.literal_eval(value))
 
 
-def without_graph_breaks() -> None:
-    """The two stand-ins of `--without-graph-breaks` (module docstring)."""
-    import torch
-    import torch.nn.functional as F
-
-    from sheepop.model import attention, positions
-
-    class Torch:  # torch, but a traceable constant for is_inference_mode_enabled
-        def __getattr__(self, name):
-            return getattr(torch, name)
-
-        @staticmethod
-        def is_inference_mode_enabled() -> bool:
-            return True
-
-    class Functional:  # torch.nn.functional, enable_gqa made a plain bool
-        def __getattr__(self, name):
-            return getattr(F, name)
-
-        @staticmethod
-        def scaled_dot_product_attention(*args, enable_gqa=False, **kwargs):
-            return F.scaled_dot_product_attention(*args, enable_gqa=bool(enable_gqa), **kwargs)
-
-    positions.torch, attention.F = Torch(), Functional()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "int8"],
@@ -102,7 +72,6 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--bandwidth-mib", type=int, default=512)
     ap.add_argument("--inductor", nargs="*", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--without-graph-breaks", action="store_true")
     args = ap.parse_args()
 
     threads.apply(args.threads)
@@ -111,8 +80,6 @@ def main() -> None:
 
     from sheepop.model.quantized import weight_bytes_read
     set_inductor(args.inductor)
-    if args.without_graph_breaks:
-        without_graph_breaks()
     cfg = shape_config("smollm2")
     cfg.model.n_layer = args.layers
     weights = init_params(cfg.model, 0)
@@ -122,8 +89,7 @@ def main() -> None:
           f"torch {torch.__version__}, cpu capability "
           f"{torch.backends.cpu.get_cpu_capability()}, {when}; {args.threads} thread(s); "
           f"SmolLM2's shape, {args.layers} layers; inductor settings: "
-          f"{' '.join(args.inductor) or 'defaults'}"
-          f"{'; without the two graph breaks' if args.without_graph_breaks else ''}")
+          f"TorchLM.compile's {' '.join(args.inductor)}")
 
     models, nbytes = {}, {}
     for dtype in args.dtypes:

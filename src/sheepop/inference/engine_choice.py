@@ -36,18 +36,17 @@ class Measured:
     torch: float
 
 
-# benchmarks/engine_table.py --rounds 5 (medians; 3 for gpt2 and the smollm2 rerun), 2026-11-26,
-# under a load average of 5-14 from other work (docs/performance.md gives each row's load): the
-# ratios, not the rates, count.
+# benchmarks/engine_table.py --rounds 3 (medians), 2026-11-26 05:34 UTC, on a quiet machine (load
+# 1.2-1.4), after the decode layout (sheepop.arch.layout) of both engines.
 DECODE_TOKENS_PER_S: tuple[Measured, ...] = (
-    Measured("toy", 806_272, 1, 96.4, 79.4),
-    Measured("toy", 806_272, 2, 86.6, 6.6),
-    Measured("10m", 11_433_984, 1, 33.8, 35.7),
-    Measured("10m", 11_433_984, 2, 4.1, 3.6),
-    Measured("smollm2", 134_515_008, 1, 17.7, 13.2),  # rerun at load 5.3 (10.5: 3.4, 2.7)
-    Measured("smollm2", 134_515_008, 2, 1.6, 1.6),  # rerun at load 7.1 (14.4: 0.3, 0.8)
-    Measured("gpt2", 124_439_808, 1, 5.4, 4.8),
-    Measured("gpt2", 124_439_808, 2, 0.9, 1.3),
+    Measured("toy", 806_272, 1, 841.5, 521.3),
+    Measured("toy", 806_272, 2, 576.5, 319.3),
+    Measured("10m", 11_433_984, 1, 208.5, 160.5),
+    Measured("10m", 11_433_984, 2, 208.2, 134.3),
+    Measured("smollm2", 134_515_008, 1, 23.6, 16.7),
+    Measured("smollm2", 134_515_008, 2, 27.5, 17.5),
+    Measured("gpt2", 124_439_808, 1, 32.3, 31.2),
+    Measured("gpt2", 124_439_808, 2, 45.2, 30.0),
 )
 
 

@@ -73,8 +73,9 @@ class CausalSelfAttention(nn.Module):
                 else:
                     is_causal = True
             p = self.attn_drop.p if self.training else 0.0
+            # bool(): under torch.compile's dynamic shapes H_kv < H is symbolic, a graph break
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                               is_causal=is_causal, enable_gqa=H_kv < H)
+                                               is_causal=is_causal, enable_gqa=bool(H_kv < H))
         else:
             if H_kv < H:  # each key/value head, once per query head of its group
                 k, v = (t.repeat_interleave(H // H_kv, dim=1) for t in (k, v))

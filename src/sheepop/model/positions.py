@@ -102,15 +102,15 @@ class RotaryPositions(Positions):
         same positions, and in a one-token decode step these small operations are a
         noticeable share of the time (not under torch.compile, which fuses them)."""
         dtype = torch.promote_types(q.dtype, torch.float32)
-        # Tensors made under inference_mode cannot enter autograd: a training step after an
-        # evaluation at the same positions must not reuse them.
-        key = ((pos.start, pos.stop) if isinstance(pos, slice) else pos, q.device, dtype,
-               torch.is_inference_mode_enabled())
         compiling = torch.compiler.is_compiling()
-        last = getattr(self, "_last", None)
-        if not compiling and last is not None and last[0][1:] == key[1:] and _same(last[0][0],
-                                                                                   key[0]):
-            return last[1]
+        if not compiling:  # (the key alone would break torch.compile's graph)
+            # Tensors made under inference_mode cannot enter autograd: a training step after an
+            # evaluation at the same positions must not reuse them.
+            key = ((pos.start, pos.stop) if isinstance(pos, slice) else pos, q.device, dtype,
+                   torch.is_inference_mode_enabled())
+            last = getattr(self, "_last", None)
+            if last is not None and last[0][1:] == key[1:] and _same(last[0][0], key[0]):
+                return last[1]
         if isinstance(pos, slice):
             p = torch.arange(pos.start, pos.stop, device=q.device)       # (T,)
         else:
