@@ -71,3 +71,16 @@ def test_torch_engine_stores_each_matrix_by_the_rule(cfg):
     assert greedy(fast) == greedy(plain)
     fast.cast(torch.bfloat16)  # bfloat16 products run fastest on the usual layout
     assert all(p.is_contiguous() for p in fast.model.parameters())
+
+
+def test_weights_in_the_decode_layout_are_written_as_they_read(cfg, tmp_path):
+    """safetensors.numpy writes an array's memory as it lies (a column-major array came back
+    scrambled, measured): the exporters' writer makes each row-major first."""
+    from safetensors.numpy import load_file
+
+    from sheepop.interop.hf_files import WEIGHTS, write_weights
+    weights = NumpyLM(cfg, init_params(cfg, seed=3)).params
+    assert weights["tok_emb.weight"].flags.f_contiguous
+    write_weights(tmp_path, weights)
+    back = load_file(tmp_path / WEIGHTS)
+    assert all(np.array_equal(back[name], w) for name, w in weights.items())

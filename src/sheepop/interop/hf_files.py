@@ -46,8 +46,11 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_weights(out_dir: Path, weights: dict[str, np.ndarray]) -> None:
-    # transformers insists on the "format" metadata of a safetensors file.
-    atomic_write_bytes(out_dir / WEIGHTS, st_save(weights, metadata={"format": "pt"}))
+    # transformers insists on the "format" metadata of a safetensors file. safetensors.numpy
+    # writes an array's memory as it lies: a column-major one (the decode layout, a transposed
+    # view) would come back scrambled, so each is made row-major first.
+    tensors = {name: np.ascontiguousarray(w) for name, w in weights.items()}
+    atomic_write_bytes(out_dir / WEIGHTS, st_save(tensors, metadata={"format": "pt"}))
 
 
 def read_hf_config(hf_dir: Path) -> dict[str, Any]:

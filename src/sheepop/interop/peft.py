@@ -145,7 +145,8 @@ def export_peft(adapters: dict[str, np.ndarray], lora: LoraConfig, cfg: ModelCon
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"output path exists and is not a directory: {out_dir}")
-    tensors = peft_weights(adapters, lora, cfg, format)
+    tensors = {name: np.ascontiguousarray(t)  # (row-major: hf_files.write_weights says why)
+               for name, t in peft_weights(adapters, lora, cfg, format).items()}
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out_dir / WEIGHTS_FILE, st_save(tensors, metadata={"format": "pt"}))
     write_json(out_dir / CONFIG_FILE, peft_config(lora, cfg, format, base_model))
