@@ -149,3 +149,35 @@ def test_ctrl_c_in_the_first_moments_is_one_line_and_exit_130(tmp_path, text_fil
     def saved(i):  # reached the training loop: Ctrl-C saved the step (test_cli_signals.py)
         return (tmp_path / f"run{i}" / "trainer.json").is_file()
     assert not _interrupted_at(args, np.linspace(0.12, 0.6, 12), saved)
+
+
+def test_a_ctrl_c_that_an_import_reports_as_import_error_is_one_line(monkeypatch, capsys):
+    """Ctrl-C inside a C extension's import comes out as that import's ImportError, the
+    KeyboardInterrupt dropped (numpy: "numpy._core.multiarray failed to import", seen 1 time in
+    ~24 starts by the test above); `main` tells it from a real ImportError by its handler having
+    run. Here the command itself plays that import, with the handler `main` installs for the
+    program (the start-up one in place, as under `sheepop`)."""
+    import sheepop.cli as cli
+    from sheepop.cli import generate
+
+    def import_interrupted_by_ctrl_c(args):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            raise ImportError("numpy._core.multiarray failed to import") from None
+
+    def import_fails(args):
+        raise ImportError("no module named numpy")
+
+    previous = signal.signal(signal.SIGINT, cli._stop_at_start)
+    try:
+        monkeypatch.setattr(cli, "_ctrl_c_seen", False)
+        monkeypatch.setattr(generate, "run", import_fails)
+        with pytest.raises(ImportError, match="no module named numpy"):  # not a Ctrl-C
+            cli.main(["generate", "RUN"])
+        signal.signal(signal.SIGINT, cli._stop_at_start)
+        monkeypatch.setattr(generate, "run", import_interrupted_by_ctrl_c)
+        assert cli.main(["generate", "RUN"]) == 130
+        assert capsys.readouterr().err == "sheepop: interrupted\n"
+    finally:
+        signal.signal(signal.SIGINT, previous)
