@@ -7,11 +7,12 @@ What a decode step costs beyond attention: every linear layer's product with one
 head (49,152 x 576), each matrix its own memory (no cache reuse between them, as in the
 model). Random weights; the formats:
 
-- numpy float32: `x @ W.T`, as the NumPy engine multiplies (OpenBLAS sgemv);
+- numpy float32: `x @ W.T`, as the NumPy engine multiplies, each W in the decode layout
+  (sheepop.arch.layout: column-major where out >= in; OpenBLAS sgemv);
 - numpy int8 by blocks: each block of `--block` rows converted to float32, then `x @ B.T`, the
   result scaled per row: the only int8 product NumPy has (no int8 BLAS) -- the candidate for a
   NumPy int8 engine;
-- torch float32 (column-major, the torch engine's decode layout), torch bfloat16, torch int8
+- torch float32 (the same decode layout), torch bfloat16, torch int8
   (`_weight_int8pack_mm`, bf16 input), torch 4-bit groups (`_weight_int4pack_mm_for_cpu`).
 
 The formats take turns, `--repeats` times; printed: the median ms per token, the bytes read and
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from sheepop import threads
+from sheepop.arch.layout import column_major
 
 D, FF, QKV, V, LAYERS = 576, 1536, 960, 49152, 30
 
@@ -51,7 +53,9 @@ def contenders(block: int):
     q8 = [int8_rows(w) for w in mats]
     tx = {k: torch.from_numpy(v) for k, v in xs.items()}
     tb = {k: v.bfloat16() for k, v in tx.items()}
-    col = [torch.from_numpy(w).t().contiguous().t() for w in mats]  # copies: column-major
+    # the decode layout of both engines (sheepop.arch.layout), copies
+    laid = [np.asfortranarray(w) if column_major(w.shape) else w for w in mats]
+    col = [torch.from_numpy(w) for w in laid]
     bf = [torch.from_numpy(w).bfloat16() for w in mats]
     t8 = [(torch.from_numpy(q), torch.from_numpy(s).bfloat16()) for q, s in q8]
     t4 = []
@@ -65,7 +69,7 @@ def contenders(block: int):
         t4.append((packed, sz))
 
     def numpy_f32():
-        for w in mats:
+        for w in laid:
             xs[w.shape[1]] @ w.T
 
     def numpy_int8():
