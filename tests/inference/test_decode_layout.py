@@ -67,6 +67,9 @@ def test_torch_engine_stores_each_matrix_by_the_rule(cfg):
             assert (p.t().is_contiguous() if column_major(p.shape) else p.is_contiguous()), name
     assert params["tok_emb.weight"].t().is_contiguous()
     assert params["blocks.0.ffn.proj.weight"].is_contiguous()
+    assert all(p.is_contiguous() for p in plain.model.parameters())
+    for name, value in plain.model.numpy_weights().items():
+        assert np.array_equal(fast.model.numpy_weights()[name], value), name
     assert np.allclose(fast.prefill(PROMPT), plain.prefill(PROMPT), atol=1e-5, rtol=0)
     assert greedy(fast) == greedy(plain)
     fast.cast(torch.bfloat16)  # bfloat16 products run fastest on the usual layout

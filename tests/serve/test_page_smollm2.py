@@ -11,9 +11,7 @@ argsort over a vocabulary of that size."""
 
 from __future__ import annotations
 
-import os
 import signal
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,14 +94,6 @@ def test_the_next_token_after_the_capital_of_france_is_paris(smol):
     assert [t["text"] for t in x["tokens"]] == ["The", " capital", " of", " France", " is"]
     assert x["next"]["texts"][-1][0] == " Paris"
     assert "lens" not in x and x["attention"]["weights"] == []
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory) -> Path:
-    where = os.environ.get("SHEEPOP_PAGE_SHOTS")
-    path = Path(where) if where else tmp_path_factory.mktemp("shots")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 @pytest.mark.real_model

@@ -45,12 +45,16 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
+def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """A safetensors file as transformers and PEFT read it (they insist on its "format"
+    metadata). safetensors.numpy writes an array's memory as it lies: a column-major one (the
+    decode layout, a transposed view) would come back scrambled, so each is made row-major."""
+    rows = {name: np.ascontiguousarray(t) for name, t in tensors.items()}
+    atomic_write_bytes(path, st_save(rows, metadata={"format": "pt"}))
+
+
 def write_weights(out_dir: Path, weights: dict[str, np.ndarray]) -> None:
-    # transformers insists on the "format" metadata of a safetensors file. safetensors.numpy
-    # writes an array's memory as it lies: a column-major one (the decode layout, a transposed
-    # view) would come back scrambled, so each is made row-major first.
-    tensors = {name: np.ascontiguousarray(w) for name, w in weights.items()}
-    atomic_write_bytes(out_dir / WEIGHTS, st_save(tensors, metadata={"format": "pt"}))
+    write_safetensors(out_dir / WEIGHTS, weights)
 
 
 def read_hf_config(hf_dir: Path) -> dict[str, Any]:

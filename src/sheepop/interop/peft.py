@@ -35,14 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import save as st_save
 
 from sheepop.arch.lora import NEW_ROWS, LoraConfig, check_adapters, target_modules
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
-from sheepop.files import atomic_write_bytes
 from sheepop.interop.hf import ARCHITECTURES
-from sheepop.interop.hf_files import write_json
+from sheepop.interop.hf_files import write_json, write_safetensors
 from sheepop.interop.llama import to_rotate_half
 
 CONFIG_FILE = "adapter_config.json"
@@ -145,8 +143,7 @@ def export_peft(adapters: dict[str, np.ndarray], lora: LoraConfig, cfg: ModelCon
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"output path exists and is not a directory: {out_dir}")
-    tensors = {name: np.ascontiguousarray(t)  # (row-major: hf_files.write_weights says why)
-               for name, t in peft_weights(adapters, lora, cfg, format).items()}
+    tensors = peft_weights(adapters, lora, cfg, format)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out_dir / WEIGHTS_FILE, st_save(tensors, metadata={"format": "pt"}))
+    write_safetensors(out_dir / WEIGHTS_FILE, tensors)
     write_json(out_dir / CONFIG_FILE, peft_config(lora, cfg, format, base_model))
