@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_real_model.py                  # one H100/H200, under 4 minutes
     python benchmarks/gpu_real_model.py --cpu-smoke      # tiny shapes on the CPU: does it run
+    python benchmarks/gpu_real_model.py --decode-only --compile-decode   # decode compiled
 
 No downloads: random weights (sheepop's initialisation rule) in the shapes of SmolLM2-135M
 (30 layers, width 576, 9/3 heads, SwiGLU 1536, RMSNorm, rotary, vocabulary 49,152, tied) and
@@ -11,8 +12,11 @@ vocabulary 50,257, tied). Speed does not depend on the weights' values.
 - Decode: sheepop's inference model (sheepop.inference.load.build, torch engine, float32 and
   bfloat16), greedy, `--new` tokens after a `--prompt`-token prompt, at batch 1 and batch 16
   (one KV cache row each; `decode_batch`), tokens/s = batch x steps / seconds of the decode
-  steps (each step hands its logits back to the host, so every step is synchronised). The
-  dtypes take turns, `--repeats` times; the median is printed.
+  steps (each step hands its logits back to the host, so every step is synchronised). Each
+  model first decodes `--warmup-tokens` untimed steps at each batch (the first bf16 run paid
+  cuBLAS's kernel choice and the allocator's growth: 13 tok/s, then 48); then the dtypes take
+  turns, `--repeats` times; the median is printed. `--compile-decode` decodes through
+  torch.compile, as `generate --compile` does (the warm-up pays the compilation).
 - Training: sheepop's training step (sheepop.train.engine_torch.TorchEngine: forward, loss,
   backward, clipping, fused AdamW) with bf16 autocast and torch.compile, `--batch` sequences
   of `--block` tokens; after `--warmup` steps (compilation), the median of `--steps` steps.
@@ -86,15 +90,19 @@ def decode_table(name: str, model_cfg: dict, device: str, args) -> None:
     config.model = ModelConfig(**model_cfg)
     torch.manual_seed(0)
     weights = GPT(config.model).numpy_weights()
-    models = {d: build(config, weights, None, "torch", device, d) for d in ("float32", "bfloat16")}
+    models = {d: build(config, weights, None, "torch", device, d, compile=args.compile_decode)
+              for d in ("float32", "bfloat16")}
     del weights
+    label = " compiled" if args.compile_decode else ""
     for batch in (1, 16):
+        for m in models.values():  # untimed: kernel selection, the allocator's growth, compiling
+            decode_rate(m.lm, batch, args.prompt, args.warmup_tokens)
         rates: dict[str, list[float]] = {d: [] for d in models}
         for _ in range(args.repeats):
             for d, m in models.items():
                 rates[d].append(decode_rate(m.lm, batch, args.prompt, args.new))
         shown = ", ".join(f"{d} {statistics.median(r):,.0f}" for d, r in rates.items())
-        print(f"  decode {name:<13} batch {batch:>2}: tokens/s {shown} "
+        print(f"  decode{label} {name:<13} batch {batch:>2}: tokens/s {shown} "
               f"(runs: {', '.join(' '.join(f'{x:.0f}' for x in r) for r in rates.values())})",
               flush=True)
     del models
@@ -142,12 +150,17 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=1024)
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup-tokens", type=int, default=64,
+                    help="untimed decode steps per model and batch before the timed runs")
+    ap.add_argument("--compile-decode", action="store_true",
+                    help="decode through torch.compile (generate --compile)")
+    ap.add_argument("--decode-only", action="store_true", help="skip the training step")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--peak-tflops", type=float)
     args = ap.parse_args()
     if args.cpu_smoke:
         device = "cpu"
-        args.prompt, args.new, args.repeats = 8, 8, 1
+        args.prompt, args.new, args.repeats, args.warmup_tokens = 8, 8, 1, 4
         args.batch, args.block, args.warmup, args.steps = 2, 32, 1, 2
         shapes = {"smoke": SMOKE}
     else:
@@ -163,7 +176,7 @@ def main() -> None:
     for name, model_cfg in shapes.items():
         decode_table(name, model_cfg, device, args)
         print(f"  ({time.perf_counter() - start:.0f} s so far)", flush=True)
-    for name, model_cfg in shapes.items():
+    for name, model_cfg in ({} if args.decode_only else shapes).items():
         train_mfu(name, model_cfg, device, args, peak)
         print(f"  ({time.perf_counter() - start:.0f} s so far)", flush=True)
         if device == "cuda":

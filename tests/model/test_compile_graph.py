@@ -36,3 +36,34 @@ def test_a_cached_decode_step_is_one_graph():
             compiled(torch.tensor([[token]]), cache=cache, last_only=True)
     assert dict(counters["graph_break"]) == {}
     assert prefill_graphs == 1 and len(graphs) == 2  # one more for the decode steps
+
+
+def test_compiled_decoding_is_not_compiled_again_as_the_cache_grows():
+    """TorchLM grows the cache one column ahead of a compiled step: a step whose keys fill the
+    buffer exactly made torch.compile compile again at each growth (64, 128, ... columns: on
+    the GPU, SmolLM2 passed dynamo's recompile limit and ran eagerly from then on)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    from sheepop.model.lm import TorchLM
+
+    cfg = ModelConfig(vocab_size=41, block_size=200, n_layer=2, n_embd=32, dropout=0.0,
+                      **llama(**gqa(4, 2)))
+    lm = TorchLM(GPT(cfg))
+    graphs = []
+    aot = aot_autograd(fw_compiler=lambda gm, example: make_boxed_func(gm.forward))
+
+    def backend(graph, example_inputs):  # dynamo's graphs, through aot autograd's tracing
+        graphs.append(graph)             # (where the full slice is told apart), no inductor
+        return aot(graph, example_inputs)
+
+    torch._dynamo.reset()
+    lm.forward = torch.compile(lm.model, dynamic=True, backend=backend)
+    token = int(lm.prefill([1, 2, 3]).argmax())
+    token = int(lm.decode(token).argmax())
+    after_first_step, capacities = len(graphs), set()
+    for _ in range(140):  # past 64 and 128 columns
+        token = int(lm.decode(token).argmax())
+        capacities.add(lm.cache.capacity)
+    assert {64, 128} <= capacities, capacities
+    assert len(graphs) == after_first_step

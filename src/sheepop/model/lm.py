@@ -8,9 +8,11 @@ and the weight layout that makes a single-token step fastest on the CPU.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
@@ -74,14 +76,17 @@ class TorchLM(CachedLM):
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
         if cache is not None:  # grow here, not in the forward pass: torch.compile cannot
-            cache.make_room(idx.shape[1])  # trace an allocation of a symbolic size
+            # trace an allocation of a symbolic size. Compiled, one column more than the step
+            # needs: a step whose keys filled the buffer exactly would be compiled again (the
+            # full slice is a case of its own to torch.compile), at every growth of the cache.
+            cache.make_room(idx.shape[1] + (self.forward is not self.model))
         kw = {}
         if pos_ids is not None:
             past = cache.query_offset(idx.shape[1]) if cache is not None else 0
             kw = {"pos_ids": self._tensor(pos_ids),
                   "attn_mask": self._tensor(allowed_keys(idx.shape[1], past, key_mask,
                                                          self.block_size))}
-        with torch.inference_mode():
+        with torch.inference_mode(), generation_attention(self.device):
             logits, _ = self.forward(self._tensor(idx), cache=cache, last_only=last_only, **kw)
         return (logits[:, -1] if last_only else logits).float().cpu().numpy()
 
@@ -93,6 +98,20 @@ class TorchLM(CachedLM):
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+
+def generation_attention(device: torch.device) -> AbstractContextManager:
+    """The attention kernels a generation step may use: on CUDA, any but cuDNN's.
+
+    cuDNN's attention (what torch picks for bf16/fp16 on an H100/H200) builds an execution
+    plan for each new shape, and a decode step's keys are a new shape at every step: on an
+    H200, bf16 decoding ran at 19-39 tokens/s over cache lengths it had not seen and 272-304
+    once the same lengths came again (float32, which cuDNN does not take, ran at ~330 from the
+    start; docs/performance.md, "On a GPU"). Training's fixed shapes keep cuDNN."""
+    if device.type != "cuda":
+        return nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                        SDPBackend.MATH])
 
 
 def _set_layout(model: GPT, decode_layout: bool) -> None:
