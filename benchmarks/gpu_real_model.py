@@ -169,6 +169,9 @@ def main() -> None:
         device = "cuda"
         torch.backends.cuda.matmul.allow_tf32 = True  # float32 decode as a user would run it
         shapes = {n: SHAPES[n] for n in args.shapes}
+    if args.compile_decode:  # dynamo counts recompilations per function, across models: two
+        # dtypes x two batch sizes x (prefill, decode) are already 8 graphs of GPT.forward
+        torch._dynamo.config.recompile_limit = 64
     peak, peak_text = peak_flops(torch.device(device), args.peak_tflops)
     start = time.perf_counter()
     where = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
