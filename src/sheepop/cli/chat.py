@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from sheepop.cli.common import (
@@ -182,23 +183,28 @@ def command(chat: Chat, line: str) -> bool | None:
     return None
 
 
+def turn(chat: Chat, line: str, out: TextIO, shown: Callable[[str], str] = str) -> bool:
+    """One line of the user's: nothing when blank, a command, or a message whose answer streams
+    to `out` (each piece through `shown`) and ends its line. False: the user leaves."""
+    if not line.strip():
+        return True
+    done = command(chat, line)
+    if done is not None:
+        return done
+    try:
+        chat.answer(line, lambda piece: (out.write(shown(piece)), out.flush()))
+    except UserError as e:  # a message too long, or holding a special token
+        chat.say(f"error: {e}")
+    out.write("\n")
+    out.flush()
+    return True
+
+
 def piped(chat: Chat, stdin: TextIO, out: TextIO) -> None:
     """One user turn per input line, one output line per answer."""
     for raw in stdin:
-        line = unescape(raw.rstrip("\r\n"))
-        if not line.strip():
-            continue
-        done = command(chat, line)
-        if done is False:
+        if not turn(chat, unescape(raw.rstrip("\r\n")), out, escape):
             return
-        if done:
-            continue
-        try:
-            chat.answer(line, lambda piece: (out.write(escape(piece)), out.flush()))
-        except UserError as e:  # a message too long, or holding a special token
-            chat.say(f"error: {e}")
-        out.write("\n")
-        out.flush()
 
 
 def interactive(chat: Chat, stdin: TextIO, out: TextIO, note: TextIO) -> None:
@@ -220,20 +226,8 @@ def interactive(chat: Chat, stdin: TextIO, out: TextIO, note: TextIO) -> None:
         if not line:  # end of input (Ctrl-D)
             note.write("\n")
             return
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        done = command(chat, line)
-        if done is False:
+        if not turn(chat, line.rstrip("\r\n"), out):
             return
-        if done:
-            continue
-        try:
-            chat.answer(line, lambda piece: (out.write(piece), out.flush()))
-        except UserError as e:
-            chat.say(f"error: {e}")
-        out.write("\n")
-        out.flush()
 
 
 def run(args: argparse.Namespace) -> int:
