@@ -20,6 +20,11 @@ whatever its value, so the speed is a trained model's.
 Per thread count the bandwidth and the two engines (greedy, `--new-tokens` after 16 tokens)
 alternate `--rounds` times; medians are printed with the load average, the CPU capability
 torch reports and the BLAS kernel threadpoolctl reports.
+
+Also timed in each round: the NumPy step's matrix products alone, back to back (one token's
+row times every weight matrix the NumPy engine holds, in its decode layout, the head's
+included; nothing else). Their rate over the bound is the ceiling of any step built on those
+BLAS calls: a step that did no other work at all would reach it and no more.
 """
 
 from __future__ import annotations
@@ -49,6 +54,19 @@ def read_rates(array: np.ndarray, tensor: torch.Tensor) -> dict[str, float]:
     return out
 
 
+def products_seconds(lm) -> float:
+    """One token's products with every weight matrix the NumPy engine reads (`lm.params`, in
+    its layout): the lookup tables left out, except a tied token table, which is the head."""
+    params = lm.params
+    mats = [w for name, w in params.items() if w.ndim == 2 and name != "pos_emb.weight"
+            and not (name == "tok_emb.weight" and "head.weight" in params)]
+    rows = {w.shape[1]: np.ones((1, w.shape[1]), dtype=w.dtype) for w in mats}
+    t0 = time.perf_counter()
+    for w in mats:
+        rows[w.shape[1]] @ w.T
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="+", default=["smollm2", "gpt2"],
@@ -65,8 +83,9 @@ def main() -> None:
           f"BLAS {threads.blas_kernels()}, load average {os.getloadavg()[0]:.2f}; float32, "
           f"random weights, medians of {args.rounds} alternations")
     print("| shape | MB read/token | threads | bandwidth GB/s (torch sum / numpy sum) | bound "
-          "tok/s | numpy tok/s | numpy / bound | torch tok/s | torch / bound | load |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "tok/s | numpy tok/s | numpy / bound | torch tok/s | torch / bound | numpy's products "
+          "alone / bound | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes:
         cfg = shapes.shape_config(shape)
         models = shapes.build_models(cfg, ["numpy", "torch"])
@@ -78,9 +97,11 @@ def main() -> None:
                 shapes.decode_seconds(lm, prompt, 3)
             rates: dict[str, list[float]] = {"torch sum": [], "numpy sum": []}
             decode: dict[str, list[float]] = {e: [] for e in models}
+            products: list[float] = []
             for r in range(args.rounds):  # bandwidth, then the engines, in turn
                 for name, rate in read_rates(array, tensor).items():
                     rates[name].append(rate)
+                products.append(products_seconds(models["numpy"]))
                 for e in (list(models) if r % 2 == 0 else list(models)[::-1]):
                     seconds, _ = shapes.decode_seconds(models[e], prompt, args.new_tokens)
                     decode[e].append((args.new_tokens - 1) / seconds)
@@ -90,7 +111,8 @@ def main() -> None:
             print(f"| {shape} | {per_token / 1e6:.0f} | {n} | {bw['torch sum'] / 1e9:.1f} / "
                   f"{bw['numpy sum'] / 1e9:.1f} | {bound:.1f} | {tok['numpy']:.1f} | "
                   f"{tok['numpy'] / bound:.2f} | {tok['torch']:.1f} | {tok['torch'] / bound:.2f} "
-                  f"| {os.getloadavg()[0]:.2f} |", flush=True)
+                  f"| {1 / statistics.median(products) / bound:.2f} | {os.getloadavg()[0]:.2f} |",
+                  flush=True)
         del models
 
 

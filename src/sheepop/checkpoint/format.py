@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
 
 from sheepop.checkpoint.check import MAX_CONFIG_BYTES, check_weights_file, weights_from_bytes
 from sheepop.checkpoint.commit import (  # noqa: F401 (re-exported: checkpoint.X for callers)
@@ -42,6 +41,7 @@ from sheepop.checkpoint.commit import (  # noqa: F401 (re-exported: checkpoint.X
     recover,
     sha256_hex,
 )
+from sheepop.checkpoint.tensor_file import safetensors_bytes
 from sheepop.errors import UserError
 from sheepop.files import (
     MAX_JSON_BYTES,
@@ -72,14 +72,13 @@ def checkpoint_files(weights: dict[str, np.ndarray], config: dict[str, Any], tok
                      trainer_state: dict[str, Any] | None = None) -> dict[str, bytes]:
     """The files of a checkpoint, by name: the model's three, and the trainer state's two when
     it is given (its JSON then records the SHA-256 of both weight files)."""
-    model_bytes = st_save({k: np.ascontiguousarray(v, dtype=np.float32)
-                           for k, v in weights.items()}, metadata={"format": FORMAT})
+    model_bytes = safetensors_bytes({k: np.asarray(v, dtype=np.float32)
+                                     for k, v in weights.items()}, metadata={"format": FORMAT})
     files = {MODEL_FILE: model_bytes,
              CONFIG_FILE: document_text(RUN_CONFIG, config).encode("utf-8"),
              TOKENIZER_FILE: tokenizer_json.encode("utf-8")}
     if trainer_state is not None:
-        trainer_bytes = st_save({k: np.ascontiguousarray(v)
-                                 for k, v in (trainer_arrays or {}).items()})
+        trainer_bytes = safetensors_bytes(trainer_arrays or {})
         state = dict(trainer_state, model_sha256=sha256_hex(model_bytes),
                      trainer_sha256=sha256_hex(trainer_bytes))
         files[TRAINER_FILE] = trainer_bytes

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import save as st_save
 
 from sheepop.checkpoint.check import (
     DTYPES,
@@ -26,6 +25,7 @@ from sheepop.checkpoint.check import (
     check_dtypes,
     parse_header,
 )
+from sheepop.checkpoint.tensor_file import safetensors_bytes
 from sheepop.errors import UserError
 from sheepop.files import (
     atomic_write_bytes,
@@ -47,10 +47,8 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_safetensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
     """A safetensors file as transformers and PEFT read it (they insist on its "format"
-    metadata). safetensors.numpy writes an array's memory as it lies: a column-major one (the
-    decode layout, a transposed view) would come back scrambled, so each is made row-major."""
-    rows = {name: np.ascontiguousarray(t) for name, t in tensors.items()}
-    atomic_write_bytes(path, st_save(rows, metadata={"format": "pt"}))
+    metadata); each tensor row-major, whatever its order in memory (the decode layout)."""
+    atomic_write_bytes(path, safetensors_bytes(tensors, metadata={"format": "pt"}))
 
 
 def write_weights(out_dir: Path, weights: dict[str, np.ndarray]) -> None:
