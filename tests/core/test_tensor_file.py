@@ -84,12 +84,12 @@ def test_a_checkpoint_written_with_it_loads_through_the_checked_reader(tmp_path)
                "b": rng.standard_normal(5).astype(np.float64)}  # saved as float32
     state = {"exp_avg.w": weights["w"] * 2, "rng.torch": np.arange(9, dtype=np.uint8)}
     files = checkpoint.checkpoint_files(weights, {}, "{}", state, {"step": 3})
-    (tmp_path / checkpoint.MODEL_FILE).write_bytes(files[checkpoint.MODEL_FILE])
+    (tmp_path / checkpoint.MODEL_FILE).write_bytes(b"".join(files[checkpoint.MODEL_FILE]))
     check_weights_file(tmp_path / checkpoint.MODEL_FILE)
     back = checkpoint.load_weights(tmp_path)
     np.testing.assert_array_equal(back["w"], weights["w"])
     np.testing.assert_array_equal(back["b"], weights["b"].astype(np.float32))
-    trainer = safetensors.numpy.load(files[checkpoint.TRAINER_FILE])
+    trainer = safetensors.numpy.load(b"".join(files[checkpoint.TRAINER_FILE]))
     np.testing.assert_array_equal(trainer["exp_avg.w"], weights["w"] * 2)
     assert trainer["rng.torch"].dtype == np.uint8
     assert trainer["rng.torch"].tolist() == list(range(9))

@@ -1,11 +1,12 @@
 """Make the k-th file operation of a block of code fail: the fault injector of the crash tests.
 
-`Faults(at=k, action)` replaces the `os` functions that change files (open, write, fsync,
-replace, rename, unlink, mkdir, rmdir, close, chmod) with counting wrappers while the block runs;
-operation number `at` (from 0) calls `action(name, args)` instead of the real function: raise an
-OSError (an I/O error, or ENOSPC for a full disk), or `os._exit` (the process dies there, as
-under `kill -9`: nothing after it runs, not even cleanup). `at=None` only counts and logs, which
-gives the number of operations of one save and the index of its commit.
+`Faults(at=k, action)` replaces the `os` functions that change files (open, write, writev,
+fsync, replace, rename, unlink, mkdir, rmdir, close, chmod) with counting wrappers while the
+block runs; operation number `at` (from 0) calls `action(name, args)` instead of the real
+function: raise an OSError (an I/O error, or ENOSPC for a full disk), or `os._exit` (the
+process dies there, as under `kill -9`: nothing after it runs, not even cleanup). `at=None`
+only counts and logs, which gives the number of operations of one save and the index of its
+commit.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-OPERATIONS = ("open", "write", "fsync", "replace", "rename", "unlink", "mkdir", "rmdir", "close",
-              "chmod")
+OPERATIONS = ("open", "write", "writev", "fsync", "replace", "rename", "unlink", "mkdir", "rmdir",
+              "close", "chmod")
 
 
 def raise_io_error(name: str, args: tuple) -> None:

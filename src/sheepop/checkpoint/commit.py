@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from sheepop.errors import UserError
@@ -55,6 +56,7 @@ RUN_FILES = (*CHECKPOINT_FILES, "metrics.jsonl", "loss.png", "lr.png")
 STAGING_DIR = ".checkpoint-staging"
 COMMIT_FILE = "COMMIT.json"
 COMMIT = DocumentFormat("sheepop-checkpoint-commit", 1, "sheepop checkpoint commit record")
+IOV_MAX = 1024  # the parts one writev may take (POSIX guarantees 16; Linux and macOS take 1024)
 
 
 class SaveFailed(UserError):
@@ -69,17 +71,30 @@ class SaveFailed(UserError):
         super().__init__(f"saving a checkpoint in {run_dir} failed: {reason}; {kept}")
 
 
-def sha256_hex(data: bytes) -> str:
-    """The SHA-256 of `data`, as 64 hexadecimal digits."""
-    return hashlib.sha256(data).hexdigest()
+FileData = bytes | Sequence[memoryview]
+"""A file's bytes: whole, or the parts written one after the other (a safetensors file's header
+and each tensor's own memory: sheepop.checkpoint.tensor_file.safetensors_parts), so that a
+checkpoint of a large model is never copied into one more buffer of its size."""
+
+
+def parts(data: FileData) -> Sequence[bytes | memoryview]:
+    return (data,) if isinstance(data, bytes) else data
+
+
+def sha256_hex(data: FileData) -> str:
+    """The SHA-256 of `data` (all its parts, in order), as 64 hexadecimal digits."""
+    digest = hashlib.sha256()
+    for part in parts(data):
+        digest.update(part)
+    return digest.hexdigest()
 
 
 # ----- the save: stage, commit, install ---------------------------------------------------------
 
 
-def commit_files(run_dir: Path, files: dict[str, bytes]) -> None:
-    """Replace `files` (names of CHECKPOINT_FILES -> bytes) in `run_dir` all together or not at
-    all (the protocol in the module's docstring)."""
+def commit_files(run_dir: Path, files: dict[str, FileData]) -> None:
+    """Replace `files` (names of CHECKPOINT_FILES -> their bytes) in `run_dir` all together or
+    not at all (the protocol in the module's docstring)."""
     staging = run_dir / STAGING_DIR
     check_own_entry(staging, directory=True)  # a link there: its target would be deleted
     try:
@@ -107,13 +122,18 @@ def commit_files(run_dir: Path, files: dict[str, bytes]) -> None:
         raise SaveFailed(run_dir, describe_os_error(e), True) from None
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+def _write_synced(path: Path, data: FileData) -> None:
     """A new file holding `data`, flushed to the disk (mode 0666 less the umask)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        views = [v for v in (memoryview(p).cast("B") for p in parts(data)) if v.nbytes]
+        while views:  # one system call for many parts; a call may write only some of them
+            written = os.writev(fd, views[:IOV_MAX])
+            while written:
+                if written >= views[0].nbytes:
+                    written -= views.pop(0).nbytes
+                else:
+                    views[0], written = views[0][written:], 0
         os.fsync(fd)
     finally:
         os.close(fd)

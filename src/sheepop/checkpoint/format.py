@@ -33,6 +33,7 @@ from sheepop.checkpoint.commit import (  # noqa: F401 (re-exported: checkpoint.X
     TOKENIZER_FILE,
     TRAINER_FILE,
     TRAINER_JSON,
+    FileData,
     SaveFailed,
     commit_files,
     current_path,
@@ -41,7 +42,7 @@ from sheepop.checkpoint.commit import (  # noqa: F401 (re-exported: checkpoint.X
     recover,
     sha256_hex,
 )
-from sheepop.checkpoint.tensor_file import safetensors_bytes
+from sheepop.checkpoint.tensor_file import safetensors_parts
 from sheepop.errors import UserError
 from sheepop.files import (
     MAX_JSON_BYTES,
@@ -69,19 +70,20 @@ def save_checkpoint(run_dir: str | Path, weights: dict[str, np.ndarray], config:
 
 def checkpoint_files(weights: dict[str, np.ndarray], config: dict[str, Any], tokenizer_json: str,
                      trainer_arrays: dict[str, np.ndarray] | None = None,
-                     trainer_state: dict[str, Any] | None = None) -> dict[str, bytes]:
+                     trainer_state: dict[str, Any] | None = None) -> dict[str, FileData]:
     """The files of a checkpoint, by name: the model's three, and the trainer state's two when
-    it is given (its JSON then records the SHA-256 of both weight files)."""
-    model_bytes = safetensors_bytes({k: np.asarray(v, dtype=np.float32)
-                                     for k, v in weights.items()}, metadata={"format": FORMAT})
-    files = {MODEL_FILE: model_bytes,
+    it is given (its JSON then records the SHA-256 of both weight files). The weight files are
+    their parts (sheepop.checkpoint.tensor_file), views of the arrays given."""
+    model_file = safetensors_parts({k: np.asarray(v, dtype=np.float32)
+                                    for k, v in weights.items()}, metadata={"format": FORMAT})
+    files = {MODEL_FILE: model_file,
              CONFIG_FILE: document_text(RUN_CONFIG, config).encode("utf-8"),
              TOKENIZER_FILE: tokenizer_json.encode("utf-8")}
     if trainer_state is not None:
-        trainer_bytes = safetensors_bytes(trainer_arrays or {})
-        state = dict(trainer_state, model_sha256=sha256_hex(model_bytes),
-                     trainer_sha256=sha256_hex(trainer_bytes))
-        files[TRAINER_FILE] = trainer_bytes
+        trainer_file = safetensors_parts(trainer_arrays or {})
+        state = dict(trainer_state, model_sha256=sha256_hex(model_file),
+                     trainer_sha256=sha256_hex(trainer_file))
+        files[TRAINER_FILE] = trainer_file
         files[TRAINER_JSON] = json.dumps(state, indent=2).encode("utf-8")
     return files
 
