@@ -108,7 +108,7 @@ def test_lm_eval_scores_the_served_model_as_sheepop_does(smollm2_run, tmp_path):
         done = subprocess.run(
             [sys.executable, "-m", "lm_eval", "--model", "local-completions",
              "--model_args", f"model=smollm2,base_url={server.url}/v1/completions,"
-             f"tokenizer={tokenizer_dir},tokenizer_backend=huggingface,num_concurrent=1,"
+             f"tokenizer={tokenizer_dir},tokenizer_backend=huggingface,num_concurrent=4,"
              "max_retries=1,timeout=120",
              "--tasks", "sheepop_facts", "--include_path", str(tasks),
              "--output_path", str(out)], capture_output=True, text=True, env=env, timeout=900)
