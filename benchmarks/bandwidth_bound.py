@@ -10,12 +10,16 @@ bound by reading the weights, and no engine decodes faster than
 
     bound = bandwidth / bytes read per token          (tokens/s)
 
-with bandwidth this machine's read rate measured here at the same thread count (a sum over a
-`--gib` GiB float32 array: torch.sum, on its intra-op threads; and NumPy's, one thread; the
-larger is the bound's bandwidth) and bytes per token from benchmarks/decode_shapes.py (every
-weight once, the tied head reading the 49k x 576 or 50k x 768 embedding whole). The models are
-SmolLM2-135M's and GPT-2 small's shapes with random weights: a decode step reads every weight
-whatever its value, so the speed is a trained model's.
+with bandwidth this machine's read rate measured here at the same thread count, the fastest of
+three readers of one `--gib` GiB float32 array: torch.sum (its intra-op threads), NumPy's sum
+(one thread), and the BLAS matrix-vector product M v with the array as a row-major (R, 1024)
+matrix M (OpenBLAS's threads). The product is the one that matters: at 2 threads it read 28.7
+GB/s where torch.sum read 21.6 (2026-11-26 07:58 UTC), so a bound from the sums alone was 25%
+too low, and the fractions it gave too high; and bytes per token from
+benchmarks/decode_shapes.py (every weight once, the tied head reading the 49k x 576 or
+50k x 768 embedding whole). The models are SmolLM2-135M's and GPT-2 small's shapes with
+random weights: a decode step reads every weight whatever its value, so the speed is a trained
+model's.
 
 Per thread count the bandwidth and the two engines (greedy, `--new-tokens` after 16 tokens)
 alternate `--rounds` times; medians are printed with the load average, the CPU capability
@@ -44,10 +48,13 @@ GIB = 2**30
 
 
 def read_rates(array: np.ndarray, tensor: torch.Tensor) -> dict[str, float]:
-    """Bytes/s of one full read of the same array: torch.sum (its threads) and NumPy's sum."""
-    out = {}
+    """Bytes/s of one full read of the same array: torch.sum (its threads), NumPy's sum, and
+    the BLAS matrix-vector product over it as a row-major (R, 1024) matrix."""
+    out, rows = {}, array.reshape(-1, 1024)
+    v = np.ones(1024, dtype=array.dtype)
     for name, fn in (("torch sum", lambda: float(tensor.sum())),
-                     ("numpy sum", lambda: float(array.sum()))):
+                     ("numpy sum", lambda: float(array.sum())),
+                     ("blas M v", lambda: rows @ v)):
         t0 = time.perf_counter()
         fn()
         out[name] = array.nbytes / (time.perf_counter() - t0)
@@ -76,13 +83,14 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=33)
     ap.add_argument("--gib", type=float, default=1.0, help="the bandwidth array's size")
     args = ap.parse_args()
-    array = np.ones(int(args.gib * GIB) // 4, dtype=np.float32)
+    array = np.ones(int(args.gib * GIB) // 4096 * 1024, dtype=np.float32)  # rows of 1024
     tensor = torch.from_numpy(array)  # the same memory
     threads.apply(args.threads[0])
     print(f"cpu capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, "
           f"BLAS {threads.blas_kernels()}, load average {os.getloadavg()[0]:.2f}; float32, "
           f"random weights, medians of {args.rounds} alternations")
-    print("| shape | MB read/token | threads | bandwidth GB/s (torch sum / numpy sum) | bound "
+    print("| shape | MB read/token | threads | bandwidth GB/s (torch sum / numpy sum / BLAS M v) "
+          "| bound "
           "tok/s | numpy tok/s | numpy / bound | torch tok/s | torch / bound | numpy's products "
           "alone / bound | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -95,7 +103,7 @@ def main() -> None:
             threads.apply(n)
             for lm in models.values():
                 shapes.decode_seconds(lm, prompt, 3)
-            rates: dict[str, list[float]] = {"torch sum": [], "numpy sum": []}
+            rates: dict[str, list[float]] = {"torch sum": [], "numpy sum": [], "blas M v": []}
             decode: dict[str, list[float]] = {e: [] for e in models}
             products: list[float] = []
             for r in range(args.rounds):  # bandwidth, then the engines, in turn
@@ -109,7 +117,8 @@ def main() -> None:
             bound = max(bw.values()) / per_token
             tok = {e: statistics.median(v) for e, v in decode.items()}
             print(f"| {shape} | {per_token / 1e6:.0f} | {n} | {bw['torch sum'] / 1e9:.1f} / "
-                  f"{bw['numpy sum'] / 1e9:.1f} | {bound:.1f} | {tok['numpy']:.1f} | "
+                  f"{bw['numpy sum'] / 1e9:.1f} / {bw['blas M v'] / 1e9:.1f} | {bound:.1f} | "
+                  f"{tok['numpy']:.1f} | "
                   f"{tok['numpy'] / bound:.2f} | {tok['torch']:.1f} | {tok['torch'] / bound:.2f} "
                   f"| {1 / statistics.median(products) / bound:.2f} | {os.getloadavg()[0]:.2f} |",
                   flush=True)

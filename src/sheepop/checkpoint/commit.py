@@ -78,6 +78,7 @@ checkpoint of a large model is never copied into one more buffer of its size."""
 
 
 def parts(data: FileData) -> Sequence[bytes | memoryview]:
+    """`data` as a sequence of parts (whole bytes: one part)."""
     return (data,) if isinstance(data, bytes) else data
 
 

@@ -1,4 +1,5 @@
-"""safetensors files written by sheepop: the layout sheepop.checkpoint.check reads, in one copy.
+"""safetensors files written by sheepop from the arrays' own memory (the layout
+sheepop.checkpoint.check reads):
 
     8 bytes      N, little-endian unsigned
     N bytes      JSON: "__metadata__" (when given), then name -> {"dtype", "shape",
@@ -44,7 +45,7 @@ def safetensors_parts(tensors: dict[str, np.ndarray], metadata: dict[str, str] |
     rows, offset = [], 0
     for name, array in tensors.items():
         array = np.asarray(array)
-        dtype = array.dtype.newbyteorder("<") if array.dtype.byteorder == ">" else array.dtype
+        dtype = array.dtype.newbyteorder("<")  # the format's byte order, whatever the machine's
         if dtype not in DTYPES:
             raise ValueError(f"tensor {name!r}: dtype {array.dtype} has no safetensors name here")
         row_major = np.asarray(array, dtype=dtype, order="C")
