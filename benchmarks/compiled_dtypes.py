@@ -15,9 +15,10 @@ and a compiled one (TorchLM.compile: `torch.compile(dynamic=True)`) on the same 
 - decode tokens/s, median of `--repeats` rounds in which every model decodes `--new-tokens`
   greedy tokens after a `--prompt-tokens`-token prompt, the contenders taking turns (the order
   reversed every other round: decode_shapes.alternate); the load average before and after;
-- the bound: read bandwidth (a `--bandwidth-mib` array summed by torch on the same thread,
-  weight_dtypes.read_bandwidth) over the bytes one decode step reads in that dtype
-  (sheepop.model.quantized.weight_bytes_read), and tokens/s as a fraction of it;
+- the bound: read bandwidth (a `--bandwidth-mib` array read by the fastest of
+  bandwidth_bound.py's readers on the same thread, weight_dtypes.read_bandwidth) over the
+  bytes one decode step reads in that dtype (sheepop.model.quantized.weight_bytes_read), and
+  tokens/s as a fraction of it;
 - whether the compiled model's greedy tokens equal the eager one's.
 
 `--inductor KEY=VALUE` sets `torch._inductor.config.KEY` before anything compiles (a value is

@@ -11,10 +11,11 @@ prints:
 - decode tokens/s: greedy decoding of `--new-tokens` tokens after a `--prompt-tokens`-token
   prompt, one token a step through the KV cache; the dtypes take turns, `--repeats` times, and
   the median of each is printed, with the load average before and after;
-- the bound: the machine's read bandwidth (a `--bandwidth-mib` array summed by torch on the
-  same threads, median of 5) over the bytes of weights one decode step reads in that dtype
-  (sheepop.model.quantized.weight_bytes_read: every matrix, norm and bias, the token embedding
-  only where the head reads it); tokens/s as a fraction of it;
+- the bound: the machine's read bandwidth (a `--bandwidth-mib` array read on the same threads
+  by bandwidth_bound.py's readers, the fastest, median of 5) over the bytes of weights one
+  decode step reads in that dtype (sheepop.model.quantized.weight_bytes_read: every matrix,
+  norm and bias, the token embedding only where the head reads it); tokens/s as a fraction of
+  it;
 - bits per byte on held-out text (`--text`, by default this repository's docs/inference.md,
   written after SmolLM2 was trained): windows of `--window` tokens, the first `--bpb-tokens`
   of the text, scored by the same model as `sheepop eval` does (loss_sum, TargetBytes).
@@ -41,6 +42,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
+from bandwidth_bound import read_rates  # noqa: E402  (this folder: the same readers)
 from real_model import smollm2_gguf  # noqa: E402
 
 from sheepop import threads  # noqa: E402
@@ -59,17 +61,14 @@ PROMPT = ("The history of the printing press begins in the fifteenth century, wh
 
 
 def read_bandwidth(mib: int, repeats: int = 5) -> float:
-    """Bytes/s of reading a `mib` MiB float32 array once (torch's sum, on torch's threads):
-    the median of `repeats` reads after one warm-up. Far larger than the caches, so it is the
-    memory's rate for a pass over the weights."""
-    a = torch.ones(mib * 2 ** 20 // 4)
-    a.sum()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a.sum()
-        times.append(time.perf_counter() - t0)
-    return a.numel() * 4 / statistics.median(times)
+    """Bytes/s of reading a `mib` MiB float32 array once, far larger than the caches: the
+    fastest of bandwidth_bound's readers (torch.sum, NumPy's sum, a BLAS matrix-vector
+    product, on the threads set), each the median of `repeats` reads after one warm-up."""
+    a = np.ones(mib * 2 ** 20 // 4096 * 1024, dtype=np.float32)
+    t = torch.from_numpy(a)
+    read_rates(a, t)
+    rates = [read_rates(a, t) for _ in range(repeats)]
+    return max(statistics.median(r[name] for r in rates) for name in rates[0])
 
 
 def blocks_recovered(gguf: Path, weights: dict) -> tuple[int, int]:
