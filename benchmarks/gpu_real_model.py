@@ -13,9 +13,11 @@ vocabulary 50,257, tied). Speed does not depend on the weights' values.
   bfloat16), greedy, `--new` tokens after a `--prompt`-token prompt, at batch 1 and batch 16
   (one KV cache row each; `decode_batch`), tokens/s = batch x steps / seconds of the decode
   steps (each step hands its logits back to the host, so every step is synchronised). Each
-  model first decodes `--warmup-tokens` untimed steps at each batch (the first bf16 run paid
-  cuBLAS's kernel choice and the allocator's growth: 13 tok/s, then 48); then the dtypes take
-  turns, `--repeats` times; the median is printed. `--compile-decode` decodes through
+  model first decodes `--warmup-tokens` untimed steps at each batch (kernel choice, the
+  allocator's growth); then the dtypes take turns, `--repeats` times; the median is printed.
+  (bf16 decoding was ~10x slower over cache lengths it had not seen, warm-up or not: cuDNN's
+  attention plans each new shape, which generation now leaves out, sheepop.model.lm.
+  generation_attention; docs/performance.md, "On a GPU".) `--compile-decode` decodes through
   torch.compile, as `generate --compile` does (the warm-up pays the compilation).
 - Training: sheepop's training step (sheepop.train.engine_torch.TorchEngine: forward, loss,
   backward, clipping, fused AdamW) with bf16 autocast and torch.compile, `--batch` sequences
