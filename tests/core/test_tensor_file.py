@@ -5,6 +5,7 @@ read back by sheepop's own checked loader."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -15,7 +16,8 @@ from safetensors.numpy import save as reference_save
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.checkpoint.check import check_weights_file
-from sheepop.checkpoint.tensor_file import DTYPES, safetensors_bytes
+from sheepop.checkpoint.commit import sha256_hex
+from sheepop.checkpoint.tensor_file import DTYPES, safetensors_bytes, safetensors_parts
 
 
 def arrays() -> dict[str, np.ndarray]:
@@ -56,6 +58,9 @@ def test_the_header_is_padded_to_8_bytes_and_the_data_follows_in_order():
                       "a": {"dtype": "I64", "shape": [2], "data_offsets": [12, 28]}}
     assert data[8 + n:] == tensors["b"].tobytes() + tensors["a"].tobytes()
     assert "__metadata__" not in header  # none given, none written
+    parts = safetensors_parts(tensors)
+    assert b"".join(parts) == data
+    assert sha256_hex(parts) == sha256_hex(data) == hashlib.sha256(data).hexdigest()
 
 
 def test_the_same_tensors_as_the_reference_writer_with_a_byte_equal_data_part():

@@ -23,6 +23,8 @@ import json
 
 import numpy as np
 
+from sheepop.checkpoint.commit import Parts
+
 # NumPy dtype (little-endian) -> safetensors dtype: the ones sheepop writes (float32 weights and
 # optimizer state, the uint8 RNG state) and their plain relatives. Nothing else is written.
 DTYPES = {np.dtype(t): name for t, name in (
@@ -38,7 +40,7 @@ def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] |
 
 
 def safetensors_parts(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None
-                      ) -> list[memoryview]:
+                      ) -> Parts:
     """The same file as the parts it is written from, one after the other: the length and the
     header, then each tensor's own memory (a row-major tensor is not copied)."""
     header: dict[str, object] = {"__metadata__": dict(metadata)} if metadata else {}
@@ -55,4 +57,4 @@ def safetensors_parts(tensors: dict[str, np.ndarray], metadata: dict[str, str] |
         offset += row_major.nbytes
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
-    return [memoryview(len(text).to_bytes(8, "little") + text), *rows]
+    return Parts((memoryview(len(text).to_bytes(8, "little") + text), *rows))
