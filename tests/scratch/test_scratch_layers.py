@@ -193,8 +193,8 @@ def test_self_attention_with_a_rotation_of_queries_and_keys():
         out[..., 1::2] = sign * even * sin + odd * cos
         return out
 
-    rotate = (lambda q, k: (turn(q, 1), turn(k, 1), None),
-              lambda dq, dk, _: (turn(dq, -1), turn(dk, -1)))  # R^T = R(-angle)
+    # queries and keys come stacked on the head axis; R^T = R(-angle)
+    rotate = (lambda qk: (turn(qk, 1), None), lambda dqk, _: turn(dqk, -1))
 
     def forward():
         return att.self_attention_forward(x, w_qkv, None, w_proj, None, H, rotate=rotate)[0]
@@ -282,7 +282,7 @@ def test_grouped_query_attention(H, H_kv, bias):
     params = {"qkv.weight": rand(rng, width, d) * 0.5, "proj.weight": rand(rng, d, d) * 0.5,
               "qkv.bias": rand(rng, width) if bias else None,
               "proj.bias": rand(rng, d) if bias else None}
-    angles = lambda q, k: P.rope_rotate_forward(q, k, slice(0, T), _RopeCfg(dk))  # noqa: E731
+    angles = lambda qk: P.rope_rotate_forward(qk, slice(0, T), _RopeCfg(dk))  # noqa: E731
     rotate = (angles, P.rope_rotate_backward)
 
     def forward():

@@ -80,17 +80,23 @@ class CoreCache(NamedTuple):
 
 
 def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, dropout: float = 0.0,
-                           rng: np.random.Generator | None = None, mask: np.ndarray | None = None
-                           ) -> tuple[np.ndarray, CoreCache]:
+                           rng: np.random.Generator | None = None, mask: np.ndarray | None = None,
+                           causal: bool = True) -> tuple[np.ndarray, CoreCache]:
     """Y = Drop(softmax(Q K^T / sqrt(d_k) + M)) V for (B, H, T, d_k) queries, keys and values.
 
     M is the causal mask (queries are the last T of the keys' positions) unless an additive
-    `mask` broadcastable to (B, H, T, T_keys) is given (batched generation with padding)."""
+    `mask` broadcastable to (B, H, T, T_keys) is given (batched generation with padding).
+    One query (a decode step) sees every key: M = 0, and nothing is added; `causal=False`
+    says the same of queries that are not consecutive positions (grouped_decode_forward's
+    rows, every one a decode step's query)."""
     T, dk = q.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(dk)
     s = q @ np.swapaxes(k, -1, -2)
     s *= s.dtype.type(scale)
-    s += causal_mask(T, k.shape[-2] - T) if mask is None else mask
+    if mask is not None:
+        s += mask
+    elif causal and T > 1:
+        s += causal_mask(T, k.shape[-2] - T)
     a = softmax_forward(s)
     ad, drop = dropout_forward(a, dropout, rng)
     y = ad @ v
@@ -116,11 +122,18 @@ def split_heads(qkv: np.ndarray, n_head: int, n_kv_head: int | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(B, T, (H + 2 H_kv) d_k) with columns [Q; K; V] -> views (no copy): queries
     (B, H, T, d_k), keys and values (B, H_kv, T, d_k); H_kv = H by default."""
+    qk, v = split_qk_v(qkv, n_head, n_kv_head)
+    return qk[:, :n_head], qk[:, n_head:], v
+
+
+def split_qk_v(qkv: np.ndarray, n_head: int, n_kv_head: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The same split as views of queries and keys stacked on the head axis (B, H + H_kv, T,
+    d_k), which RoPE turns together, and values (B, H_kv, T, d_k)."""
     n_kv_head = n_kv_head or n_head
     B, T, _ = qkv.shape
     heads = qkv.reshape(B, T, n_head + 2 * n_kv_head, -1).transpose(0, 2, 1, 3)
-    return (heads[:, :n_head], heads[:, n_head:n_head + n_kv_head],
-            heads[:, n_head + n_kv_head:])
+    return heads[:, :n_head + n_kv_head], heads[:, n_head + n_kv_head:]
 
 
 def repeat_kv_forward(x: np.ndarray, groups: int) -> np.ndarray:
@@ -148,8 +161,7 @@ def grouped_decode_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     backward: its cache holds the grouped shapes)."""
     B, H, _, dk = q.shape
     grouped = q.reshape(B, k.shape[1], H // k.shape[1], dk)
-    y, core = attention_core_forward(grouped, k, v, mask=np.zeros(1, q.dtype) if mask is None
-                                     else mask)
+    y, core = attention_core_forward(grouped, k, v, mask=mask, causal=False)
     return y.reshape(B, H, 1, dk), core
 
 
@@ -170,8 +182,9 @@ class AttentionCache(NamedTuple):
 
 
 Rotation = tuple[Callable, Callable]
-"""A position kind acting on queries and keys (RoPE): forward(q, k) -> (q, k, cache) and
-backward(dq, dk, cache) -> (dq, dk), both bound to the positions (sheepop.scratch.positions)."""
+"""A position kind acting on queries and keys (RoPE): forward(qk) -> (qk, cache) and
+backward(dqk, cache) -> dqk, qk the queries and keys stacked on the head axis (`split_qk_v`),
+the forward bound to the positions (sheepop.scratch.positions)."""
 
 
 def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray | None,
@@ -189,10 +202,11 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     `n_kv_head` (default n_head) key/value heads are shared by groups of query heads."""
     n_kv_head = n_kv_head or n_head
     qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)
-    q, k, v = split_heads(qkv, n_head, n_kv_head)
+    qk, v = split_qk_v(qkv, n_head, n_kv_head)
     rotation = None
     if rotate is not None:
-        q, k, rotation = rotate[0](q, k)
+        qk, rotation = rotate[0](qk)
+    q, k = qk[:, :n_head], qk[:, n_head:]
     if cache is not None:
         k, v = cache.update(layer, k, v)
     groups = n_head // n_kv_head
@@ -215,15 +229,16 @@ def self_attention_backward(dout: np.ndarray, cache: AttentionCache
     dy = dmerged.reshape(B, T, H, d // H).transpose(0, 2, 1, 3)
     dq, dk, dv = attention_core_backward(dy, cache.core)
     dk, dv = repeat_kv_backward(dk, H // H_kv), repeat_kv_backward(dv, H // H_kv)
-    if cache.rotate_backward is not None:
-        dq, dk = cache.rotate_backward(dq, dk, cache.rotation)
     # Write the three gradients straight into one (B, T, (H + 2 H_kv) d_k) buffer laid out as
-    # [Q; K; V].
+    # [Q; K; V], the rotation's adjoint then applied to the queries' and keys' part at once.
     dqkv = np.empty((B, T, (H + 2 * H_kv) * (d // H)), dtype=dout.dtype)
     dq_view, dk_view, dv_view = split_heads(dqkv, H, H_kv)
     dq_view[...] = dq
     dk_view[...] = dk
     dv_view[...] = dv
+    if cache.rotate_backward is not None:
+        dqk_view = split_qk_v(dqkv, H, H_kv)[0]
+        dqk_view[...] = cache.rotate_backward(dqk_view, cache.rotation)
     dx, qkv_grads = linear_grads(dqkv, cache.qkv, "qkv")
     return dx, {**qkv_grads, **grads}
 

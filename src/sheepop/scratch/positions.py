@@ -148,27 +148,28 @@ def rope_backward(dout: np.ndarray, cache: RopeCache) -> np.ndarray:
 _last_angles: tuple | None = None  # (positions, (d_k, theta, dtype), RopeCache)
 
 
-def rope_rotate_forward(q: np.ndarray, k: np.ndarray, pos: Pos, cfg: ModelConfig
-                        ) -> tuple[np.ndarray, np.ndarray, RopeCache]:
-    """Queries and keys turned by their positions (the same angles for both). Every layer of a
-    forward pass asks for the same positions (the same object): the angles of the last call
-    are reused."""
+def rope_rotate_forward(qk: np.ndarray, pos: Pos, cfg: ModelConfig
+                        ) -> tuple[np.ndarray, RopeCache]:
+    """Queries and keys, stacked on the head axis (B, H + H_kv, T, d_k), turned by their
+    positions: every head turns by the same angles, so one rotation turns both (in a decode
+    step each array operation saved counts). Every layer of a forward pass asks for the same
+    positions (the same object): the angles of the last call are reused."""
     global _last_angles
-    key = (cfg.head_dim, cfg.rope_theta, q.dtype)
+    key = (cfg.head_dim, cfg.rope_theta, qk.dtype)
     last = _last_angles
     if last is not None and last[1] == key and (
             last[0] is pos or (isinstance(pos, slice) and isinstance(last[0], slice)
                                and last[0] == pos)):
         angles = last[2]
     else:
-        angles = rope_angles(pos, cfg.head_dim, cfg.rope_theta, q.dtype)
+        angles = rope_angles(pos, cfg.head_dim, cfg.rope_theta, qk.dtype)
         _last_angles = (pos, key, angles)
-    return rope_forward(q, angles), rope_forward(k, angles), angles
+    return rope_forward(qk, angles), angles
 
 
-def rope_rotate_backward(dq: np.ndarray, dk: np.ndarray, cache: RopeCache
-                         ) -> tuple[np.ndarray, np.ndarray]:
-    return rope_backward(dq, cache), rope_backward(dk, cache)
+def rope_rotate_backward(dqk: np.ndarray, cache: RopeCache) -> np.ndarray:
+    """d(queries and keys), stacked as rope_rotate_forward stacks them: R^T dout."""
+    return rope_backward(dqk, cache)
 
 
 def digit_rows(idx: np.ndarray, cfg: ModelConfig, pos: Pos, cache: Any = None,
@@ -226,7 +227,8 @@ class PositionKind(NamedTuple):
     params: Callable[[ModelConfig], dict[str, tuple[int, ...]]]
     embed_forward: Callable[[Params, ModelConfig, Pos, np.dtype], tuple[np.ndarray, Any]] | None
     embed_backward: Callable[[np.ndarray, Any], Params] | None
-    # rotate_forward(q, k, pos, cfg) -> (q, k, cache); rotate_backward(dq, dk, cache) -> (dq, dk)
+    # rotate_forward(qk, pos, cfg) -> (qk, cache), rotate_backward(dqk, cache) -> dqk: the
+    # queries and keys stacked on the head axis (B, H + H_kv, T, d_k), turned together
     rotate_forward: Callable | None = None
     rotate_backward: Callable | None = None
 
