@@ -56,7 +56,7 @@ def rope_rotation(v):
     y = rotate(x, pos, theta)
     cfg = ModelConfig(n_embd=len(x), n_head=1, pos_encoding="rope", rope_theta=theta)
     q = t64(x)[None, None, None, :].float()
-    turned, _ = torch_positions.RotaryPositions(cfg).rotate(q, q, slice(pos, pos + 1))  # torch
+    turned = torch_positions.RotaryPositions(cfg).rotate(q, slice(pos, pos + 1))  # torch
     close(turned[0, 0, 0], y, 1e-6)  # (float32 angles)
     back = P.rope_backward(y[None, None, None, :], angles)[0, 0, 0]
     omega = rope_frequencies(len(x), theta)

@@ -214,9 +214,10 @@ def test_rope_places_scores_depend_on_the_offsets_only():
                       for i, x in enumerate((q, k))]
         else:
             rot = PlaceRotaryPositions(cfg)
-            qt, kt = (torch.from_numpy(x).repeat(1, 1, 2, 1) for x in (q, k))
-            qr, kr = rot.rotate(qt, kt, torch.from_numpy(pos))
-            turned = [qr[:, :, :1].numpy(), kr[:, :, 1:].numpy()]
+            # the query and the key stacked on the head axis, each at both positions
+            qk = torch.from_numpy(np.concatenate((q, k), axis=1)).repeat(1, 1, 2, 1)
+            turned_qk = rot.rotate(qk, torch.from_numpy(pos)).numpy()
+            turned = [turned_qk[:, :1, :1], turned_qk[:, 1:, 1:]]
         return float((turned[0] * turned[1]).sum())
 
     for engine in ("numpy", "torch"):

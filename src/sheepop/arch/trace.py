@@ -110,14 +110,17 @@ def check_traceable(cfg: ModelConfig) -> None:
 
 def _norm(kind: str, x: np.ndarray, w: Weights, prefix: str, eps: float
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """(y, x_hat, var or mean square, mean) of every row of x (docs/math/06-layernorm.md)."""
+    """(y, x_hat, var or mean square, mean) of every row of x (docs/math/06-layernorm.md).
+    A mean square is x . x / d, one dot product a row, as the NumPy engine computes it
+    (sheepop.scratch.norm.mean_square): the trace's numbers are the engine's to the last bit."""
+    d = x.shape[-1]
     if kind == "layernorm":
-        mu = x.mean(axis=-1, keepdims=True)
-        var = np.mean((x - mu) ** 2, axis=-1, keepdims=True)
-        x_hat = (x - mu) / np.sqrt(var + eps)
+        mu = x.sum(axis=-1, keepdims=True) / d
+        var = np.vecdot(x - mu, x - mu)[..., None] / d
+        x_hat = (x - mu) * (1.0 / np.sqrt(var + eps))
         return x_hat * w[prefix + "weight"] + w[prefix + "bias"], x_hat, var, mu
-    ms = np.mean(x * x, axis=-1, keepdims=True)
-    x_hat = x / np.sqrt(ms + eps)
+    ms = np.vecdot(x, x)[..., None] / d
+    x_hat = x * (1.0 / np.sqrt(ms + eps))
     return x_hat * w[prefix + "weight"], x_hat, ms, None
 
 

@@ -50,14 +50,14 @@ class CausalSelfAttention(nn.Module):
                 attn_mask: torch.Tensor | None = None, return_weights: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attn_mask`: boolean (B, 1, T, T_keys), True where a query may see a key; None is
-        the plain causal mask. `positions.rotate` acts on the queries and keys (RoPE)."""
+        the plain causal mask. `positions.rotate` turns the queries and keys (RoPE)."""
         B, T, C = x.shape
         H, H_kv, d_k = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v = self.qkv(x).split((H * d_k, H_kv * d_k, H_kv * d_k), dim=2)
-        q = q.view(B, T, H, d_k).transpose(1, 2)
-        k, v = (t.view(B, T, H_kv, d_k).transpose(1, 2) for t in (k, v))
-        if positions is not None:
-            q, k = positions.rotate(q, k, pos)
+        heads = self.qkv(x).view(B, T, H + 2 * H_kv, d_k).transpose(1, 2)
+        qk, v = heads.split((H + H_kv, H_kv), dim=1)
+        if positions is not None:  # queries and keys turn by the same angles: one rotation
+            qk = positions.rotate(qk, pos)
+        q, k = qk.split((H, H_kv), dim=1)
         past = 0
         if cache is not None:
             past = cache.query_offset(T)
@@ -73,9 +73,21 @@ class CausalSelfAttention(nn.Module):
                 else:
                     is_causal = True
             p = self.attn_drop.p if self.training else 0.0
-            # bool(): under torch.compile's dynamic shapes H_kv < H is symbolic, a graph break
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                               is_causal=is_causal, enable_gqa=bool(H_kv < H))
+            if T == 1 and H_kv < H:
+                # A decode step with grouped queries: the H / H_kv queries sharing a key/value
+                # head are the rows of one attention over it (each sees every key, a padding
+                # mask (B, 1, 1, T_keys) broadcasts over them), so no kernel has to expand the
+                # groups (on CUDA, float32's grouped attention fell back to the math kernel:
+                # ~10 launches a layer, half a SmolLM2 decode step's host time).
+                y = F.scaled_dot_product_attention(q.reshape(B, H_kv, H // H_kv, d_k), k, v,
+                                                   attn_mask=mask, dropout_p=p)
+                y = y.reshape(B, H, 1, d_k)
+            else:
+                # bool(): under torch.compile's dynamic shapes H_kv < H is symbolic (a graph
+                # break otherwise)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                                   is_causal=is_causal,
+                                                   enable_gqa=bool(H_kv < H))
         else:
             if H_kv < H:  # each key/value head, once per query head of its group
                 k, v = (t.repeat_interleave(H // H_kv, dim=1) for t in (k, v))

@@ -4,7 +4,7 @@ A kind acts in one or both of two places (docs/math/03-positions.md,
 docs/derivations/positions.md):
 
     embed(x, pos)     x + P[pos] on the token embeddings (sinusoidal, learned)
-    rotate(q, k, pos) on each head's queries and keys, inside attention (rope)
+    rotate(qk, pos)   on each head's queries and keys, stacked, inside attention (rope)
 
 (`none`: neither), and digit places and term indices (`model.digit_positions`,
 `model.term_positions`: `DigitPositions`) add rows chosen by each digit's place in its number
@@ -34,14 +34,14 @@ Pos = slice | torch.Tensor
 
 
 class Positions(nn.Module):
-    """The identity in both places; a kind overrides what it does."""
+    """The identity in both places; a kind overrides what it does. `rotate` takes the queries
+    and keys stacked on the head axis, (B, H + H_kv, T, d_k): one rotation turns both."""
 
     def embed(self, x: torch.Tensor, pos: Pos) -> torch.Tensor:
         return x
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, pos: Pos
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        return q, k
+    def rotate(self, qk: torch.Tensor, pos: Pos) -> torch.Tensor:
+        return qk
 
 
 class SinusoidalPositions(Positions):
@@ -92,35 +92,36 @@ class RotaryPositions(Positions):
         self.omega = self.omega.to(fn(self.omega).device)
         return self
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, pos: Pos
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        cos, sin = self._angles(pos, q)
-        return _turn(q, cos, sin), _turn(k, cos, sin)
+    def rotate(self, qk: torch.Tensor, pos: Pos) -> torch.Tensor:
+        cos, sin = self._angles(pos, qk)
+        return _turn(qk, cos, sin)
 
-    def _angles(self, pos: Pos, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of p omega_i, computed once per forward pass: every layer asks for the
-        same positions, and in a one-token decode step these small operations are a
-        noticeable share of the time (not under torch.compile, which fuses them)."""
-        dtype = torch.promote_types(q.dtype, torch.float32)
+    def _angles(self, pos: Pos, qk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, cos) and (-sin, sin) of p omega_i for each pair i, interleaved as the pairs
+        are (..., T, d_k), computed once per forward pass: every layer asks for the same
+        positions, and in a one-token decode step these small operations are a noticeable
+        share of the time (not under torch.compile, which fuses them)."""
+        dtype = torch.promote_types(qk.dtype, torch.float32)
         compiling = torch.compiler.is_compiling()
         if not compiling:  # (the key alone would break torch.compile's graph)
             # Tensors made under inference_mode cannot enter autograd: a training step after an
             # evaluation at the same positions must not reuse them.
-            key = ((pos.start, pos.stop) if isinstance(pos, slice) else pos, q.device, dtype,
+            key = ((pos.start, pos.stop) if isinstance(pos, slice) else pos, qk.device, dtype,
                    torch.is_inference_mode_enabled())
             last = getattr(self, "_last", None)
             if last is not None and last[0][1:] == key[1:] and _same(last[0][0], key[0]):
                 return last[1]
         if isinstance(pos, slice):
-            p = torch.arange(pos.start, pos.stop, device=q.device)       # (T,)
+            p = torch.arange(pos.start, pos.stop, device=qk.device)      # (T,)
         else:
             p = pos[:, None]                                              # (B, 1, T (, 2))
         angle = self._turns(p.to(torch.float64))                          # (..., T, d_k/2)
-        angles = torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
+        cos, sin = torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
+        angles = (torch.stack((cos, cos), -1).flatten(-2),
+                  torch.stack((-sin, sin), -1).flatten(-2))
         if not compiling:
             self._last = (key, angles)
         return angles
-
 
     def _turns(self, p: torch.Tensor) -> torch.Tensor:
         """p omega_i for every position p and pair i."""
@@ -148,12 +149,15 @@ def _same(a: tuple | torch.Tensor, b: tuple | torch.Tensor) -> bool:
 
 
 def _turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the interleaved pairs of x (..., T, d_k) by the angles whose cos and sin are given
-    (broadcast over the heads), in float32 at least; back in x's dtype."""
-    pairs = x.unflatten(-1, (-1, 2)).to(cos.dtype)
-    even, odd = pairs[..., 0], pairs[..., 1]
-    turned = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return turned.flatten(-2).to(x.dtype)
+    """Rotate the interleaved pairs of x (..., T, d_k) by the angles whose interleaved
+    (cos, cos) and (-sin, sin) are given (broadcast over the heads), in float32 at least:
+
+        (x_2i, x_2i+1) (cos, cos) + (x_2i+1, x_2i) (-sin, sin)
+
+    four operations (the swap, two products, the sum), back in x's dtype."""
+    wide = x.to(cos.dtype)
+    swapped = wide.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    return (wide * cos + swapped * sin).to(x.dtype)
 
 
 class DigitPositions(nn.Module):
