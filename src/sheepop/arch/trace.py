@@ -116,8 +116,9 @@ def _norm(kind: str, x: np.ndarray, w: Weights, prefix: str, eps: float
     d = x.shape[-1]
     if kind == "layernorm":
         mu = x.sum(axis=-1, keepdims=True) / d
-        var = np.vecdot(x - mu, x - mu)[..., None] / d
-        x_hat = (x - mu) * (1.0 / np.sqrt(var + eps))
+        xc = x - mu
+        var = np.vecdot(xc, xc)[..., None] / d
+        x_hat = xc * (1.0 / np.sqrt(var + eps))
         return x_hat * w[prefix + "weight"] + w[prefix + "bias"], x_hat, var, mu
     ms = np.vecdot(x, x)[..., None] / d
     x_hat = x * (1.0 / np.sqrt(ms + eps))
