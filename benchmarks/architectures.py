@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
 import torch
 
 from sheepop.config.build import build_config
@@ -63,21 +63,6 @@ CONTENDERS = [
     ("gpt+gqa", "tiny", ["model.n_kv_head=2"], "2 key/value heads of 4"),
     ("llama", "tiny-llama", [], "the `tiny-llama` preset"),
 ]
-
-
-def machine() -> dict:
-    model = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": model, "cores": os.cpu_count(), "usable_cores": usable,
-            "torch": torch.__version__, "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
 def prepare_builtin(data_dir: Path, cfg) -> None:
@@ -221,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(chosen) - {c[0] for c in CONTENDERS}
     if unknown:
         p.error(f"unknown contenders {sorted(unknown)}; known: {[c[0] for c in CONTENDERS]}")
-    info = {**machine(), "load_start": os.getloadavg()}
+    info = machine.describe(load_start=os.getloadavg())
     common = ["train.engine=torch", "train.dtype=float32", "train.device=cpu",
               f"train.threads={args.threads}", "train.eval_interval=0",
               "train.checkpoint_interval=0", f"train.eval_batches={args.eval_batches}",
@@ -252,12 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         wall = train_round_robin(plan, data_dir, work, common, args.threads, args.rounds)
         results = [result(n, plan[n], work / n, wall[n]) for n in plan]
     info["load_end"] = os.getloadavg()
-    header = (f"{info['cpu']}, {info['cores']} cores ({info['usable_cores']} usable), torch "
-              f"{info['torch']} (torch engine, float32, {args.threads} thread(s) per run), "
-              f"Python {info['python']}, {info['date']}; {args.minutes:g} min per contender in "
-              f"{args.rounds} rounds; load average at start "
-              f"{' '.join(f'{x:.2f}' for x in info['load_start'])}, at end "
-              f"{' '.join(f'{x:.2f}' for x in info['load_end'])}; data: the built-in corpus "
+    header = (f"{machine.summary(info)} (at the start); torch engine, float32, {args.threads} "
+              f"thread(s) per run; {args.minutes:g} min per contender in {args.rounds} rounds; "
+              f"load average at the end {' '.join(f'{x:.2f}' for x in info['load_end'])}; "
+              f"data: the built-in corpus "
               f"({n_train:,} train / {n_val:,} val tokens, char tokenizer, "
               f"vocabulary {vocab})")
     text = f"{header}\n\n{table(results)}\n"

@@ -39,6 +39,7 @@ import statistics
 import time
 
 import decode_shapes as shapes
+import machine
 import numpy as np
 import torch
 
@@ -86,9 +87,8 @@ def main() -> None:
     array = np.ones(int(args.gib * GIB) // 4096 * 1024, dtype=np.float32)  # rows of 1024
     tensor = torch.from_numpy(array)  # the same memory
     threads.apply(args.threads[0])
-    print(f"cpu capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, "
-          f"BLAS {threads.blas_kernels()}, load average {os.getloadavg()[0]:.2f}; float32, "
-          f"random weights, medians of {args.rounds} alternations")
+    print(f"{machine.summary()}; float32, random weights, medians of {args.rounds} "
+          "alternations")
     print("| shape | MB read/token | threads | bandwidth GB/s (torch sum / numpy sum / BLAS M v) "
           "| bound "
           "tok/s | numpy tok/s | numpy / bound | torch tok/s | torch / bound | numpy's products "

@@ -18,10 +18,9 @@ steps from the same weights (the tolerance stated in docs/performance.md: 0.01).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 
+import machine
 import torch
 from vs_nanogpt import SHAPES, batches, load, print_curves, race, reference_step, sheepop_step
 
@@ -47,10 +46,8 @@ def main() -> None:
     capability = torch.backends.cpu.get_cpu_capability()
     probes = bf16_instructions()
     native = capability in ("AVX512_BF16", "AMX") or probes["avx512_bf16"] or probes["amx_tile"]
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-          f"{torch.__version__}, get_cpu_capability() = {capability}, "
-          + ", ".join(f"{k} {v}" for k, v in probes.items())
-          + f"; {args.threads} thread(s); load {load()}")
+    print(f"{machine.summary()}; " + ", ".join(f"{k} {v}" for k, v in probes.items())
+          + f"; {args.threads} thread(s)")
     print("bf16 instructions: " + ("yes: the target (bf16 step <= 0.5x nanoGPT's float32) "
                                     "applies" if native else
                                     "NO: bf16 products are emulated here; the target "

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
 from tokenizer_speed import make_stdlib_corpus
 
 # Hugging Face's contender, run as `python -c`: the same set-up as tokenizer_speed.py's
@@ -128,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from sheepop.tokenizers.pretokenize import PATTERNS
     pattern = PATTERNS.get(args.pattern, args.pattern)
     specials = 3  # sheepop's default <|bos|> <|eos|> <|pad|>: HF learns as many tokens
-    print(f"load average at start: {load()}; {os.cpu_count()} CPUs, Python "
-          f"{sys.version.split()[0]}, vocab {args.vocab_size}, {args.repeat} runs each, "
+    print(f"{machine.summary()}; vocab {args.vocab_size}, {args.repeat} runs each, "
           "alternating")
     with tempfile.TemporaryDirectory() as tmp:
         corpora = [Path(p) for p in args.corpus]

@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
 import numpy as np
 from safetensors.numpy import save as reference_save
 
@@ -84,6 +85,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", help="where to write (default: a temporary folder)")
     args = ap.parse_args()
+    print(machine.summary(), flush=True)
     weights, trainer = smollm2_arrays()
     size = sum(a.nbytes for a in (*weights.values(), *trainer.values()))
     root = Path(tempfile.mkdtemp(dir=args.dir, prefix="sheepop-save-"))

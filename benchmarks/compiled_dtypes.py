@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import ast
 import os
-import platform
 import sys
 import time
 from collections import Counter
@@ -40,6 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import machine  # noqa: E402
 from decode_shapes import alternate, decode_seconds, prompt_ids, shape_config  # noqa: E402
 from weight_dtypes import read_bandwidth  # noqa: E402
 
@@ -76,7 +76,6 @@ def main() -> None:
     args = ap.parse_args()
 
     threads.apply(args.threads)
-    import torch
     from torch._dynamo.utils import counters
 
     from sheepop.model.quantized import weight_bytes_read
@@ -85,12 +84,9 @@ def main() -> None:
     cfg.model.n_layer = args.layers
     weights = init_params(cfg.model, 0)
     ids = prompt_ids(cfg.model.vocab_size, args.prompt_tokens)
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"torch {torch.__version__}, cpu capability "
-          f"{torch.backends.cpu.get_cpu_capability()}, {when}; {args.threads} thread(s); "
-          f"SmolLM2's shape, {args.layers} layers; inductor settings: "
-          f"TorchLM.compile's {' '.join(args.inductor)}")
+    print(f"machine: {machine.summary()}; {args.threads} thread(s); SmolLM2's shape, "
+          f"{args.layers} layers; inductor settings: TorchLM.compile's "
+          f"{' '.join(args.inductor)}")
 
     models, nbytes = {}, {}
     for dtype in args.dtypes:

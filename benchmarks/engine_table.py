@@ -19,7 +19,7 @@ import json
 import os
 
 import decode_shapes as shapes
-import torch
+import machine
 
 from sheepop import threads
 from sheepop.config.model_size import param_count
@@ -34,8 +34,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=33)
     ap.add_argument("--prefill-tokens", type=int, default=128)
     args = ap.parse_args()
-    print(f"cpu capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, "
-          f"load average {os.getloadavg()[0]:.2f}; float32, medians of {args.rounds} alternations")
+    print(f"{machine.summary()}; float32, medians of {args.rounds} alternations")
     print("| shape | parameters | MB read/token | threads | numpy decode tok/s | torch decode "
           "tok/s | numpy/torch | numpy prefill tok/s | torch prefill tok/s | numpy/torch | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

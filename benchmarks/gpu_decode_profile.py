@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import machine
 import numpy as np
 import torch
 from gpu_real_model import SHAPES, SMOKE
@@ -43,6 +44,8 @@ def main() -> None:
         args.warmup, args.steps, args.profiled = 2, 2, 1
     elif not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run with --cpu-smoke to check the script here")
+    where = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    print(f"{where}; host: {machine.summary()}", flush=True)
     for name, shape in shapes.items():
         config = Config()
         config.model = ModelConfig(**shape)

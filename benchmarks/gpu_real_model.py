@@ -30,10 +30,10 @@ vocabulary 50,257, tied). Speed does not depend on the weights' values.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
+import machine
 import numpy as np
 import torch
 
@@ -176,8 +176,8 @@ def main() -> None:
         torch._dynamo.config.recompile_limit = 64
     peak, peak_text = peak_flops(torch.device(device), args.peak_tflops)
     start = time.perf_counter()
-    where = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
-    print(f"{where}, torch {torch.__version__}; peak assumed: {peak_text}", flush=True)
+    where = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    print(f"{where}; peak assumed: {peak_text}; host: {machine.summary()}", flush=True)
     for name, model_cfg in shapes.items():
         decode_table(name, model_cfg, device, args)
         print(f"  ({time.perf_counter() - start:.0f} s so far)", flush=True)

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402
 from ingest_scale import WORDS, run_prepare  # noqa: E402  (the sibling benchmark)
 
 BAD_EVERY = 50
@@ -90,11 +91,16 @@ def main() -> None:
               f"with {args.workers} workers, {args.tokenizer} tokenizer")
         stages = dict(re.findall(r"(extract|tokenizer|tokenize) ([0-9.]+) s", output))
         if stages:
-            print(f"stages: extract {mb / float(stages['extract']):.1f} MB/s, tokenizer "
-                  f"training {float(stages['tokenizer']):.0f} s, tokenize "
-                  f"{mb / float(stages['tokenize']):.1f} MB/s")
+            def rate(stage: str) -> str:  # a stage the log rounds to 0.0 s has no rate to give
+                seconds = float(stages[stage])
+                return f"{mb / seconds:.1f} MB/s" if seconds else "under 0.05 s"
+            print(f"stages: extract {rate('extract')}, tokenizer training "
+                  f"{float(stages['tokenizer']):.0f} s, tokenize {rate('tokenize')}")
         print(f"peak RSS: {result['peak_sum_mb']:.0f} MB (process tree, summed), largest "
               f"process {max(largest, result['peak_one_mb']):.0f} MB, for {mb:,.0f} MB of JSONL")
+    # Described at the end: torch loaded in this process before `prepare` would count in the
+    # largest process's peak (a child's ru_maxrss starts from its parent's when it is made).
+    print(f"machine: {machine.summary()}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
 import numpy as np
 
 WORDS = ("the of and to in is that for it as with was on be by this are from at or an "
@@ -171,6 +172,7 @@ def main() -> None:
     ap.add_argument("--ocr-pages", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where to make the temporary folder")
     args = ap.parse_args()
+    print(machine.summary(), flush=True)
     with tempfile.TemporaryDirectory(prefix="sheepop-ingest-bench-", dir=args.dir) as tmp:
         tmp = Path(tmp)
         t0 = time.perf_counter()

@@ -32,6 +32,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import machine
+
 from sheepop.checkpoint import format as checkpoint
 from sheepop.inference.load import read_run
 
@@ -96,6 +98,7 @@ def main() -> None:
     parser.add_argument("--max-delay", type=float, default=1.0)
     parser.add_argument("--progress", action="store_true", help="a line after each trial")
     args = parser.parse_args()
+    print(machine.summary(), flush=True)
     rng = random.Random(args.seed)
     moments, failures = Counter(), []
     root = Path(tempfile.mkdtemp(prefix="kill_resume."))

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import platform
 import time
 
+import machine
 import numpy as np
 import torch
 
@@ -42,18 +41,6 @@ from sheepop.scratch.lm import NumpyLM
 SMOLLM2 = dict(n_layer=30, n_embd=576, n_head=9, n_kv_head=3, d_ff=1536, block_size=8192,
                pos_encoding="rope", rope_theta=100000.0, norm="rmsnorm", ffn="swiglu",
                bias=False, tie_weights=True, dropout=0.0)
-
-
-def machine() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{name}, {os.cpu_count()} cores, load average {load}, torch {torch.__version__}"
 
 
 def mib(n: int) -> str:
@@ -172,12 +159,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"machine: {machine()}")
+    print(f"machine: {machine.summary()}")
     if not args.skip_memory:
         memory(args)
     if not args.skip_speed:
         speed(args)
-    print(f"\nmachine at the end: {machine()}")
+    print(f"\nmachine at the end: {machine.summary()}")
 
 
 if __name__ == "__main__":

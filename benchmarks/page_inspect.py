@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
+import machine
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "serve"))
+sys.path.insert(0, str(HERE.parent / "tests" / "helpers"))  # serve_helpers imports variants
 from serve_helpers import ServerProcess, call  # noqa: E402  (the tests' own server runner)
 
 
@@ -74,8 +75,7 @@ def main() -> None:
             "of Italy is Rome. The capital of Spain is Madrid. ") * 8
     ids = tokenizer.encode(text)[:a.tokens]
     n_layer = config.model.n_layer
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}; {a.run}: {n_layer} layers, {config.model.n_head} heads, "
+    print(f"{machine.summary()}; {a.run}: {n_layer} layers, {config.model.n_head} heads, "
           f"vocabulary {config.model.vocab_size}; prompt {len(ids)} tokens")
     for engine in a.engines:
         for threads in a.threads:

@@ -55,9 +55,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import time
 
+import machine
 import numpy as np
 import torch
 
@@ -75,18 +75,6 @@ TARGET_ABSOLUTE_RATIO = 1 / 3  # issue 18: past the context within 3x of inside 
 def model_config(block_size: int, vocab: int) -> ModelConfig:
     cfg = build_config("tiny-llama").model
     return dataclasses.replace(cfg, block_size=block_size, vocab_size=vocab, dropout=0.0)
-
-
-def machine() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next(line.split(":", 1)[1].strip() for line in f
-                        if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{name}, {os.cpu_count()} cores, load average {load}"
 
 
 def step_times(lm, new: int, use_cache: bool, prompt: int = 3, chunk: int = 0
@@ -212,7 +200,7 @@ def absolute(name: str, lm, args: argparse.Namespace) -> None:
 
 def absolute_main(args: argparse.Namespace) -> None:
     from threadpoolctl import threadpool_limits
-    print(f"start: {machine()}")
+    print(f"start: {machine.summary()}")
     print(f"torch {torch.__version__}, numpy {np.__version__}; learned positions, float32, "
           f"greedy, one-token prompt, random weights, vocabulary {args.vocab}; target past / "
           f"inside >= {TARGET_ABSOLUTE_RATIO:.2f}")
@@ -230,7 +218,7 @@ def absolute_main(args: argparse.Namespace) -> None:
                     lm = TorchLM(model) if engine == "torch" else NumpyLM(
                         cfg, model.numpy_weights())
                     absolute(f"{engine} {threads} thread{'s' if threads > 1 else ''}", lm, args)
-    print(f"end: {machine()}")
+    print(f"end: {machine.summary()}")
 
 
 def main() -> None:
@@ -259,7 +247,7 @@ def main() -> None:
     cfg = model_config(args.block_size, args.vocab)
     torch.manual_seed(0)
     model = GPT(cfg)
-    print(f"start: {machine()}")
+    print(f"start: {machine.summary()}")
     print(f"torch {torch.__version__}, numpy {np.__version__}; tiny-llama (4 layers, 4 query / "
           f"{cfg.kv_heads} key-value heads, width {cfg.n_embd}, rope, swiglu), block_size "
           f"{cfg.block_size}, {model.num_params():,} parameters, KV cache "
@@ -273,7 +261,7 @@ def main() -> None:
         else:
             blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")
             bench(f"numpy (BLAS {blas})", NumpyLM(cfg, model.numpy_weights()), args)
-    print(f"end: {machine()}")
+    print(f"end: {machine.summary()}")
 
 
 if __name__ == "__main__":

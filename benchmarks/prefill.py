@@ -22,6 +22,7 @@ import argparse
 import os
 
 import decode_shapes as shapes
+import machine
 import numpy as np
 import torch
 
@@ -63,9 +64,9 @@ def main() -> None:
     logits = {"transformers": hf_logits(),
               **{f"sheepop {e}": lm.prefill(ids) for e, lm in sheepop_lms.items()}}
     gap = max(float(np.abs(v - logits["transformers"]).max()) for v in logits.values())
-    print(f"cpu capability {torch.backends.cpu.get_cpu_capability()}, torch {torch.__version__}, "
-          f"SmolLM2-135M shape, random weights, float32, a {len(ids)}-token prompt; largest logit "
-          f"difference to transformers {gap:.1e}; medians of {args.rounds} turns")
+    print(f"{machine.summary()}; SmolLM2-135M shape, random weights, float32, a {len(ids)}-token "
+          f"prompt; largest logit difference to transformers {gap:.1e}; medians of {args.rounds} "
+          "turns")
     print("| threads | sheepop numpy tok/s | sheepop torch tok/s | transformers tok/s | numpy / "
           "transformers | torch / transformers | load |")
     print("|---|---|---|---|---|---|---|")

@@ -29,6 +29,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import machine  # noqa: E402
+
 from sheepop.config.build import build_config  # noqa: E402
 from sheepop.inference.load import load  # noqa: E402
 from sheepop.progression.data import Spec, load_progressions, write_dataset  # noqa: E402
@@ -104,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", default=[], metavar="NAME:k=v,...")
     args = p.parse_args(argv)
     variants = [parse_variant(v) for v in args.variant] or [("torch", {})]
+    print(machine.summary(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         data_dir = Path(args.data) if args.data else work / "data"
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             write_dataset(data_dir, Spec())
         rows = [run_variant(name, keys, data_dir, work, args) for name, keys in variants]
     print(json.dumps({"minutes": None if args.steps else args.minutes, "steps": args.steps,
-                      "rows": rows}))
+                      "rows": rows, "machine": machine.describe()}))
     return 0
 
 

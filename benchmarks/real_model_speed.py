@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import machine
 import numpy as np
 import torch
 
@@ -131,10 +131,7 @@ def main() -> None:
     text_ids = tok.encode(TEXT * 40)
     prompt, long_prompt = text_ids[:args.prompt_tokens], text_ids[:args.prefill_tokens]
 
-    print(f"machine: {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, torch {torch.__version__}, "
-          f"cpu capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"BLAS {threads.blas_kernels()}, load average {os.getloadavg()[0]:.2f}")
+    print(f"machine: {machine.summary()}")
     print(f"SmolLM2-135M float32; prefill {len(long_prompt)} tokens; decode {args.new_tokens} "
           f"greedy tokens after {len(prompt)}; medians of {args.repeats}")
     print(f"{'threads':>7}  {'library':<16} {'prefill tok/s':>13} {'decode tok/s':>12}")

@@ -43,6 +43,7 @@ import threading
 import time
 from pathlib import Path
 
+import machine
 import numpy as np
 
 from sheepop.checkpoint import format as checkpoint
@@ -197,6 +198,7 @@ def main() -> None:
                              8]))
         from sheepop import threads as sheepop_threads
         sheepop_threads.apply(args.threads)
+        print(machine.summary(), flush=True)
         model = load(run, args.engine)
         proc = subprocess.Popen(
             [sys.executable, "-m", "sheepop", "serve", str(run), "--port", "0", "--threads",

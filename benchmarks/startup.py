@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine
+
 VARIANTS = {"torch (--engine torch, before)": "--engine torch",
             "auto (default)": ""}
 SRC = Path(__file__).resolve().parents[1] / "src" / "sheepop"
@@ -77,7 +79,7 @@ def main() -> None:
         tmp = Path(tempfile.mkdtemp(prefix="sheepop-startup-"))
         args.run = str(tiny_run(tmp))
     try:
-        print(f"cores: {os.cpu_count()}; start: {uptime()}", flush=True)
+        print(f"start: {machine.summary()}", flush=True)
         base = [*sheepop(), "generate", args.run, "--prompt", "def ", "--max-new-tokens",
                 str(args.max_new_tokens), "--temperature", "0"]
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}

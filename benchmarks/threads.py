@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+import machine
+
 WAITS = {"default": {}, "passive": {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}}
 WORK = ("train-torch", "train-numpy", "decode-torch:baby", "decode-numpy:baby")
 REFERENCE = ["model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.block_size=64",
@@ -141,7 +143,7 @@ def main() -> None:
         return
     # A SIGTERM stops the driver through its `finally`s: the busy loops and the child go too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    print(f"cores: {os.cpu_count()}; start: {uptime()}", flush=True)
+    print(f"start: {machine.summary()}", flush=True)
     works = args.work or list(WORK)
     print(f"{'workload':<24} {'load':>4} {'wait':>8} "
           + " ".join(f"{f'{t} thr ms':>10}" for t in args.threads)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
+
+import machine
 
 
 def make_stdlib_corpus(out: Path, megabytes: float) -> None:
@@ -108,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     pattern = PATTERNS.get(args.pattern, args.pattern)
     specials = ["<|bos|>", "<|eos|>", "<|pad|>"]
     n_tokens = args.vocab_size - len(specials)
+    print(machine.summary())
     print(f"corpus: {mb:.2f} MB, vocab {args.vocab_size}, pattern {args.pattern}, "
-          f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, best of {args.repeat}")
+          f"best of {args.repeat}")
 
     table = Table(args.repeat)
     m = table.measure

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import machine
 import numpy as np
 import torch
 
@@ -58,7 +59,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = p.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"{machine.summary()}; {torch.get_num_threads()} torch threads")
     configs = [[]] + ([args.overrides] if args.overrides else [])
     for overrides in configs:
         for dtype in args.dtype or ["float32", "bfloat16"]:

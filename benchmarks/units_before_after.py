@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+import machine
+
 MODEL = dict(vocab_size=96, block_size=128, n_layer=4, n_head=4, n_embd=128, dropout=0.0)
 BATCH = 8
 SETTINGS = {
@@ -95,8 +97,8 @@ def main() -> None:
 
 def report(results: dict, runs: list[tuple[str, str]], trees: list[str], rounds: int) -> None:
     """The table after `rounds` rounds (printed after each, so a stopped run still reports)."""
-    print(f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
-          f"; base model {MODEL}, batch {BATCH}; ms per step, median of {rounds} rounds")
+    print(f"{machine.summary()}; base model {MODEL}, batch {BATCH}; ms per step, median of "
+          f"{rounds} rounds")
     for setting in dict.fromkeys(s for _, s in runs):
         print(f"  {setting}: {SETTINGS[setting] or 'the base model'}")
     print(f"{'engine':8}{'setting':9}" + "".join(f"{t[-28:]:>30}" for t in trees))

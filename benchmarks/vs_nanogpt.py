@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
+import machine
 import numpy as np
 import torch
 from nanogpt_reference import (
@@ -147,9 +147,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     shape, batch = SHAPES[args.shape]
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-          f"{torch.__version__} ({torch.backends.cpu.get_cpu_capability()}), "
-          f"{args.threads} threads; load {load()}")
+    print(f"{machine.summary()}; {args.threads} torch threads")
     print(f"shape {args.shape}: {shape}, batch {batch}; nanoGPT: "
           f"{args.nanogpt or 'the re-implementation'}")
     contenders = args.sheepop or ["float32"]

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import machine
 import numpy as np
 import torch
 
@@ -136,10 +136,7 @@ def main() -> None:
     models = {d: build(config, weights, tokenizer, "torch", "cpu", d) for d in args.dtypes}
     nbytes = {d: weight_bytes_read(m.lm.model) for d, m in models.items()}
 
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"torch {torch.__version__}, cpu capability "
-          f"{torch.backends.cpu.get_cpu_capability()}, {when}")
+    print(f"machine: {machine.summary()}")
     ids = tokenizer.encode(PROMPT * 4)[:args.prompt_tokens]
     for n in args.threads:
         threads.apply(n)

@@ -26,6 +26,7 @@ import os
 import statistics
 import time
 
+import machine
 import numpy as np
 import torch
 
@@ -111,8 +112,7 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=128)
     args = ap.parse_args()
     runs = contenders(args.block)
-    print(f"torch {torch.__version__}, cpu capability {torch.backends.cpu.get_cpu_capability()}, "
-          f"{os.cpu_count()} cores")
+    print(machine.summary())
     for n in args.threads:
         threads.apply(n)
         before = os.getloadavg()[0]

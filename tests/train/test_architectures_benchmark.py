@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 from variants import RMSNORM, ROPE, SWIGLU, llama
@@ -13,6 +14,7 @@ from variants import RMSNORM, ROPE, SWIGLU, llama
 from sheepop.config.build import build_config
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "architectures.py"
+sys.path.insert(0, str(SCRIPT.parent))  # architectures imports machine as a sibling
 spec = importlib.util.spec_from_file_location("architectures_benchmark", SCRIPT)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)
