@@ -112,7 +112,8 @@ def _norm(kind: str, x: np.ndarray, w: Weights, prefix: str, eps: float
           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """(y, x_hat, var or mean square, mean) of every row of x (docs/math/06-layernorm.md).
     A mean square is x . x / d, one dot product a row, as the NumPy engine computes it
-    (sheepop.scratch.norm.mean_square): the trace's numbers are the engine's to the last bit."""
+    (sheepop.scratch.norm.mean_square), and x_hat = x * (1 / sqrt(.)) as the engine forms it:
+    the trace's norms are the engine's to the last bit."""
     d = x.shape[-1]
     if kind == "layernorm":
         mu = x.sum(axis=-1, keepdims=True) / d

@@ -107,7 +107,8 @@ def generation_attention(device: torch.device) -> AbstractContextManager:
     plan for each new shape, and a decode step's keys are a new shape at every step: on an
     H200, bf16 decoding ran at 19-39 tokens/s over cache lengths it had not seen and 272-304
     once the same lengths came again (float32, which cuDNN does not take, ran at ~330 from the
-    start; docs/performance.md, "On a GPU"). Training's fixed shapes keep cuDNN."""
+    start; docs/performance.md, "On a GPU"); without it, bf16 decoded at float32's rate from
+    the first token (GPT-2 small 302 against 335). Training's fixed shapes keep cuDNN."""
     if device.type != "cuda":
         return nullcontext()
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
