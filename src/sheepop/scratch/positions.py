@@ -89,14 +89,15 @@ def learned_positions_backward(dout: np.ndarray, cache: PositionCache) -> np.nda
 
 
 class RopeCache(NamedTuple):
-    cos: np.ndarray       # (T, d_k/2), or (B, 1, T, d_k/2) for per-row positions
+    cos: np.ndarray   # (T, d_k/2), or (B, 1, T, d_k/2) for per-row positions
     sin: np.ndarray
-    pair_cos: np.ndarray  # (..., d_k/2, 2): (cos, cos) for the two members of each pair
-    pair_sin: np.ndarray  # (..., d_k/2, 2): (-sin, sin)
+    turn: np.ndarray  # e^{i p omega} = cos + i sin, complex of the model's width
 
 
 def rope_cache(cos: np.ndarray, sin: np.ndarray) -> RopeCache:
-    return RopeCache(cos, sin, np.stack((cos, cos), -1), np.stack((-sin, sin), -1))
+    turn = np.empty(cos.shape, np.result_type(cos.dtype, np.complex64))
+    turn.real, turn.imag = cos, sin
+    return RopeCache(cos, sin, turn)
 
 
 def rope_angles(pos: Pos, head_dim: int, theta: float, dtype: np.dtype) -> RopeCache:
@@ -132,17 +133,17 @@ def rope_forward(x: np.ndarray, cache: RopeCache) -> np.ndarray:
         x'_2i   = x_2i cos - x_2i+1 sin
         x'_2i+1 = x_2i sin + x_2i+1 cos          (R(p omega_i) applied to the pair)
 
-    as (x_2i, x_2i+1) (cos, cos) + (x_2i+1, x_2i) (-sin, sin): three array operations."""
-    pairs = x.reshape(*x.shape[:-1], -1, 2)
-    out = pairs * cache.pair_cos
-    out += pairs[..., ::-1] * cache.pair_sin
-    return out.reshape(x.shape)
+    which is the complex product z' = z e^{i p omega_i} of z = x_2i + i x_2i+1 (RoFormer's
+    form): the pairs read as complex numbers in place, one array operation."""
+    if x.strides[-1] != x.itemsize:  # the complex view needs each pair side by side
+        x = np.ascontiguousarray(x)
+    return (x.view(cache.turn.dtype) * cache.turn).view(x.dtype)
 
 
 def rope_backward(dout: np.ndarray, cache: RopeCache) -> np.ndarray:
     """dx = R^T dout: a rotation's Jacobian is the rotation itself, whose transpose is the
-    rotation by the opposite angle (cos unchanged, sin negated)."""
-    return rope_forward(dout, cache._replace(sin=-cache.sin, pair_sin=-cache.pair_sin))
+    rotation by the opposite angle: the product with the conjugate e^{-i p omega_i}."""
+    return rope_forward(dout, cache._replace(turn=cache.turn.conj()))
 
 
 _last_angles: tuple | None = None  # (positions, (d_k, theta, dtype), RopeCache)
