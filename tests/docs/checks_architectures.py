@@ -23,7 +23,7 @@ from sheepop.model import positions as torch_positions
 from sheepop.positional import rope_frequencies
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L
-from sheepop.scratch import positions as P
+from sheepop.scratch import rope
 from sheepop.scratch.ffn import swiglu_backward, swiglu_forward
 from sheepop.scratch.gpt import new_cache
 from sheepop.scratch.init import param_shapes
@@ -46,19 +46,19 @@ def close(a, b, tol: float = 1e-12) -> None:
 
 def rotate(x: np.ndarray, pos: int, theta: float) -> np.ndarray:
     """Scratch RoPE of one head vector (d_k,) at position `pos`, in float64."""
-    angles = P.rope_angles(slice(pos, pos + 1), len(x), theta, np.float64)
-    return P.rope_forward(x[None, None, None, :], angles)[0, 0, 0]
+    angles = rope.rope_angles(slice(pos, pos + 1), len(x), theta, np.float64)
+    return rope.rope_forward(x[None, None, None, :], angles)[0, 0, 0]
 
 
 def rope_rotation(v):
     x, pos, theta = f64(v["x"]), int(v["pos"]), float(v["theta"])
-    angles = P.rope_angles(slice(pos, pos + 1), len(x), theta, np.float64)
+    angles = rope.rope_angles(slice(pos, pos + 1), len(x), theta, np.float64)
     y = rotate(x, pos, theta)
     cfg = ModelConfig(n_embd=len(x), n_head=1, pos_encoding="rope", rope_theta=theta)
     q = t64(x)[None, None, None, :].float()
     turned = torch_positions.RotaryPositions(cfg).rotate(q, slice(pos, pos + 1))  # torch
     close(turned[0, 0, 0], y, 1e-6)  # (float32 angles)
-    back = P.rope_backward(y[None, None, None, :], angles)[0, 0, 0]
+    back = rope.rope_backward(y[None, None, None, :], angles)[0, 0, 0]
     omega = rope_frequencies(len(x), theta)
     return {"omega": omega, "angle": pos * omega,
             "cos": angles.cos[0], "sin": angles.sin[0], "rotated": y,

@@ -15,7 +15,7 @@ from sheepop.config.schema import ModelConfig
 from sheepop.positional import rope_frequencies
 from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L
-from sheepop.scratch import positions as P
+from sheepop.scratch import rope
 from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import param_shapes
 from sheepop.scratch.norm import rmsnorm_backward, rmsnorm_forward
@@ -25,7 +25,7 @@ EPS64 = 2.0 ** -53
 
 def turn(x: np.ndarray, pos, theta: float = 10000.0) -> np.ndarray:
     """x (..., T, d_k) rotated at positions `pos` (a slice or an index array), float64."""
-    return P.rope_forward(x, P.rope_angles(pos, x.shape[-1], theta, np.float64))
+    return rope.rope_forward(x, rope.rope_angles(pos, x.shape[-1], theta, np.float64))
 
 
 def at(x: np.ndarray, p: int, theta: float) -> np.ndarray:
@@ -85,16 +85,16 @@ def test_rope_backward_is_the_transposed_jacobian_and_the_opposite_turn():
     rng = np.random.default_rng(5)
     shape, pos = (1, 2, 3, 8), slice(4, 7)
     x, dy = rng.standard_normal(shape), rng.standard_normal(shape)
-    angles = P.rope_angles(pos, 8, 10000.0, np.float64)
+    angles = rope.rope_angles(pos, 8, 10000.0, np.float64)
     h, n = 1e-6, x.size
     jacobian = np.empty((n, n))
     for j in range(n):  # column j: central difference along coordinate j
         e = np.zeros(n)
         e[j] = h
         e = e.reshape(shape)
-        jacobian[:, j] = ((P.rope_forward(x + e, angles) - P.rope_forward(x - e, angles))
+        jacobian[:, j] = ((rope.rope_forward(x + e, angles) - rope.rope_forward(x - e, angles))
                           / (2 * h)).reshape(-1)
-    dx = P.rope_backward(dy, angles)
+    dx = rope.rope_backward(dy, angles)
     np.testing.assert_allclose(dx.reshape(-1), jacobian.T @ dy.reshape(-1), atol=1e-9)
     # R_p^T = R_{-p}: the backward is the forward at the opposite positions
     np.testing.assert_allclose(dx, turn(dy, -np.arange(4, 7)[None]), rtol=0, atol=1e-15)

@@ -72,7 +72,7 @@ def test_renumbering_turns_sheepop_rope_into_transformers_rope():
     rotating with transformers' own rotate-half code."""
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-    from sheepop.scratch.positions import rope_angles, rope_forward
+    from sheepop.scratch.rope import rope_angles, rope_forward
     assert llama.rotate_half_order(8).tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
     H, dk, n, theta = 4, 8, 12, 500.0
     rng = np.random.default_rng(0)

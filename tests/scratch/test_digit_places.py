@@ -200,7 +200,7 @@ def test_rope_places_scores_depend_on_the_offsets_only():
     q . k is the same for every (query, key) pair of places with the same offsets, in both
     engines: the rule for "the same digit of the number before" is one rule for every place."""
     from sheepop.model.positions import PlaceRotaryPositions
-    from sheepop.scratch.positions import rope_angles, rope_cache, rope_forward
+    from sheepop.scratch.rope import rope_angles, rope_cache, rope_forward
     cfg = config(pos_encoding="rope_places", digit_positions=0, n_head=1)
     rng = np.random.default_rng(3)
     q, k = rng.standard_normal((2, 1, 1, 1, cfg.head_dim))  # (B, H, T, d_k) each

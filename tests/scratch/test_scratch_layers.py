@@ -10,6 +10,7 @@ from sheepop.scratch import attention as att
 from sheepop.scratch import layers as L
 from sheepop.scratch import norm as N
 from sheepop.scratch import positions as P
+from sheepop.scratch import rope
 
 TOL = 1e-6
 
@@ -237,9 +238,9 @@ def test_rope_rotation_and_its_backward(pos):
     B, H, T, dk = 2, 3, 5, 8
     if pos == "rows":  # per-row positions (left-padded batches)
         pos = np.array([[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]])
-    angles = P.rope_angles(pos, dk, 10000.0, np.float64)
+    angles = rope.rope_angles(pos, dk, 10000.0, np.float64)
     x = rand(rng, B, H, T, dk)
-    out = P.rope_forward(x, angles)
+    out = rope.rope_forward(x, angles)
     p = np.arange(pos.start, pos.stop)[None, None, :] if isinstance(pos, slice) else pos[:, None]
     for i in range(dk // 2):  # the defining formula, pair by pair
         a = p * 10000.0 ** (-2 * i / dk)
@@ -251,9 +252,9 @@ def test_rope_rotation_and_its_backward(pos):
                                    rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.linalg.norm(out, axis=-1), np.linalg.norm(x, axis=-1))
     dout = rand(rng, *out.shape)
-    np.testing.assert_allclose(P.rope_backward(P.rope_forward(dout, angles), angles), dout,
+    np.testing.assert_allclose(rope.rope_backward(rope.rope_forward(dout, angles), angles), dout,
                                atol=1e-14)  # R^T R = I
-    check(lambda: P.rope_forward(x, angles), {"x": x}, {"x": P.rope_backward(dout, angles)},
+    check(lambda: rope.rope_forward(x, angles), {"x": x}, {"x": rope.rope_backward(dout, angles)},
           dout)
 
 
@@ -262,7 +263,7 @@ def test_rope_dot_products_depend_only_on_the_offset():
     q, k = rand(rng, 1, 1, 1, 16), rand(rng, 1, 1, 1, 16)
 
     def dot(m, n):
-        turn = lambda x, p: P.rope_forward(x, P.rope_angles(slice(p, p + 1), 16, 10000.0,  # noqa
+        turn = lambda x, p: rope.rope_forward(x, rope.rope_angles(slice(p, p + 1), 16, 10000.0,  # noqa
                                                             np.float64))
         return float(np.sum(turn(q, m) * turn(k, n)))
 
@@ -282,8 +283,8 @@ def test_grouped_query_attention(H, H_kv, bias):
     params = {"qkv.weight": rand(rng, width, d) * 0.5, "proj.weight": rand(rng, d, d) * 0.5,
               "qkv.bias": rand(rng, width) if bias else None,
               "proj.bias": rand(rng, d) if bias else None}
-    angles = lambda qk: P.rope_rotate_forward(qk, slice(0, T), _RopeCfg(dk))  # noqa: E731
-    rotate = (angles, P.rope_rotate_backward)
+    angles = lambda qk: rope.rope_rotate_forward(qk, slice(0, T), _RopeCfg(dk))  # noqa: E731
+    rotate = (angles, rope.rope_rotate_backward)
 
     def forward():
         return att.self_attention_forward(x, params["qkv.weight"], params["qkv.bias"],

@@ -12,7 +12,8 @@ and by the number each token belongs to, computed from the token ids, on top of 
 
 `pos` is a slice (every row at positions start .. start+T-1) or an index tensor (B, T) (each
 row of a left-padded batch counts from its own first real token); `table[pos]` reads either.
-The NumPy engine's units are in sheepop/scratch/positions.py.
+The NumPy engine's units are in sheepop/scratch/positions.py, its rotation in
+sheepop/scratch/rope.py.
 """
 
 from __future__ import annotations

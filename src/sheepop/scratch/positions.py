@@ -4,7 +4,8 @@ A kind acts in one or both of two places (docs/math/03-positions.md; forward and
 sinusoidal, learned, RoPE and digit places in docs/derivations/positions.md):
 
     embed       h0 = E[x] + P[pos]                      (sinusoidal, learned)
-    rotate      q, k -> R(pos) q, R(pos) k per head     (inside attention: rope)
+    rotate      q, k -> R(pos) q, R(pos) k per head     (inside attention: rope, in
+                                                     sheepop.scratch.rope)
 
 (`none`: neither), and digit places and term indices (`model.digit_positions`,
 `model.term_positions`) add A[row of each digit's place in its number] + N[the number it belongs
@@ -33,15 +34,13 @@ from sheepop.config.schema import ModelConfig
 from sheepop.positional import (
     ROTATED_BY_DIGITS,
     digit_places,
-    place_rope_frequencies,
     place_rows,
-    rope_frequencies,
     sinusoidal_table,
     term_index,
     uses_digits,
 )
+from sheepop.scratch.rope import Pos, rope_rotate_backward, rope_rotate_forward
 
-Pos = slice | np.ndarray
 Params = dict[str, np.ndarray]
 
 
@@ -86,91 +85,6 @@ def learned_positions_backward(dout: np.ndarray, cache: PositionCache) -> np.nda
         onehot = (which[None, :] == np.arange(cache.n_positions)[:, None]).astype(dout.dtype)
         dtable = onehot @ dout.reshape(-1, d)
     return dtable
-
-
-class RopeCache(NamedTuple):
-    cos: np.ndarray   # (T, d_k/2), or (B, 1, T, d_k/2) for per-row positions
-    sin: np.ndarray
-    turn: np.ndarray  # e^{i p omega} = cos + i sin, complex of the model's width
-
-
-def rope_cache(cos: np.ndarray, sin: np.ndarray) -> RopeCache:
-    turn = np.empty(cos.shape, np.result_type(cos.dtype, np.complex64))
-    turn.real, turn.imag = cos, sin
-    return RopeCache(cos, sin, turn)
-
-
-def rope_angles(pos: Pos, head_dim: int, theta: float, dtype: np.dtype) -> RopeCache:
-    """cos and sin of the angles p omega_i for every position p asked and pair i, computed in
-    float64 (any position exists) and given in the model's dtype; per-row positions (B, T)
-    get a head axis to broadcast over; `rope_places` positions (B, T, 2) turn pair i by (n, r)
-    W (sheepop.positional.place_rope_frequencies). Per-row positions repeat (every training
-    window has the same terms), so the angles are computed once per distinct position and
-    gathered: the same float64 products as computing them all."""
-    if isinstance(pos, slice):
-        angle = np.arange(pos.start, pos.stop)[:, None].astype(np.float64) * \
-            rope_frequencies(head_dim, theta)
-        return rope_cache(np.cos(angle).astype(dtype), np.sin(angle).astype(dtype))
-    p = np.asarray(pos)
-    pairs = p.ndim == 3  # (B, T, 2): rope_places' (term index, digit place)
-    flat = p.reshape(-1, 2) if pairs else p.reshape(-1, 1)
-    distinct, which = np.unique(flat, axis=0, return_inverse=True)
-    u = distinct.astype(np.float64)
-    if pairs:
-        w = place_rope_frequencies(head_dim, theta)
-        angle = u[:, 0:1] * w[0] + u[:, 1:2] * w[1]
-    else:
-        angle = u[:, 0:1] * rope_frequencies(head_dim, theta)
-    shape = (p.shape[0], 1, p.shape[1], head_dim // 2)  # a head axis to broadcast over
-    which = which.reshape(-1)
-    return rope_cache(np.cos(angle).astype(dtype)[which].reshape(shape),
-                      np.sin(angle).astype(dtype)[which].reshape(shape))
-
-
-def rope_forward(x: np.ndarray, cache: RopeCache) -> np.ndarray:
-    """Turn each interleaved pair (x_2i, x_2i+1) of x (B, H, T, d_k) by its angle:
-
-        x'_2i   = x_2i cos - x_2i+1 sin
-        x'_2i+1 = x_2i sin + x_2i+1 cos          (R(p omega_i) applied to the pair)
-
-    which is the complex product z' = z e^{i p omega_i} of z = x_2i + i x_2i+1 (RoFormer's
-    form): the pairs read as complex numbers in place, one array operation."""
-    if x.strides[-1] != x.itemsize:  # the complex view needs each pair side by side
-        x = np.ascontiguousarray(x)
-    return (x.view(cache.turn.dtype) * cache.turn).view(x.dtype)
-
-
-def rope_backward(dout: np.ndarray, cache: RopeCache) -> np.ndarray:
-    """dx = R^T dout: a rotation's Jacobian is the rotation itself, whose transpose is the
-    rotation by the opposite angle: the product with the conjugate e^{-i p omega_i}."""
-    return rope_forward(dout, cache._replace(turn=cache.turn.conj()))
-
-
-_last_angles: tuple | None = None  # (positions, (d_k, theta, dtype), RopeCache)
-
-
-def rope_rotate_forward(qk: np.ndarray, pos: Pos, cfg: ModelConfig
-                        ) -> tuple[np.ndarray, RopeCache]:
-    """Queries and keys, stacked on the head axis (B, H + H_kv, T, d_k), turned by their
-    positions: every head turns by the same angles, so one rotation turns both (in a decode
-    step each array operation saved counts). Every layer of a forward pass asks for the same
-    positions (the same object): the angles of the last call are reused."""
-    global _last_angles
-    key = (cfg.head_dim, cfg.rope_theta, qk.dtype)
-    last = _last_angles
-    if last is not None and last[1] == key and (
-            last[0] is pos or (isinstance(pos, slice) and isinstance(last[0], slice)
-                               and last[0] == pos)):
-        angles = last[2]
-    else:
-        angles = rope_angles(pos, cfg.head_dim, cfg.rope_theta, qk.dtype)
-        _last_angles = (pos, key, angles)
-    return rope_forward(qk, angles), angles
-
-
-def rope_rotate_backward(dqk: np.ndarray, cache: RopeCache) -> np.ndarray:
-    """d(queries and keys), stacked as rope_rotate_forward stacks them: R^T dout."""
-    return rope_backward(dqk, cache)
 
 
 def digit_rows(idx: np.ndarray, cfg: ModelConfig, pos: Pos, cache: Any = None,
