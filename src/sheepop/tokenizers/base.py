@@ -10,7 +10,8 @@ subclasses `Tokenizer` and supplies three things:
 
 Everything else (special tokens matched whole, by `sheepop.tokenizers.special_matcher`;
 BOS/EOS, id checks, decode with replacement of invalid UTF-8, batches, the file format) lives
-here, once.
+here, once; the checks each kind's reader makes of a file's fields in
+`sheepop.tokenizers.file_checks`.
 
 File format, one JSON object:
     {"format": "sheepop-tokenizer", "version": 1, "kind": "...",
@@ -34,6 +35,7 @@ from typing import Any, ClassVar
 
 from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, atomic_write_text, document_text, shown
+from sheepop.tokenizers.file_checks import bad_file
 from sheepop.tokenizers.special_matcher import SpecialMatcher
 
 FORMAT = "sheepop-tokenizer"
@@ -274,37 +276,3 @@ def _utf8(data: bytes, errors: str) -> str:
                         "(use errors='replace' to substitute U+FFFD)") from None
     except LookupError:
         raise UserError(f"unknown decode error handler {errors!r}") from None
-
-
-# ----- helpers the kinds share when reading a file ---------------------------------------------
-
-def bad_file(where: str, what: str) -> UserError:
-    return UserError(f"{where}: not a valid sheepop tokenizer file ({what})")
-
-
-def read_specials(data: Mapping[str, Any], where: str) -> dict[str, int]:
-    specials = data.get("special_tokens", {})
-    if not isinstance(specials, dict) or not all(
-            isinstance(k, str) and k and type(v) is int for k, v in specials.items()):
-        raise bad_file(where, "special_tokens must map token strings to integer ids")
-    return specials
-
-
-def leading_and_added(specials: Mapping[str, int], n_ordinary: int, where: str
-                      ) -> tuple[list[str], list[str]]:
-    """For kinds whose ordinary tokens follow the special tokens (char, word): the special
-    tokens before them (ids 0..k-1) and those added after them (ids k + n_ordinary, ...), each
-    list in id order; every id of the vocabulary must be used exactly once."""
-    order = sorted(specials, key=specials.__getitem__)
-    lead = 0
-    while lead < len(order) and specials[order[lead]] == lead:
-        lead += 1
-    check_ids_dense([*specials.values(), *range(lead, lead + n_ordinary)], where)
-    return order[:lead], order[lead:]
-
-
-def check_ids_dense(ids: Iterable[int], where: str) -> None:
-    """The ids of a vocabulary (special ones included) must be exactly 0..n-1, each once."""
-    ids = list(ids)
-    if sorted(ids) != list(range(len(ids))):
-        raise bad_file(where, "token ids must be exactly 0..vocab_size-1, each used once")

@@ -24,14 +24,8 @@ from typing import Any
 
 from sheepop.errors import UserError
 from sheepop.tokenizers import bpe_train
-from sheepop.tokenizers.base import (
-    BOS,
-    EOS,
-    PAD,
-    Tokenizer,
-    bad_file,
-    read_specials,
-)
+from sheepop.tokenizers.base import BOS, EOS, PAD, Tokenizer
+from sheepop.tokenizers.file_checks import bad_file, read_specials
 from sheepop.tokenizers.parallel import batched, map_ordered, resolve_workers
 from sheepop.tokenizers.pretokenize import (
     DEFAULT_PATTERN,

@@ -13,13 +13,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sheepop.errors import UserError
-from sheepop.tokenizers.base import (
-    DEFAULT_SPECIALS,
-    Tokenizer,
-    bad_file,
-    leading_and_added,
-    read_specials,
-)
+from sheepop.tokenizers.base import DEFAULT_SPECIALS, Tokenizer
+from sheepop.tokenizers.file_checks import bad_file, leading_and_added, read_specials
 
 
 class CharTokenizer(Tokenizer):

@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sheepop.errors import UserError
-from sheepop.tokenizers.base import Tokenizer, bad_file, check_ids_dense, read_specials
+from sheepop.tokenizers.base import Tokenizer
+from sheepop.tokenizers.file_checks import bad_file, check_ids_dense, read_specials
 
 ALPHABET = "0123456789 "
 _STOI = {c: i for i, c in enumerate(ALPHABET)}

@@ -20,14 +20,8 @@ from typing import Any
 import regex
 
 from sheepop.errors import UserError
-from sheepop.tokenizers.base import (
-    DEFAULT_SPECIALS,
-    UNK,
-    Tokenizer,
-    bad_file,
-    leading_and_added,
-    read_specials,
-)
+from sheepop.tokenizers.base import DEFAULT_SPECIALS, UNK, Tokenizer
+from sheepop.tokenizers.file_checks import bad_file, leading_and_added, read_specials
 
 WORD_PATTERN = r"[\p{L}\p{M}\p{N}_]+(?:['’][\p{L}\p{M}\p{N}_]+)*|\n|[^\s\p{L}\p{M}\p{N}_]"
 _WORD_RE = regex.compile(WORD_PATTERN)

@@ -30,7 +30,8 @@ from typing import Any
 
 from sheepop.errors import UserError
 from sheepop.files import shown
-from sheepop.tokenizers.base import Tokenizer, bad_file, read_specials
+from sheepop.tokenizers.base import Tokenizer
+from sheepop.tokenizers.file_checks import bad_file, read_specials
 from sheepop.tokenizers.pretrained.added_tokens import (
     AddedToken,
     AddedTokenMatcher,
