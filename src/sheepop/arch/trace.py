@@ -153,7 +153,8 @@ def activation(name: str, u: np.ndarray) -> np.ndarray:
     if name == "relu":
         return np.maximum(u, 0)
     if name == "silu":
-        return u * (0.5 * (1.0 + np.tanh(0.5 * u)))
+        with np.errstate(over="ignore"):  # e^-u = inf below u ~ -88: sigmoid 0, its limit
+            return u * (1.0 / (1.0 + np.exp(-u)))
     raise UserError(f"the step-by-step trace does not know the activation '{name}'")
 
 
