@@ -1,4 +1,4 @@
-"""Hostile files, round three (issue 28): files that load but mislead, and the edges of the
+"""Files that load but mislead (issue 28, the third round of hostile files), and the edges of the
 disk. Each is stopped with one line (a UserError; exit status 2 through the command line).
 
 - Weights that are each finite but overflow in the forward pass (3e38, pos_scale=1e308) used to
