@@ -258,6 +258,27 @@ def test_rope_rotation_and_its_backward(pos):
           dout)
 
 
+@pytest.mark.parametrize("x_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("angle_dtype", [np.float32, np.float64])
+def test_rope_promotes_as_real_arithmetic_would(x_dtype, angle_dtype):
+    """The turn reads each pair as one complex number of the input's own width, so inputs and
+    angles of different widths promote as the pair formula's real products would (a float64
+    input read as complex64 would turn garbage); non-contiguous pairs are copied first."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((2, 3, 4, 16)).astype(x_dtype)
+    angles = rope.rope_angles(slice(3, 7), 16, 10000.0, angle_dtype)
+    cos, sin = angles.cos, angles.sin
+    want = np.empty(x.shape, np.result_type(x_dtype, angle_dtype))
+    want[..., 0::2] = x[..., 0::2] * cos - x[..., 1::2] * sin
+    want[..., 1::2] = x[..., 0::2] * sin + x[..., 1::2] * cos
+    out = rope.rope_forward(x, angles)
+    assert out.dtype == want.dtype
+    np.testing.assert_allclose(out, want, rtol=0, atol=2e-6)
+    strided = np.concatenate([x, x], axis=-1)[..., ::2]  # pairs not side by side in memory
+    np.testing.assert_allclose(rope.rope_forward(strided, angles),
+                               rope.rope_forward(np.ascontiguousarray(strided), angles))
+
+
 def test_rope_dot_products_depend_only_on_the_offset():
     rng = np.random.default_rng(16)
     q, k = rand(rng, 1, 1, 1, 16), rand(rng, 1, 1, 1, 16)

@@ -20,6 +20,9 @@ from sheepop.config.schema import ModelConfig
 from sheepop.positional import place_rope_frequencies, rope_frequencies
 
 Pos = slice | np.ndarray
+COMPLEX = {np.dtype(np.float32): np.dtype(np.complex64),
+           np.dtype(np.float64): np.dtype(np.complex128)}
+"""The complex type whose numbers are pairs of a real type's values."""
 
 
 class RopeCache(NamedTuple):
@@ -29,7 +32,7 @@ class RopeCache(NamedTuple):
 
 
 def rope_cache(cos: np.ndarray, sin: np.ndarray) -> RopeCache:
-    turn = np.empty(cos.shape, np.result_type(cos.dtype, np.complex64))
+    turn = np.empty(cos.shape, COMPLEX[cos.dtype])
     turn.real, turn.imag = cos, sin
     return RopeCache(cos, sin, turn)
 
@@ -71,7 +74,8 @@ def rope_forward(x: np.ndarray, cache: RopeCache) -> np.ndarray:
     form): the pairs read as complex numbers in place, one array operation."""
     if x.strides[-1] != x.itemsize:  # the complex view needs each pair side by side
         x = np.ascontiguousarray(x)
-    return (x.view(cache.turn.dtype) * cache.turn).view(x.dtype)
+    turned = x.view(COMPLEX[x.dtype]) * cache.turn  # NumPy's promotion, as for real arrays
+    return turned.view(turned.real.dtype)
 
 
 def rope_backward(dout: np.ndarray, cache: RopeCache) -> np.ndarray:
