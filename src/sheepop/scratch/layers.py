@@ -150,7 +150,7 @@ def silu_backward(dout: np.ndarray, cache: tuple[np.ndarray, np.ndarray]) -> np.
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """1 / (1 + e^-x). Below x ~ -88 (float32; -709 in float64) e^-x overflows to inf and the
     quotient is 0, the function's own limit there: the overflow is expected and not reported.
-    (1 + tanh(x/2)) / 2 is the same function without the overflow, and 1.6x slower here.)"""
+    The form (1 + tanh(x/2)) / 2 is the same function without the overflow, and 1.6x slower."""
     s = np.negative(x)
     with np.errstate(over="ignore"):
         np.exp(s, out=s)

@@ -4,8 +4,7 @@ A kind acts in one or both of two places (docs/math/03-positions.md; forward and
 sinusoidal, learned, RoPE and digit places in docs/derivations/positions.md):
 
     embed       h0 = E[x] + P[pos]                      (sinusoidal, learned)
-    rotate      q, k -> R(pos) q, R(pos) k per head     (inside attention: rope, in
-                                                     sheepop.scratch.rope)
+    rotate      q, k -> R(pos) q, R(pos) k per head     (inside attention: rope; scratch/rope.py)
 
 (`none`: neither), and digit places and term indices (`model.digit_positions`,
 `model.term_positions`) add A[row of each digit's place in its number] + N[the number it belongs
