@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scratch_gradcheck import check
@@ -228,7 +230,15 @@ def test_silu_values_and_sigmoid_without_overflow():
     out, _ = L.silu_forward(x)
     expected = np.array([0.0, -2 / (1 + np.e ** 2), 0.0, 1.5 / (1 + np.exp(-1.5)), 800.0])
     np.testing.assert_allclose(out, expected, rtol=1e-15, atol=1e-300)
-    assert np.all(np.isfinite(L.sigmoid(np.array([-1e4, 1e4], dtype=np.float32))))
+    with warnings.catch_warnings():  # e^-x overflows below -88 (float32): expected, silent
+        warnings.simplefilter("error")
+        tails = L.sigmoid(np.array([-1e4, -100.0, -80.0, 80.0, 1e4], dtype=np.float32))
+    assert tails.dtype == np.float32
+    np.testing.assert_array_equal(tails[[0, 1, 3, 4]], [0.0, 0.0, 1.0, 1.0])
+    np.testing.assert_allclose(tails[2], np.exp(-80.0), rtol=1e-6)  # 1.8e-35, not rounded to 0
+    grid = np.linspace(-30, 30, 2001, dtype=np.float32)
+    np.testing.assert_allclose(L.sigmoid(grid), 1 / (1 + np.exp(-grid.astype(np.float64))),
+                               rtol=1e-6, atol=0)
 
 
 @pytest.mark.parametrize("pos", [slice(0, 5), slice(7, 12), "rows"])
