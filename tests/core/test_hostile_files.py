@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_refusal import fails
 from safetensors.numpy import save as st_save
 from variants import RMSNORM, ROPE, SWIGLU, gqa, llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.checkpoint.check import check_weights_file, weights_from_bytes
-from sheepop.cli import main
 from sheepop.config.build import build_config
 from sheepop.config.model_size import MAX_LAYERS, check_model_size, memory_bytes, param_count
 from sheepop.config.schema import Config, ModelConfig
@@ -77,14 +77,6 @@ def refused(call, prefix: str) -> str:
     message = str(e.value)
     assert prefix in message and "\n" not in message and len(message) < 400, message
     return message
-
-
-def cli_refuses(capsys, argv: list[str], prefix: str) -> None:
-    """`sheepop ARGV` exits 2 with one line on stderr that contains `prefix`."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("sheepop: error:") and len(err.splitlines()) == 1, err
-    assert prefix in err, err
 
 
 def child_cli(argv: list[str], timeout: float = 60) -> tuple[int, str, float]:
@@ -141,9 +133,9 @@ def test_deeply_nested_json_is_one_line(copy):
 
 def test_the_command_line_refuses_hostile_configs_at_once(copy, capsys):
     set_config(copy, set_model(activation="evil"))
-    cli_refuses(capsys, ["generate", str(copy), "--prompt", "the"], "model.activation must be")
+    fails(capsys, ["generate", str(copy), "--prompt", "the"], "model.activation must be")
     set_config(copy, set_model(activation="gelu", pos_scale=math.nan))
-    cli_refuses(capsys, ["eval", str(copy), "--data", str(copy.parent / "x.txt")],
+    fails(capsys, ["eval", str(copy), "--data", str(copy.parent / "x.txt")],
                 "model.pos_scale must be a finite number")
 
 

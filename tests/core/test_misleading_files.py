@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_refusal import fails
 from variants import llama
 
 from sheepop.checkpoint import format as checkpoint
@@ -28,18 +29,6 @@ from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import train_tokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 40
-
-
-def cli_refuses(capsys, argv: list[str], prefix: str) -> str:
-    """`sheepop ARGV` exits 2, its stderr ending in one error line that contains `prefix` (after
-    any "sheepop: model: ..." notes), and no traceback."""
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    lines = err.splitlines()
-    assert lines[-1].startswith("sheepop: error:") and "Traceback" not in err, err
-    assert all(line.startswith("sheepop: ") for line in lines), err
-    assert prefix in lines[-1], err
-    return lines[-1]
 
 
 def make_run(path: Path, scale: float = 0.1, **model) -> Path:
@@ -65,7 +54,7 @@ OVERFLOWING = {"weights of 3e38": dict(scale=3e38),
 @pytest.mark.parametrize("case", list(OVERFLOWING))
 def test_generate_stops_on_logits_that_are_not_finite(tmp_path, capsys, case, engine):
     run = make_run(tmp_path / "run", **OVERFLOWING[case])
-    cli_refuses(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "5",
+    fails(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "5",
                          "--engine", engine, "--temperature", "0"],
                 "next-token logits hold")
 
@@ -138,7 +127,7 @@ def test_a_full_disk_is_one_line_naming_the_output(tmp_path, capsys, disk_full, 
             "prepare": ["prepare", str(tmp_path / "corpus.txt"), "--out", str(out),
                         "--workers", "1", "--no-progress"]}[command]
     disk_full()
-    line = cli_refuses(capsys, argv, "cannot write the ")
+    line = fails(capsys, argv, "cannot write the ")
     assert str(out) in line and "(the disk is full)" in line, line
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no stray temp
 
@@ -199,7 +188,7 @@ def test_resume_refuses_a_spoiled_run_with_one_line(trained, tmp_path, capsys, s
     run = Path(shutil.copytree(trained, tmp_path / "run"))
     spoil(run)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    cli_refuses(capsys, ["train", "--resume", "--out", str(run), "--steps", "3",
+    fails(capsys, ["train", "--resume", "--out", str(run), "--steps", "3",
                          "--no-progress"], prefix)
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown_kib < 512 * 1024, grown_kib  # bounded: nothing of the 8 GiB or 7 TiB read
@@ -208,7 +197,7 @@ def test_resume_refuses_a_spoiled_run_with_one_line(trained, tmp_path, capsys, s
 def test_generate_refuses_a_padded_model_file_unread(trained, tmp_path, capsys):
     run = Path(shutil.copytree(trained, tmp_path / "run"))
     pad_to_8_gib(run)
-    cli_refuses(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "2"],
+    fails(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "2"],
                 "bytes after its last tensor")
 
 
@@ -251,7 +240,7 @@ def test_an_overflowing_lora_run_stops_with_one_line(lora_run, tmp_path, capsys,
         edit(run, "lora.json", lambda d: d.update(alpha=1e300))
     else:
         scaled_adapters(run, 1e30)
-    cli_refuses(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "3",
+    fails(capsys, ["generate", str(run), "--prompt", "the", "--max-new-tokens", "3",
                          "--temperature", "0"], "merging the LoRA adapters")
 
 
@@ -269,7 +258,7 @@ def test_a_full_disk_while_prepare_extracts_names_the_output_not_the_input(tmp_p
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(store.DocWriter, "write", full)
-    line = cli_refuses(capsys, ["prepare", str(tmp_path / "corpus.txt"), "--out", str(out),
+    line = fails(capsys, ["prepare", str(tmp_path / "corpus.txt"), "--out", str(out),
                                 "--workers", "1", "--no-progress"], "cannot write the ")
     assert str(out) in line and "(the disk is full)" in line, line
     assert "corpus.txt" not in line

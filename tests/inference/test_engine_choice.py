@@ -102,15 +102,15 @@ def test_numpy_wins_within_the_margin_and_says_why():
         table = (Measured("toy", 806_272, 1, 95.0, torch_rate),)
         choice = choose(806_272, True, "float32", False, 1, table)
         assert choice.engine == engine and words in choice.reason
-        assert choice.line().startswith(f"engine: {engine} (auto: 0.8M params at float32 on 1 "
-                                        "thread; measured at toy's 0.8M, 1 thread: ")
+        assert choice.line().startswith(f"sheepop: engine: {engine} (auto: 0.8M params at "
+                                        "float32 on 1 thread; measured at toy's 0.8M, 1 thread: ")
 
 
 def test_build_prints_the_choice_on_stderr(config, tokenizer, weights, capsys):
     model = build(config, weights, tokenizer, "auto", "cpu")
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [inference.auto_choice("cpu", model=config.model).line()]
-    assert err[0].startswith(f"engine: {model.engine} (auto: ")
+    assert err[0].startswith(f"sheepop: engine: {model.engine} (auto: ")
 
 
 @pytest.mark.parametrize("command", ["generate", "chat", "eval", "serve"])

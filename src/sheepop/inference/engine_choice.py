@@ -56,8 +56,9 @@ class Choice:
     reason: str
 
     def line(self) -> str:
-        """The start-up line: 'engine: numpy (auto: 135M params at float32 on 2 threads; ...)'."""
-        return f"engine: {self.engine} (auto: {self.reason})"
+        """The start-up line, a note like sheepop's others on stderr: 'sheepop: engine: numpy
+        (auto: 135M params at float32 on 2 threads; ...)'."""
+        return f"sheepop: engine: {self.engine} (auto: {self.reason})"
 
 
 def nearest(params: int, threads: int,
