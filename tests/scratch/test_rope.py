@@ -62,9 +62,10 @@ def test_rope_dot_products_depend_only_on_the_offset():
     rng = np.random.default_rng(16)
     q, k = rng.standard_normal((2, 1, 1, 1, 16))
 
+    def turn(x, p):
+        return rope.rope_forward(x, rope.rope_angles(slice(p, p + 1), 16, 10000.0, np.float64))
+
     def dot(m, n):
-        turn = lambda x, p: rope.rope_forward(x, rope.rope_angles(slice(p, p + 1), 16, 10000.0,  # noqa
-                                                            np.float64))
         return float(np.sum(turn(q, m) * turn(k, n)))
 
     assert dot(3, 1) == pytest.approx(dot(1003, 1001), abs=1e-12)
