@@ -24,33 +24,23 @@ import numpy as np
 import pytest
 from cli_refusal import fails
 from safetensors.numpy import save as st_save
+from tiny_run import TEXT, train_tiny_run
 from variants import RMSNORM, ROPE, SWIGLU, gqa, llama
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.checkpoint.check import check_weights_file, weights_from_bytes
-from sheepop.config.build import build_config
 from sheepop.config.model_size import MAX_LAYERS, check_model_size, memory_bytes, param_count
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference import load as inference
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import loads, train_tokenizer
-from sheepop.train.start import setup
-
-TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """A real run: 2 steps of a 1-layer model of width 16 on TEXT, saved with its trainer."""
-    root = tmp_path_factory.mktemp("hostile")
-    (root / "data.txt").write_text(TEXT)
-    cfg = build_config(None, None, [
-        "model.n_layer=1", "model.n_head=2", "model.n_embd=16", "model.block_size=16",
-        "train.batch_size=2", "train.steps=2", "train.eval_batches=1", "train.device=cpu",
-        "train.dtype=float32", "train.warmup_steps=0", "data.val_fraction=0.1"])
-    setup(str(root / "data.txt"), cfg, root / "run", progress=False, log=lambda *_: None).run()
-    return root / "run"
+    """A real run (tiny_run.train_tiny_run), context 16."""
+    return train_tiny_run(tmp_path_factory.mktemp("hostile"), block_size=16)
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_refusal import fails
+from tiny_run import TEXT, train_tiny_run
 from variants import llama
 
 from sheepop.checkpoint import format as checkpoint
@@ -27,8 +28,6 @@ from sheepop.generation.generate import generate_batch
 from sheepop.inference.load import load
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import train_tokenizer
-
-TEXT = "the quick brown fox jumps over the lazy dog. " * 40
 
 
 def make_run(path: Path, scale: float = 0.1, **model) -> Path:
@@ -136,18 +135,8 @@ def test_a_full_disk_is_one_line_naming_the_output(tmp_path, capsys, disk_full, 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """A real run: 2 steps of a 1-layer model of width 16 (context 64: room for a chat), saved
-    with its trainer state."""
-    from sheepop.config.build import build_config
-    from sheepop.train.start import setup
-    root = tmp_path_factory.mktemp("trained")
-    (root / "data.txt").write_text(TEXT)
-    cfg = build_config(None, None, [
-        "model.n_layer=1", "model.n_head=2", "model.n_embd=16", "model.block_size=64",
-        "train.batch_size=2", "train.steps=2", "train.eval_batches=1", "train.device=cpu",
-        "train.dtype=float32", "train.warmup_steps=0", "data.val_fraction=0.1"])
-    setup(str(root / "data.txt"), cfg, root / "run", progress=False, log=lambda *_: None).run()
-    return root / "run"
+    """A real run (tiny_run.train_tiny_run), context 64: room for a chat."""
+    return train_tiny_run(tmp_path_factory.mktemp("trained"), block_size=64)
 
 
 def edit(run_dir: Path, name: str, change) -> None:

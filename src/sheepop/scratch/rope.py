@@ -26,15 +26,22 @@ COMPLEX = {np.dtype(np.float32): np.dtype(np.complex64),
 
 
 class RopeCache(NamedTuple):
-    cos: np.ndarray   # (T, d_k/2), or (B, 1, T, d_k/2) for per-row positions
-    sin: np.ndarray
-    turn: np.ndarray  # e^{i p omega} = cos + i sin, complex of the model's width
+    turn: np.ndarray  # e^{i p omega} = cos + i sin, complex of the model's width: (T, d_k/2),
+    #                   or (B, 1, T, d_k/2) for per-row positions
+
+    @property
+    def cos(self) -> np.ndarray:
+        return self.turn.real
+
+    @property
+    def sin(self) -> np.ndarray:
+        return self.turn.imag
 
 
 def rope_cache(cos: np.ndarray, sin: np.ndarray) -> RopeCache:
     turn = np.empty(cos.shape, COMPLEX[cos.dtype])
     turn.real, turn.imag = cos, sin
-    return RopeCache(cos, sin, turn)
+    return RopeCache(turn)
 
 
 def rope_angles(pos: Pos, head_dim: int, theta: float, dtype: np.dtype) -> RopeCache:
