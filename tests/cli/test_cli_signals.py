@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import BOUND_S, catches, logged_steps, start_sheepop, wait_until
 
 from sheepop.cli import main
 
@@ -22,41 +20,6 @@ TINY = ["--no-progress", "--set", "model.n_layer=1", "--set", "model.n_head=2",
         "--set", "train.log_interval=1", "--set", "train.eval_interval=0",
         "--set", "train.checkpoint_interval=0", "--set", "train.threads=1",
         "--set", "train.warmup_steps=2"]
-BOUND_S = 120
-
-
-def _start(args: list[str], new_session: bool = False) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "sheepop", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=new_session)
-
-
-def _wait_for(proc: subprocess.Popen, ready, what: str) -> None:
-    deadline = time.monotonic() + BOUND_S
-    while not ready():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"exited ({proc.returncode}) before {what}: {out[-2000:]}{err[-2000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"no {what} within {BOUND_S} s")
-        time.sleep(0.02)
-
-
-def _rows(run: Path) -> list[dict]:
-    path = run / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
-
-
-def _catches(pid: int, signum: int) -> bool:
-    """Whether process `pid` has a handler for `signum` (Linux: SigCgt in /proc/PID/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigCgt:"):
-            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    return False
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -79,8 +42,8 @@ def text_file(tmp_path) -> Path:
 def test_a_signal_saves_the_last_step_and_the_run_resumes_on_its_data(
         tmp_path, text_file, signum, capsys):
     run = tmp_path / "run"
-    proc = _start(["train", str(text_file), "--out", str(run), "--steps", "100000", *TINY])
-    _wait_for(proc, lambda: len(_rows(run)) >= 3, "three logged steps")
+    proc = start_sheepop(["train", str(text_file), "--out", str(run), "--steps", "100000", *TINY])
+    wait_until(proc, lambda: len(logged_steps(run)) >= 3, "three logged steps")
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode == 128 + signum, out + err
@@ -89,11 +52,11 @@ def test_a_signal_saves_the_last_step_and_the_run_resumes_on_its_data(
     assert f"interrupted ({name}): saving a checkpoint of step {step}" in out
     assert f"interrupted at step {step} " in out
     assert "Traceback" not in err
-    assert [r["step"] for r in _rows(run)] == list(range(1, step + 1))
+    assert logged_steps(run) == list(range(1, step + 1))
     # --resume without DATA continues on the data the run recorded, not the built-in corpus.
     assert main(["train", "--resume", "--out", str(run), "--steps", str(step + 2), *TINY]) == 0
     assert f"resuming on the data the run recorded: {text_file}" in capsys.readouterr().out
-    assert [r["step"] for r in _rows(run)] == list(range(1, step + 3))
+    assert logged_steps(run) == list(range(1, step + 3))
 
 
 def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path):
@@ -107,10 +70,10 @@ def test_ctrl_c_during_start_up_is_one_line_and_exit_130(tmp_path):
     data = tmp_path / "big.txt"
     data.write_text(" ".join(rng.choice(vocab, 170_000)))
     run = tmp_path / "run"
-    proc = _start(["train", str(data), "--out", str(run), "--steps", "5", "--tokenizer", "bpe",
-                   "--vocab-size", "2000", *TINY], new_session=True)
-    _wait_for(proc, lambda: _catches(proc.pid, signal.SIGTERM)
-              and _cpu_seconds(proc.pid) >= 2.0, "sheepop's start-up")
+    proc = start_sheepop(["train", str(data), "--out", str(run), "--steps", "5", "--tokenizer",
+                          "bpe", "--vocab-size", "2000", *TINY], new_session=True)
+    wait_until(proc, lambda: catches(proc.pid, signal.SIGTERM)
+               and _cpu_seconds(proc.pid) >= 2.0, "sheepop's start-up")
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=BOUND_S)
     assert proc.returncode == 130, out + err

@@ -5,53 +5,27 @@ modules are imported, is one line and exit 130, never a traceback. Every wait is
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from processes import (
+    BOUND_S,
+    ignores,
+    logged_steps,
+    start_sheepop,
+    wait_until,
+)
 
 TINY = ["--engine", "numpy", "--no-progress", "--set", "model.n_layer=1",
         "--set", "model.n_head=2", "--set", "model.n_embd=16", "--set", "model.block_size=16",
         "--set", "train.batch_size=2", "--set", "train.log_interval=1",
         "--set", "train.eval_interval=0", "--set", "train.checkpoint_interval=0",
         "--set", "train.threads=1"]
-BOUND_S = 120
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def _rows(run: Path) -> int:
-    path = run / "metrics.jsonl"
-    return path.read_text().count("}\n") if path.exists() else 0
-
-
-def _ignores(pid: int, signum: int) -> bool:
-    """Whether process `pid` ignores `signum` (Linux: SigIgn in /proc/PID/status)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("SigIgn:"):
-            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
-    return False
-
-
-def _wait_for(proc: subprocess.Popen, ready, what: str) -> None:
-    deadline = time.monotonic() + BOUND_S
-    while not ready():
-        if proc.poll() is not None:
-            out, err = proc.communicate()
-            pytest.fail(f"exited ({proc.returncode}) before {what}: {out[-2000:]}{err[-2000:]}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"no {what} within {BOUND_S} s")
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -67,15 +41,15 @@ def text_file(tmp_path) -> Path:
                     reason="needs nohup and Linux's /proc")
 def test_nohup_train_keeps_training_through_sighup(tmp_path, text_file):
     run = tmp_path / "run"
-    proc = subprocess.Popen(["nohup", sys.executable, "-m", "sheepop", "train", str(text_file),
-                             "--out", str(run), "--steps", "100000", *TINY],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    proc = start_sheepop(["train", str(text_file), "--out", str(run), "--steps", "100000", *TINY],
+                         wrapper=["nohup"])
     try:
-        _wait_for(proc, lambda: _rows(run) >= 3, "three logged steps")
-        assert _ignores(proc.pid, signal.SIGHUP)  # in the training loop, SIGHUP still ignored
+        wait_until(proc, lambda: len(logged_steps(run)) >= 3, "three logged steps")
+        assert ignores(proc.pid, signal.SIGHUP)  # in the training loop, SIGHUP still ignored
         proc.send_signal(signal.SIGHUP)
-        seen = _rows(run)
-        _wait_for(proc, lambda: _rows(run) >= seen + 3, "three more steps after SIGHUP")
+        seen = len(logged_steps(run))
+        wait_until(proc, lambda: len(logged_steps(run)) >= seen + 3,
+                   "three more steps after SIGHUP")
         proc.send_signal(signal.SIGTERM)  # the signal nohup leaves alone still stops it
         out, err = proc.communicate(timeout=BOUND_S)
     finally:
@@ -96,9 +70,7 @@ def _interrupted_at(args, delays, saved=lambda i: False) -> list[tuple[float, in
     `saved(i)`, inside the training loop: status 130 after saving the step)."""
     outcomes = []
     for i, delay in enumerate(delays):
-        proc = subprocess.Popen([sys.executable, "-m", "sheepop", *args(i)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=_env())
+        proc = start_sheepop(args(i))
         time.sleep(float(delay))
         proc.send_signal(signal.SIGINT)
         try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers.variants import llama
+from variants import llama
 
 from sheepop.arch.layout import column_major
 from sheepop.config.schema import ModelConfig

@@ -6,8 +6,8 @@ eagerly)."""
 from __future__ import annotations
 
 import torch
-from helpers.variants import gqa, llama
 from torch._dynamo.utils import counters
+from variants import gqa, llama
 
 from sheepop.config.schema import ModelConfig
 from sheepop.model.gpt import GPT

@@ -9,9 +9,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
+from processes import start_sheepop, wait_until
 
 from sheepop.errors import UserError
 from sheepop.train import run_lock
@@ -20,19 +20,6 @@ TINY = ["--engine", "numpy", "--no-progress", "--set", "model.n_layer=1",
         "--set", "model.n_embd=16", "--set", "model.n_head=2", "--set", "model.block_size=16",
         "--set", "train.batch_size=2", "--set", "train.checkpoint_interval=1",
         "--set", "train.eval_interval=0"]
-
-
-def _sheepop(*args: str, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sheepop", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
-
-
-def _wait_for(condition, proc: subprocess.Popen, seconds: float = 60) -> None:
-    end = time.monotonic() + seconds
-    while not condition():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -44,9 +31,9 @@ def data(tmp_path):
 
 def test_a_second_writer_is_refused_naming_the_first_until_it_dies(tmp_path, data):
     out = tmp_path / "run"
-    first = _sheepop("train", data, "--out", str(out), "--steps", "1000000", *TINY)
+    first = start_sheepop(["train", data, "--out", str(out), "--steps", "1000000", *TINY])
     try:
-        _wait_for(lambda: (out / "trainer.json").exists(), first)
+        wait_until(first, (out / "trainer.json").exists, "the first checkpoint")
         record = json.loads((out / run_lock.LOCK_FILE).read_text())
         assert record["pid"] == first.pid
         for again in ([], ["--resume"]):
