@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,18 +158,21 @@ class ServerProcess:
 # ----- a server in this process (its scheduler within reach) -------------------------------------
 
 class InProcess:
-    """`create_app` under uvicorn in a thread, on an ephemeral port: the tests that must hold
-    the scheduler (a full queue, a timeout, a disconnection at a known step) use it."""
+    """`create_app` under uvicorn in a thread, on 127.0.0.1 at an ephemeral `port`: the tests
+    that must hold the scheduler (a full queue, a timeout, a disconnection at a known step) or
+    call the app with their own Host and Origin use it. `routes` are added after OpenAI's (the
+    page's: sheepop.serve.page.routes)."""
 
-    def __init__(self, model, shutdown_timeout: float | None = None, **settings: Any):
+    def __init__(self, model, shutdown_timeout: float | None = None, routes: Sequence = (),
+                 **settings: Any):
         import uvicorn
 
         from sheepop.serve.app import Settings, create_app
         from sheepop.serve.server import address_of, bind
-        self.app = create_app(model, Settings(name="m", **settings))
+        self.app = create_app(model, Settings(name="m", **settings), routes)
         self.scheduler = self.app.state.scheduler
         sock = bind("127.0.0.1", 0)
-        self.url = address_of(sock)
+        self.url, self.port = address_of(sock), sock.getsockname()[1]
         self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning",
                                                     lifespan="on",
                                                     timeout_graceful_shutdown=shutdown_timeout))

@@ -8,46 +8,26 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-import time
 
 import numpy as np
 import pytest
-import uvicorn
-from serve_helpers import BOUND_S, CONTEXT, call, weights
+from serve_helpers import CONTEXT, InProcess, call, weights
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.inference.load import load
 from sheepop.serve import runs as runs_module
-from sheepop.serve.app import Settings, create_app
 from sheepop.serve.page import routes as page_routes
-from sheepop.serve.server import address_of, bind
 from sheepop.tokenizers import train_tokenizer
 
 OTHER_SITE = "http://localhost:3000"
 GOOD = {"prompt": "abc", "max_tokens": 3, "temperature": 0}
 
 
-class Served:
-    """`create_app` with the page's routes under uvicorn in a thread, on 127.0.0.1:ephemeral."""
-
-    def __init__(self, model, run, runs_dir=None, **settings):
-        app = create_app(model, Settings(name="m", **settings), page_routes(run, runs_dir))
-        sock = bind("127.0.0.1", 0)
-        self.url, self.port = address_of(sock), sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]},
-                                       daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + BOUND_S
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(BOUND_S)
+def served(model, run, runs_dir=None, **settings) -> InProcess:
+    """The app with the page's routes (its `--runs` folder `runs_dir`) in this process."""
+    return InProcess(model, routes=page_routes(run, runs_dir), **settings)
 
 
 def _no_constant(name: str):
@@ -76,7 +56,7 @@ def runs_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def site(runs, chat_model, runs_dir):
-    s = Served(chat_model, runs[0], runs_dir, allow_origins=(OTHER_SITE,))
+    s = served(chat_model, runs[0], runs_dir, allow_origins=(OTHER_SITE,))
     yield s
     s.close()
 
@@ -128,7 +108,7 @@ def test_the_servers_own_page_and_an_allowed_origin_may_call(site):
 
 
 def test_a_host_bound_to_every_interface_takes_any_address_but_no_name(chat_model, runs):
-    s = Served(chat_model, runs[0], host="0.0.0.0")
+    s = served(chat_model, runs[0], host="0.0.0.0")
     try:
         assert call(s.url, "GET", "/v1/models", headers={"Host": "192.168.1.20:8000"}).status \
             == 200
@@ -204,7 +184,7 @@ def huge_run(tmp_path_factory):
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 def test_a_model_whose_weights_overflow_gets_422_and_never_a_bare_nan(huge_run, engine):
-    s = Served(load(huge_run, engine), huge_run)
+    s = served(load(huge_run, engine), huge_run)
     try:
         for body in (GOOD, {**GOOD, "logprobs": 3}, {**GOOD, "n": 2},
                      {**GOOD, "echo": True, "logprobs": 2}):
