@@ -88,3 +88,26 @@ def test_ascii_char_text_bits_per_byte_is_loss_over_ln2(tmp_path, capsys):
     assert out["bits_per_byte"] == pytest.approx(
         out["loss"] / math.log(2) * out["tokens"] / out["bytes"], rel=1e-12)
     assert np.isfinite(out["bits_per_byte"]) and out["bits_per_byte"] > out["loss"] / math.log(2)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "torch"])
+def test_a_loss_past_709_nats_has_an_infinite_perplexity(tmp_path, capsys, engine):
+    """e^L is past float64's range for L > 709.78 nats/token: the perplexity is inf in the
+    sentence and null in --json (math.exp raised OverflowError, a traceback), the loss and
+    bits per byte as they are. A head scaled by 1e4 puts the loss in the thousands."""
+    tok = train_tokenizer("char", [TEXT])
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=T, n_layer=1, n_head=2,
+                            n_embd=16, tie_weights=False)
+    torch.manual_seed(0)
+    weights = GPT(cfg.model).numpy_weights()
+    weights["head.weight"] *= 1e4
+    checkpoint.save_checkpoint(tmp_path / "run", weights, cfg.to_dict(), tok.to_json())
+    (tmp_path / "text.txt").write_text(TEXT, encoding="utf-8")
+    out = eval_json(capsys, tmp_path / "run", tmp_path / "text.txt", "--engine", engine)
+    assert out["loss"] > 1000 and out["perplexity"] is None
+    assert out["bits_per_byte"] == pytest.approx(
+        out["loss"] * out["tokens"] / (math.log(2) * out["bytes"]), rel=1e-12)
+    assert main(["eval", str(tmp_path / "run"), "--data", str(tmp_path / "text.txt"),
+                 "--engine", engine]) == 0
+    assert f"loss {out['loss']:.4f} nats/token, perplexity inf, " in capsys.readouterr().out

@@ -3,15 +3,20 @@ disk. Each is stopped with one line (a UserError; exit status 2 through the comm
 
 - Weights that are each finite but overflow in the forward pass (3e38, pos_scale=1e308) used to
   generate id 0 forever (the argmax of NaN): `sheepop.generation.sample.check_finite`, the one
-  place every sampler passes through, stops them.
+  place every sampler passes through, stops them. `eval` printed "loss nan ... nan bits/byte"
+  with exit status 0 (and NaN in --json, which is not JSON): `InferenceModel.loss_sum` refuses
+  the sum. The NumPy engine said it first in RuntimeWarnings on stderr (the server's too): its
+  forward passes are now silent, the result that is not finite being what every caller tests.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +30,7 @@ from sheepop.cli import main
 from sheepop.config.schema import Config, ModelConfig, SampleConfig
 from sheepop.errors import UserError
 from sheepop.generation.generate import generate_batch
+from sheepop.generation.running_batch import RunningBatch
 from sheepop.inference.load import load
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import train_tokenizer
@@ -63,6 +69,32 @@ def test_a_batch_stops_on_logits_that_are_not_finite(tmp_path):
     model = load(make_run(tmp_path / "run", scale=3e38), engine="numpy", device="cpu")
     with pytest.raises(UserError, match="NaN or infinite values"):
         list(generate_batch(model.lm, [[1, 2], [3]], SampleConfig(max_new_tokens=3)))
+
+
+@pytest.mark.parametrize("engine", ["numpy", "torch"])
+@pytest.mark.parametrize("case", list(OVERFLOWING))
+def test_eval_stops_on_a_loss_that_is_not_finite(tmp_path, capsys, case, engine):
+    run = make_run(tmp_path / "run", **OVERFLOWING[case])
+    (tmp_path / "text.txt").write_text(TEXT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning on the way fails the test
+        fails(capsys, ["eval", str(run), "--data", str(tmp_path / "text.txt"), "--json",
+                       "--engine", engine], "loss on this text is not finite",
+              "cannot be evaluated")
+
+
+def test_the_numpy_engine_reports_an_overflow_by_its_result_alone(tmp_path):
+    """The server's running batch calls the engine with no generation loop around it (the loop
+    silences NumPy while it samples): the logits it gets are not finite (answered with a 422),
+    and nothing is written on stderr before that."""
+    model = load(make_run(tmp_path / "run", scale=3e38), engine="numpy", device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        batch = RunningBatch(model.lm, 2)
+        assert not np.isfinite(batch.join([[1, 2, 3], [4]])).any()
+        assert not np.isfinite(batch.step([5, 6])).any()
+        total, n = model.lm.loss_sum(np.array([[1, 2, 3]]), np.array([[2, 3, 4]]))
+        assert n == 3 and not math.isfinite(total)
 
 
 def test_a_sane_model_still_generates(tmp_path, capsys):

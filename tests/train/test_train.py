@@ -11,6 +11,8 @@ import torch
 from sheepop.config.schema import TrainConfig
 from sheepop.schedule import lr_at
 from sheepop.train.engine_torch import TorchEngine, decay_groups
+from sheepop.train.loop import evaluation_record
+from sheepop.train.progress import evaluation_line
 
 
 def test_schedule_warmup_then_cosine():
@@ -71,6 +73,18 @@ def test_training_lowers_the_loss_and_writes_a_run(tmp_path, tiny_config, tiny_t
     for f in ("model.safetensors", "config.json", "tokenizer.json", "trainer.safetensors",
               "trainer.json"):
         assert (tmp_path / "run" / f).exists()
+
+
+def test_a_val_loss_past_709_nats_is_logged_without_a_perplexity():
+    """e^L past float64's range (L > 709.78) is an infinite perplexity: the line says inf, the
+    metrics row leaves it out (JSON has no infinity). It once showed e^50 for every loss
+    over 50, a figure that was not the loss's."""
+    assert evaluation_record(2.0, 1.5) == {"val_loss": 2.0, "val_perplexity": 7.389056,
+                                           "val_bpb": 1.5}
+    assert evaluation_record(60.0, None) == {"val_loss": 60.0, "val_perplexity": 1.142007e26}
+    assert evaluation_record(800.0, 2.0) == {"val_loss": 800.0, "val_bpb": 2.0}
+    line = evaluation_line(10, 20, 800.0, None, True, 800.0, 10, 0)
+    assert line == "step 10/20  val loss 800.0000 (perplexity inf), a new best"
 
 
 def test_resume_matches_an_uninterrupted_run_step_for_step(tmp_path, interrupt_after,

@@ -35,8 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "figure that compares models with different tokenizers; "
                     "docs/math/08-loss.md) of a trained model on DATA, cut into "
                     "non-overlapping windows of the model's context. --json prints one object "
-                    "with the keys loss, perplexity, bits_per_byte (null when the targets hold "
-                    "no text), tokens (targets scored), bytes and windows.",
+                    "with the keys loss, perplexity (null past float64's range, a loss over "
+                    "709.78), bits_per_byte (null when the targets hold no text), tokens "
+                    "(targets scored), bytes and windows.",
         formatter_class=HelpFormatter)
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory made by `sheepop train` "
                    "(or its best/ or checkpoints/step-N/ folder)")
@@ -65,7 +66,12 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.data.dataset import load_dataset
     from sheepop.data.windows import eval_windows
     from sheepop.inference.load import load
-    from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte, scored_text_bytes
+    from sheepop.tokenizers.token_bytes import (
+        TargetBytes,
+        bits_per_byte,
+        perplexity,
+        scored_text_bytes,
+    )
     from sheepop.tokenizers.unknown import unknown_warning
     model = load(model_dir(args), args.engine, dtype=args.dtype)
     cfg, tokenizer = model.config, model.tokenizer
@@ -82,11 +88,13 @@ def run(args: argparse.Namespace) -> int:
         total, count = total + s, count + n
     n_bytes = scored_text_bytes(TargetBytes(tokenizer), x, y, tokens, data.text_bytes)
     loss, bpb = total / max(count, 1), bits_per_byte(total, n_bytes)
+    ppl = perplexity(loss)
     if args.json:
-        print(json.dumps({"loss": loss, "perplexity": math.exp(loss), "bits_per_byte": bpb,
-                          "tokens": count, "bytes": n_bytes, "windows": len(x)}))
+        print(json.dumps({"loss": loss, "perplexity": ppl if math.isfinite(ppl) else None,
+                          "bits_per_byte": bpb, "tokens": count, "bytes": n_bytes,
+                          "windows": len(x)}))
         return 0
     per_byte = f"{bpb:.4f} bits/byte" if bpb is not None else "no bytes of text to count"
     print(f"{plural(count, 'token')} ({plural(n_bytes, 'byte')}) in {plural(len(x), 'window')}: "
-          f"loss {loss:.4f} nats/token, perplexity {math.exp(loss):.3f}, {per_byte}")
+          f"loss {loss:.4f} nats/token, perplexity {ppl:.3f}, {per_byte}")
     return 0

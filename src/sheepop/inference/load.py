@@ -16,6 +16,7 @@ distributions, positions (sheepop.arch.inspect; the server's page shows them).
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,8 +50,13 @@ class InferenceModel:
     engine: str
 
     def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-        """(sum of the token losses, number of counted targets) on one batch of windows."""
-        return self.lm.loss_sum(x, y)
+        """(sum of the token losses, number of counted targets) on one batch of windows; a sum
+        that is not finite (weights that overflow in the forward pass) is refused in one line."""
+        total, n = self.lm.loss_sum(x, y)
+        if not math.isfinite(total):
+            raise UserError(f"the model's loss on this text is not finite ({total}): its weights "
+                            "overflow in the forward pass, so it cannot be evaluated")
+        return total, n
 
 
 def never_generated(tokenizer: Tokenizer | None) -> list[int]:

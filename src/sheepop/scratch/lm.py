@@ -27,7 +27,12 @@ class NumpyLM(CachedLM):
     Each matrix W (out, in) is stored in the order OpenBLAS's one-token product reads fastest
     (`decode_layout`, the rule of sheepop.arch.layout: column-major where out >= in): the same
     shape and values, so the same model. A lookup E[x] in a column-major table reads d
-    strided values per token: nothing beside the products."""
+    strided values per token: nothing beside the products.
+
+    Its forward passes raise no floating-point warnings: weights that overflow give logits or
+    a loss that are not finite, which every caller refuses in one line or one 4xx
+    (sheepop.generation.sample.check_finite, InferenceModel.loss_sum, the server), not
+    preceded by NumPy's "RuntimeWarning: overflow" (the torch engine warns of none either)."""
 
     def __init__(self, cfg: ModelConfig, weights: Params, dtype: type = np.float32,
                  never_generate: Sequence[int] = (), decode_layout: bool = True):
@@ -44,13 +49,15 @@ class NumpyLM(CachedLM):
 
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
-        logits, _, _ = gpt_forward(self.params, self.cfg, idx, cache=cache,
-                                   pos_ids=pos_ids, key_mask=key_mask, last_only=last_only)
+        with np.errstate(over="ignore", invalid="ignore"):
+            logits, _, _ = gpt_forward(self.params, self.cfg, idx, cache=cache,
+                                       pos_ids=pos_ids, key_mask=key_mask, last_only=last_only)
         return logits[:, -1] if last_only else logits
 
     def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         n = int((np.asarray(y) != IGNORE_INDEX).sum())
         if n == 0:
             return 0.0, 0
-        _, loss, _ = gpt_forward(self.params, self.cfg, x, y)
+        with np.errstate(over="ignore", invalid="ignore"):
+            _, loss, _ = gpt_forward(self.params, self.cfg, x, y)
         return loss * n, n

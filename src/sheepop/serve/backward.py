@@ -31,6 +31,7 @@ from sheepop.serve.app import read_json
 from sheepop.serve.inspect import _prompt_ids
 from sheepop.serve.json_out import FiniteJSONResponse
 from sheepop.serve.protocol import ApiError, bad
+from sheepop.tokenizers.token_bytes import perplexity
 from sheepop.train.backward_step import BackwardStep, backward_step
 
 MAX_TOKENS = 128
@@ -72,7 +73,7 @@ def to_json(step: BackwardStep, position: int, top: int, text, tied: bool) -> di
     layers.sort(key=lambda g: _order(g["layer"]))
     return {
         "object": "backward", "tokens": [{"id": i, "text": text(i)} for i in step.ids],
-        "loss": step.loss, "n": n, "perplexity": math.exp(step.loss), "position": position,
+        "loss": step.loss, "n": n, "perplexity": perplexity(step.loss), "position": position,
         "target": {"id": target, "text": text(target), "p": float(p[target])},
         "dz": {"rows": rows, "norm": float(np.linalg.norm(dz)), "sum": float(dz.sum()),
                "size": int(dz.size)},

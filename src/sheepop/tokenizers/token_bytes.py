@@ -1,4 +1,5 @@
-"""How many bytes of text each scored target stands for, and bits per byte.
+"""How many bytes of text each scored target stands for, and the units a loss is read in: bits
+per byte, and perplexity.
 
 Bits per byte is the loss measured against the text rather than against the tokens:
 
@@ -84,6 +85,15 @@ class TargetBytes:
 def bits_per_byte(nats: float, n_bytes: int) -> float | None:
     """nats / (ln 2 * n_bytes): the total loss in bits, per byte of text; None for no bytes."""
     return nats / (math.log(2) * n_bytes) if n_bytes > 0 else None
+
+
+def perplexity(loss: float) -> float:
+    """PPL = e^L, L the mean loss in nats/token (docs/math/08-loss.md, 8.2): inf where e^L is
+    past float64's range (L > 709.78), where math.exp raises instead."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
 
 
 def scored_text_bytes(target_bytes: TargetBytes, x: np.ndarray, y: np.ndarray,

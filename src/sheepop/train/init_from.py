@@ -29,7 +29,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,8 @@ from sheepop.errors import UserError
 from sheepop.files import MAX_JSON_BYTES, parse_json, read_bytes, read_document
 from sheepop.inference.load import read_run
 from sheepop.tokenizers import Tokenizer, load
+from sheepop.tokenizers.token_bytes import perplexity
+from sheepop.train.loop import evaluation_record
 from sheepop.train.same_model import changes
 
 RECORD_KEY = "init_from"
@@ -231,14 +232,9 @@ def evaluate_start(trainer: Any, source: Source, log) -> None:
     if val is None:
         return
     loss, bpb = val
-    perplexity = math.exp(min(loss, 50))
-    record: dict[str, Any] = {"step": 0, "val_loss": _sig(loss), "val_perplexity":
-                              _sig(perplexity)}
-    per_byte = ""
-    if bpb is not None:
-        record["val_bpb"] = _sig(bpb)
-        per_byte = f", {bpb:.4f} bits/byte"
-    log(f"step 0/{trainer.cfg.train.steps}  val loss {loss:.4f} (perplexity {perplexity:.2f}"
+    record: dict[str, Any] = {"step": 0, **evaluation_record(loss, bpb)}
+    per_byte = f", {bpb:.4f} bits/byte" if bpb is not None else ""
+    log(f"step 0/{trainer.cfg.train.steps}  val loss {loss:.4f} (perplexity {perplexity(loss):.2f}"
         f"{per_byte}): the weights of {source.path} before training")
     if trainer.events is not None:
         trainer.events.write(record)
@@ -249,8 +245,3 @@ def evaluate_start(trainer: Any, source: Source, log) -> None:
         except OSError as e:  # e.g. a full disk: one line, nothing trained yet
             raise UserError(f"writing the metrics of step 0 in {trainer.run_dir} failed: "
                             f"{checkpoint.describe_os_error(e)}") from None
-
-
-def _sig(x: float) -> float:
-    """x to 7 significant digits, as the trainer logs its figures (sheepop.train.loop)."""
-    return float(f"{x:.7g}")

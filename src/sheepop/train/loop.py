@@ -38,7 +38,12 @@ from sheepop.data.windows import WindowSampler, eval_windows
 from sheepop.errors import UserError
 from sheepop.files import open_own_append
 from sheepop.schedule import lr_for
-from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte, scored_text_bytes
+from sheepop.tokenizers.token_bytes import (
+    TargetBytes,
+    bits_per_byte,
+    perplexity,
+    scored_text_bytes,
+)
 from sheepop.train import divergence, keeping, run_lock
 from sheepop.train.progress import Progress, evaluation_line
 from sheepop.train.saving import CheckpointSaving
@@ -141,15 +146,12 @@ class Trainer(CheckpointSaving):
         if val is None:
             return False
         self.last_val, self.last_val_bpb = val
-        perplexity = math.exp(min(self.last_val, 50))
-        record.update(val_loss=_sig(self.last_val), val_perplexity=_sig(perplexity))
-        if self.last_val_bpb is not None:
-            record["val_bpb"] = _sig(self.last_val_bpb)
+        record.update(evaluation_record(*val))
         improved = self.best.update(self.last_val, self.step)
         if improved:
             self._save_best()
         shown.note(evaluation_line(self.step, self.cfg.train.steps, self.last_val,
-                                   self.last_val_bpb, perplexity, improved, self.best.val,
+                                   self.last_val_bpb, improved, self.best.val,
                                    self.best.step, self.best.stale))
         return self.best.patience_spent(self.cfg.train.early_stop_patience)
 
@@ -213,8 +215,8 @@ class Trainer(CheckpointSaving):
                     elapsed = time.perf_counter() - t0
                     # (rounded once: the line shown and metrics.jsonl give the same figure)
                     rate = round(tokens / max(elapsed, 1e-9), 1)
-                    record: dict[str, Any] = {"step": self.step, "loss": _sig(loss),
-                                              "lr": lr, "grad_norm": _sig(norm),
+                    record: dict[str, Any] = {"step": self.step, "loss": significant(loss),
+                                              "lr": lr, "grad_norm": significant(norm),
                                               "tokens_per_sec": rate}
                     last = self.step == t.steps or bool(
                         t.max_minutes and self.agree(elapsed > 60 * t.max_minutes))
@@ -255,6 +257,18 @@ class Trainer(CheckpointSaving):
                        best_step=self.best.step, stopped_early=stopped_early)
 
 
-def _sig(x: float) -> float:
+def significant(x: float) -> float:
     """x to 7 significant digits: short lines, yet a loss of 3e-7 is not logged as 0."""
     return float(f"{x:.7g}")
+
+
+def evaluation_record(loss: float, bpb: float | None) -> dict[str, float]:
+    """An evaluation's figures in a metrics.jsonl row: val_loss, val_perplexity (left out where
+    e^loss is past float64's range: JSON has no infinity) and val_bpb (when bytes were
+    counted)."""
+    record = {"val_loss": significant(loss)}
+    if math.isfinite(ppl := perplexity(loss)):
+        record["val_perplexity"] = significant(ppl)
+    if bpb is not None:
+        record["val_bpb"] = significant(bpb)
+    return record

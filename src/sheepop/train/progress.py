@@ -23,6 +23,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from sheepop.tokenizers.token_bytes import perplexity
 from sheepop.words import duration, plural
 
 MODES = ("auto", "bar", "lines", "off")
@@ -112,8 +113,8 @@ class Progress:
         self.bar.close()
 
 
-def evaluation_line(step: int, steps: int, val: float, bpb: float | None, perplexity: float,
-                    best: bool, best_val: float, best_step: int | None, stale: int) -> str:
+def evaluation_line(step: int, steps: int, val: float, bpb: float | None, best: bool,
+                    best_val: float, best_step: int | None, stale: int) -> str:
     """The line of one evaluation: its figures and how it compares with the best so far."""
     per_byte = f", {bpb:.4f} bits/byte" if bpb is not None else ""
     if best:
@@ -121,5 +122,5 @@ def evaluation_line(step: int, steps: int, val: float, bpb: float | None, perple
     else:
         verdict = (f"best {best_val:.4f} at step {best_step} "
                    f"({plural(stale, 'evaluation')} without a new best)")
-    return (f"step {step}/{steps}  val loss {val:.4f} (perplexity {perplexity:.2f}{per_byte}), "
-            f"{verdict}")
+    return (f"step {step}/{steps}  val loss {val:.4f} (perplexity {perplexity(val):.2f}"
+            f"{per_byte}), {verdict}")

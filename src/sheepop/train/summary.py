@@ -3,11 +3,11 @@ checkpoint, and where the run is."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from sheepop.checkpoint import format as checkpoint
+from sheepop.tokenizers.token_bytes import perplexity
 from sheepop.words import plural
 
 
@@ -47,7 +47,7 @@ class Summary:
         if self.val_loss is not None:
             bpb = f", {self.val_bpb:.4f} bits/byte" if self.val_bpb is not None else ""
             return (f"val loss {self.val_loss:.4f} (perplexity "
-                    f"{math.exp(min(self.val_loss, 50)):.2f}{bpb})")
+                    f"{perplexity(self.val_loss):.2f}{bpb})")
         if self.has_val:
             return "no val loss yet (stopped before this session's first evaluation)"
         return "no validation split"
