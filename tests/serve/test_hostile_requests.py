@@ -183,6 +183,7 @@ def huge_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # the 422 alone, no NumPy warning before it
 def test_a_model_whose_weights_overflow_gets_422_and_never_a_bare_nan(huge_run, engine):
     s = served(load(huge_run, engine), huge_run)
     try:
