@@ -113,6 +113,15 @@ def test_generate_and_eval_run(capsys, run_dir):
     assert "perplexity" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("option", ["--max-windows", "--batch-size"])
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_eval_counts_below_one_are_refused(capsys, run_dir, option, value):
+    """(A traceback each: NumPy could not stack no window, or sample -3; range() took no
+    step of 0.)"""
+    fails(capsys, ["eval", str(run_dir), "--data", str(run_dir / "tokenizer.json"), option,
+                   value], f"{option} must be at least 1, not {value}")
+
+
 def test_python_dash_m_entry_point_and_help():
     for argv in (["--help"], ["train", "--help"], ["generate", "--help"], ["eval", "--help"]):
         proc = subprocess.run([sys.executable, "-m", "sheepop", *argv], capture_output=True,

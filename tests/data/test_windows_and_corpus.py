@@ -35,6 +35,17 @@ def test_eval_windows_are_fixed_and_spread():
     x, y = eval_windows(np.arange(1000), 10, 5, pad_id=0)
     assert x[:, 0].tolist() == [0, 250, 500, 740, 990] and (y[-1][-1] == -1)
 
+def test_eval_windows_leave_out_the_columns_every_window_pads():
+    """A text shorter than the context is one window of its own length (SmolLM2's context of
+    8,192 made a sentence's loss an attention over 8,192 positions); a column some window
+    still scores stays, and so does the whole width when one window is full."""
+    x, y = eval_windows(np.arange(6), 8192, 10, pad_id=0)
+    assert x.tolist() == [[0, 1, 2, 3, 4]] and y.tolist() == [[1, 2, 3, 4, 5]]
+    x, y = eval_windows(np.arange(14), 8, 10, pad_id=99)
+    assert x.tolist() == [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11, 12, 99, 99, 99]]
+    assert y[1].tolist() == [9, 10, 11, 12, 13, -1, -1, -1]
+
+
 def test_default_corpus_is_the_stdlib_in_a_fixed_order():
     files = stdlib_files()
     assert files == sorted(files, key=lambda p: p.parts) or files == stdlib_files()

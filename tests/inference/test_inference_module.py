@@ -102,3 +102,48 @@ def test_bad_choices_are_one_clear_error(config, tokenizer):
         build(config, weights, tokenizer, engine="numpy", dtype="bfloat16")
     with pytest.raises(UserError, match="unknown engine 'jax'"):
         build(config, weights, tokenizer, engine="jax")
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("rows", [512, 7, 1])
+def test_evaluation_in_chunks_of_positions_is_one_pass_over_each_window(
+        config, tokenizer, engine, rows, monkeypatch):
+    """loss_sum runs the windows through a KV cache EVAL_ROWS positions at a time (512: the
+    three windows in one pass; 7: a window at a time, in chunks of 7, 7 and 2 positions; 1:
+    one position at a time): the sum equals the cross-entropy of one uncached forward pass
+    over the windows (torch's, in float64), padding left out."""
+    import torch
+    import torch.nn.functional as F
+
+    from sheepop.generation import lm as cached_lm
+    from sheepop.model.gpt import GPT as TorchGPT
+
+    monkeypatch.setattr(cached_lm, "EVAL_ROWS", rows)
+    torch.manual_seed(1)
+    reference = TorchGPT(config.model).eval()
+    model = build(config, reference.numpy_weights(), tokenizer, engine, "cpu")
+    ids = tokenizer.encode(TEXT * 3)
+    x = np.array([ids[:16], ids[16:32], ids[32:48]])
+    y = np.array([ids[1:17], ids[17:33], ids[33:49]])
+    y[2, 11:] = -1  # the last window padded
+    with torch.no_grad():
+        logits, _ = reference(torch.from_numpy(x))
+        expected = F.cross_entropy(logits.double().flatten(0, 1), torch.from_numpy(y).flatten(),
+                                   ignore_index=-1, reduction="sum").item()
+    total, n = model.loss_sum(x, y)
+    assert n == 3 * 16 - 5 and total == pytest.approx(expected, rel=2e-6)
+
+
+def test_a_cached_numpy_forward_keeps_nothing_for_a_backward(config):
+    """Generation and evaluation go through the KV cache: no layer's cache is kept (a long
+    prompt's attention weights, layer after layer, ran SmolLM2's evaluation out of memory), and
+    a backward pass through such a forward is refused by name."""
+    from sheepop.scratch.gpt import gpt_backward, gpt_forward, new_cache
+    weights = GPT(config.model).numpy_weights()
+    x = np.array([[1, 2, 3, 4]])
+    _, loss, cache = gpt_forward(weights, config.model, x, x)
+    assert len(cache.blocks) == config.model.n_layer
+    _, loss, cache = gpt_forward(weights, config.model, x, x, cache=new_cache(config.model))
+    assert cache.blocks == []
+    with pytest.raises(ValueError, match="a forward without a KV cache"):
+        gpt_backward(cache)

@@ -22,6 +22,7 @@ from sheepop.cli.common import (
     model_dir,
 )
 from sheepop.config.schema import INFERENCE_ENGINES
+from sheepop.errors import UserError
 from sheepop.words import plural
 
 
@@ -73,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
         scored_text_bytes,
     )
     from sheepop.tokenizers.unknown import unknown_warning
+    for name, value in (("--max-windows", args.max_windows), ("--batch-size", args.batch_size)):
+        if value < 1:
+            raise UserError(f"{name} must be at least 1, not {value}")
     model = load(model_dir(args), args.engine, dtype=args.dtype)
     cfg, tokenizer = model.config, model.tokenizer
     cfg.data.val_fraction = 0.0

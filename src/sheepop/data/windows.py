@@ -141,9 +141,15 @@ class WindowSampler:
 
 def eval_windows(tokens: np.ndarray, block_size: int, n_windows: int, pad_id: int
                  ) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed set of evaluation windows, evenly spread over the split (same every time)."""
+    """A fixed set of evaluation windows, evenly spread over the split (same every time), cut
+    after their last target: the columns where every window is padding are left out. A text
+    shorter than the context is then one window of its own length, not block_size's (SmolLM2's
+    8,192, whose attention over padding took minutes and gigabytes for a sentence), and the loss
+    is the same: attention is causal, so no position sees the padding after it."""
     starts = chunk_starts(len(tokens), block_size, block_size)
     if len(starts) > n_windows:
         starts = starts[np.linspace(0, len(starts) - 1, n_windows).round().astype(np.int64)]
     pairs = [window(tokens, int(s), block_size, pad_id) for s in starts]
-    return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    x, y = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    width = int(np.flatnonzero((y != IGNORE_INDEX).any(axis=0))[-1]) + 1
+    return x[:, :width], y[:, :width]

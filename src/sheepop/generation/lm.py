@@ -1,6 +1,6 @@
 """The next-token interface of the generation loops (`sheepop.generation.generate`), written once.
 
-An engine subclasses `CachedLM` and supplies the arithmetic (and `loss_sum` for evaluation):
+An engine subclasses `CachedLM` and supplies the arithmetic:
 
     _new_cache(batch, max_len) -> KVCache          buffers in the engine's arrays
     _logits(idx, cache, pos_ids, key_mask) -> (B, V) NumPy float32 logits after each row's
@@ -9,8 +9,9 @@ An engine subclasses `CachedLM` and supplies the arithmetic (and `loss_sum` for 
 
 Everything else, one sequence (`prefill`/`decode`/`full`, the `LanguageModel` protocol) or a
 batch of left-padded sequences (`prefill_batch`/`decode_batch`/`full_batch`/`keep_rows`, the
-`BatchLanguageModel` protocol), is the bookkeeping below. `never_generate` lists the token ids
-the generation loops must never draw (padding, BOS, unknown: see `sheepop.inference.load`).
+`BatchLanguageModel` protocol), is the bookkeeping below, and so is evaluation (`loss_sum`,
+through the same cache). `never_generate` lists the token ids the generation loops must never
+draw (padding, BOS, unknown: see `sheepop.inference.load`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import left_pad
 from sheepop.arch.kv_cache import KVCache
+
+# Evaluation's positions per forward pass (all windows together): it holds their logits,
+# EVAL_ROWS x V (SmolLM2: 100 MB), and one layer's attention weights, EVAL_ROWS x H x T.
+EVAL_ROWS = 512
 
 
 class CachedLM:
@@ -47,11 +53,6 @@ class CachedLM:
 
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
-        raise NotImplementedError
-
-    def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-        """(sum of the token losses, number of targets that are not IGNORE_INDEX) on windows
-        x, y (B, T): evaluation, no dropout."""
         raise NotImplementedError
 
     def _new_caches(self) -> None:
@@ -154,3 +155,34 @@ class CachedLM:
             x = logits.argmax(-1)[:, None]
             out[:, i] = x[:, 0]
         return out
+
+    # ----- evaluation ---------------------------------------------------------------------
+    def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """(sum of the token losses, number of targets that are not IGNORE_INDEX) on windows
+        x, y (B, T). Each window goes through a KV cache of its own, EVAL_ROWS positions of
+        all the windows at a time, so that neither the logits (rows x V) nor a layer's
+        attention weights (rows x H x T) of a long context are held whole (SmolLM2's 16
+        windows of 8,192 positions: 26 GB of logits in one pass); attention is causal, so the
+        losses are those of one pass over each window."""
+        x, y = np.asarray(x), np.asarray(y)
+        T = x.shape[1]
+        group = max(1, EVAL_ROWS // T)
+        total = 0.0
+        for i in range(0, len(x), group):
+            xs, ys = x[i:i + group], y[i:i + group]
+            cache, step = self._new_cache(len(xs), T), max(1, EVAL_ROWS // len(xs))
+            for s in range(0, T, step):
+                logits = self._logits(xs[:, s:s + step], cache, last_only=False)
+                total += token_loss_sum(logits, ys[:, s:s + step])
+        return total, int((y != IGNORE_INDEX).sum())
+
+
+def token_loss_sum(logits: np.ndarray, targets: np.ndarray) -> float:
+    """sum_t (log sum_v e^{z_tv} - z_{t,y_t}) over the targets that are not IGNORE_INDEX: the
+    cross-entropy in nats (docs/math/08-loss.md), the log-sum-exp taken after subtracting each
+    row's maximum (no overflow), the sum in float64."""
+    scored = targets != IGNORE_INDEX
+    z = logits[scored]
+    top = z.max(axis=-1, keepdims=True)
+    lse = top[:, 0] + np.log(np.exp(z - top).sum(axis=-1))
+    return float((lse - z[np.arange(len(z)), targets[scored]]).sum(dtype=np.float64))

@@ -52,7 +52,8 @@ class InferenceModel:
     def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         """(sum of the token losses, number of counted targets) on one batch of windows; a sum
         that is not finite (weights that overflow in the forward pass) is refused in one line."""
-        total, n = self.lm.loss_sum(x, y)
+        with np.errstate(over="ignore", invalid="ignore"):  # refused below, in one line
+            total, n = self.lm.loss_sum(x, y)
         if not math.isfinite(total):
             raise UserError(f"the model's loss on this text is not finite ({total}): its weights "
                             "overflow in the forward pass, so it cannot be evaluated")

@@ -14,12 +14,11 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
 from sheepop.generation.lm import CachedLM
-from sheepop.model.gpt import GPT, cross_entropy
+from sheepop.model.gpt import GPT
 
 
 class TorchLM(CachedLM):
@@ -89,12 +88,6 @@ class TorchLM(CachedLM):
         with torch.inference_mode(), generation_attention(self.device):
             logits, _ = self.forward(self._tensor(idx), cache=cache, last_only=last_only, **kw)
         return (logits[:, -1] if last_only else logits).float().cpu().numpy()
-
-    def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-        with torch.inference_mode():
-            logits, _ = self.forward(self._tensor(x))
-            total = cross_entropy(logits, self._tensor(y), reduction="sum")
-        return float(total), int((y != IGNORE_INDEX).sum())
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)

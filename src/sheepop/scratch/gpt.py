@@ -97,7 +97,10 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     Generation: `idx` continues the positions held in the KV `cache`, which grows by T;
     `last_only` computes the head for the last position only. For left-padded batches,
     `pos_ids` (B, T) gives each token's position in its own row and `key_mask` (B, cached + T)
-    is True at real tokens (sheepop.arch.batch). The backward pass is for uncached forwards.
+    is True at real tokens (sheepop.arch.batch). The backward pass is for uncached forwards: a
+    forward with a KV cache (generation, evaluation) keeps no layer's cache, since nothing goes
+    backward through it and each layer's attention weights (B, H, T, T) would be held at once
+    (SmolLM2's 30 layers, 9 heads and 8,192 positions: 72 GB).
     With rope a sequence may pass block_size: each query then attends over the block_size most
     recent keys (sliding-window attention; a rolling cache computes the same).
     `params` holds the model's parameters and nothing else (`check_names`, on every forward
@@ -127,7 +130,8 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     for i in range(cfg.n_layer):
         h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng, cache, i, mask,
                                        rotate)
-        blocks.append(block_cache)
+        if cache is None:
+            blocks.append(block_cache)
         if residuals is not None:
             residuals.append(h)
     if cache is not None:
@@ -156,6 +160,9 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
     unless `dlogits` is given). Gradients are *added* into `grads` when given (accumulation over
     micro-batches into preallocated buffers); otherwise a new dict is returned."""
     new: dict[str, np.ndarray | None] = {}
+    if len(cache.blocks) != cache.cfg.n_layer:
+        raise ValueError("gpt_backward needs a forward without a KV cache (a cached one keeps "
+                         "no layer's cache)")
     if dlogits is None:
         if cache.loss is None:
             raise ValueError("gpt_backward needs a forward with targets, or dlogits")

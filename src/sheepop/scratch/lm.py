@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
 from sheepop.config.schema import ModelConfig
@@ -54,10 +53,3 @@ class NumpyLM(CachedLM):
                                        pos_ids=pos_ids, key_mask=key_mask, last_only=last_only)
         return logits[:, -1] if last_only else logits
 
-    def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-        n = int((np.asarray(y) != IGNORE_INDEX).sum())
-        if n == 0:
-            return 0.0, 0
-        with np.errstate(over="ignore", invalid="ignore"):
-            _, loss, _ = gpt_forward(self.params, self.cfg, x, y)
-        return loss * n, n
