@@ -193,9 +193,9 @@ def plot_attention(model, tokenizer, path: Path, sentence: str = SENTENCE) -> No
     """Every head of the first and the last layer on one line of text."""
     import torch
     ids = tokenizer.encode(sentence)
+    layers = sorted({0, model.cfg.n_layer - 1})
     with torch.no_grad():
-        _, _, attentions = model(torch.tensor([ids]), return_attention=True)
-    layers = sorted({0, len(attentions) - 1})
+        _, _, attentions = model(torch.tensor([ids]), attention_of=layers)
     H = attentions[0].shape[1]
     labels = [show(tokenizer.decode([i])) for i in ids]
     fig, axes = plt.subplots(len(layers), H, figsize=(3.1 * H, 3.3 * len(layers)),

@@ -15,7 +15,7 @@ def test_sdpa_and_explicit_attention_agree(small_cfg):
     x = torch.randint(0, small_cfg.vocab_size, (3, small_cfg.block_size))
     fast, _ = model(x)
     model.set_attention_path(sdpa=False)
-    slow, _, weights = model(x, return_attention=True)
+    slow, _, weights = model(x, attention_of=[0])
     assert torch.allclose(fast, slow, atol=1e-6, rtol=0)
     w = weights[0]
     assert w.shape == (3, 4, 32, 32)

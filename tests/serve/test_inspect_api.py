@@ -22,19 +22,21 @@ TESTIDS = ["prompt", "generate", "view-generate", "view-inside", "view-runs", "l
            "attention", "logit-lens", "loss-chart", "alternatives"]
 
 
-def engine_attention(model, ids: list[int]) -> list[np.ndarray]:
-    """Each layer's attention weights (H, T, T), straight from the engine's forward pass."""
+def engine_attention(model, ids: list[int], layers: list[int]) -> dict[int, np.ndarray]:
+    """The attention weights (H, T, T) of `layers`, straight from the engine's forward pass
+    (torch: those layers through the explicit path, the others through the fused kernel, as
+    the server computes them)."""
     if model.engine == "torch":
         with torch.no_grad():
-            _, _, weights = model.lm.model(torch.tensor([ids]), return_attention=True)
-        return [w[0].float().numpy() for w in weights]
+            _, _, weights = model.lm.model(torch.tensor([ids]), attention_of=layers)
+        return {layer: w[0].float().numpy() for layer, w in weights.items()}
     _, _, cache = gpt_forward(model.lm.params, model.config.model, np.array([ids]))
-    return [b.attn.core.a[0] for b in cache.blocks]
+    return {layer: cache.blocks[layer].attn.core.a[0] for layer in layers}
 
 
 def assert_same_attention(answer: dict, model, ids: list[int]) -> None:
-    own = engine_attention(model, ids)
     layers = answer["attention"]["layers"]
+    own = engine_attention(model, ids, layers)
     assert len(answer["attention"]["weights"]) == len(layers)
     for layer, heads in zip(layers, answer["attention"]["weights"]):
         for h, rows in enumerate(heads):

@@ -1,10 +1,11 @@
 """Looking inside a model on one prompt, written once for both engines (docs/page.md).
 
-An engine runs the prompt once and hands over a `Trace`: every layer's attention weights, the
-residual stream after the embedding and after each block, and `lens`, its own final norm and
-head. From it `inspection` computes, in NumPy:
+An engine runs the prompt once and hands over a `Trace`: the attention weights of the layers
+asked (only those: SmolLM2's 30 layers of 9 heads hold 1.1 GB of them at 1,000 tokens, 72 GB at
+8,192), the residual stream after the embedding and after each block, and `lens`, its own final
+norm and head. From it `inspection` computes, in NumPy:
 
-    attention      A_l,h = softmax(Q K^T / sqrt(d_k) + M)       (H, T, T) per layer l
+    attention      A_l,h = softmax(Q K^T / sqrt(d_k) + M)       (H, T, T) per layer l asked
                    (docs/math/04-attention.md), row t: query t over keys 0..t
     logit lens     p_l(. | x_<=t) = softmax(Norm_f(h_l,t) W_head^T (+ b))     l = 0 .. L
                    h_0 the embedding, h_l block l's output; at l = L it is the model's own
@@ -47,7 +48,7 @@ BLAS busier than a 64-row one (1.5x at V = 49k) and its logits stay near 50 MB."
 @dataclass
 class Trace:
     """What an engine computes for one prompt of T tokens (float32 NumPy arrays)."""
-    attention: list[np.ndarray]                 # L arrays (H, T, T)
+    attention: dict[int, np.ndarray]            # layer l asked -> (H, T, T)
     residuals: list[np.ndarray]                 # L + 1 arrays (T, d): h_0 .. h_L
     lens: Callable[[np.ndarray], np.ndarray]    # h (T, d) -> logits (T, V): Norm_f, then head
     positions: np.ndarray | None                # (T, d) rows added to the embeddings; rope: None
@@ -74,7 +75,9 @@ class Rows:
 @dataclass
 class Inspection:
     ids: list[int]
-    attention: list[np.ndarray]    # L arrays (H, T, T) float32, zero above the diagonal
+    attention: dict[int, np.ndarray]  # layer l asked -> (H, T, T) float32, 0 above the diagonal
+    n_layer: int
+    n_head: int
     next: TopK                     # (T, k): the model's own next-token distribution, p_L
     next_prob: np.ndarray          # (T,) p_L(x_t+1), NaN at the last position
     lens: TopK | None              # (L + 1, T, k), its last layer `next`; None: not asked
@@ -235,8 +238,8 @@ def inspection(trace: Trace, cfg: ModelConfig, ids: list[int], k: int = 5,
         table, width = rope_angles(len(ids), cfg), cfg.head_dim // 2
     else:
         table, width = trace.positions, cfg.n_embd
-    attention = [np.asarray(a, dtype=np.float32) for a in trace.attention]
-    return Inspection(ids, attention, last.top, last.following, lens_top,
+    attention = {layer: np.asarray(a, dtype=np.float32) for layer, a in trace.attention.items()}
+    return Inspection(ids, attention, cfg.n_layer, cfg.n_head, last.top, last.following, lens_top,
                       stacked(lambda r: r.following), stacked(lambda r: r.rank),
                       stacked(lambda r: r.entropy), stacked(lambda r: r.kl), last.entropy,
                       logits, cfg.pos_encoding,

@@ -223,10 +223,12 @@ def load(run_dir: str | Path, engine: str = "torch", device: str = "auto",
 
 
 def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5,
-            lens: bool = True, logits_at: Sequence[int] = ()) -> Inspection:
-    """Every layer's attention weights, the logit lens (`lens`) and the next-token
-    distributions (top `k`) of one prompt of at most block_size tokens, computed by the model's
-    own engine (sheepop.arch.inspect); the final logits of the positions `logits_at`."""
+            lens: bool = True, logits_at: Sequence[int] = (),
+            layers: Sequence[int] | None = None) -> Inspection:
+    """The attention weights of `layers` (default: every layer), the logit lens (`lens`) and
+    the next-token distributions (top `k`) of one prompt of at most block_size tokens,
+    computed by the model's own engine (sheepop.arch.inspect); the final logits of the
+    positions `logits_at`."""
     ids = list(ids)
     if not 1 <= len(ids) <= model.config.model.block_size:
         raise UserError(f"a prompt to inspect holds 1 to {model.config.model.block_size} "
@@ -236,5 +238,6 @@ def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5,
     else:
         from sheepop.model.inspect import trace
     with np.errstate(over="ignore", invalid="ignore"):  # the caller tests the result (422)
-        return inspection(trace(model.lm, ids), model.config.model, ids, k, lens,
+        asked = set(range(model.config.model.n_layer) if layers is None else layers)
+        return inspection(trace(model.lm, ids, asked), model.config.model, ids, k, lens,
                           tuple(logits_at))

@@ -14,6 +14,8 @@ Each layer kind is one unit chosen by the config; parameter names match the NumP
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -121,13 +123,15 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 cache: KVCache | None = None, last_only: bool = False,
-                return_attention: bool = False, pos_ids: torch.Tensor | None = None,
+                attention_of: Collection[int] | None = None,
+                pos_ids: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None):
         """Logits (B, T, V) and the mean loss when targets are given.
 
         With a cache, `idx` continues the cached positions. `last_only` computes the head for the
-        last position only (generation). `return_attention` also returns each layer's
-        attention weights (B, H, T, T_keys) through the explicit path.
+        last position only (generation). `attention_of`, layer indices, also returns those
+        layers' attention weights {layer: (B, H, T, T_keys)}, computed through the explicit
+        path (the other layers keep the fused kernel and nothing of it).
 
         Batches of prompts of different lengths (left padding): `pos_ids` (B, T) gives each
         token's position within its own row, and `attn_mask` (B, 1, T, cached + T) the keys
@@ -149,10 +153,12 @@ class GPT(nn.Module):
         table = self.tok_emb.table()
         x, pos = add_positions(self, F.embedding(idx, table), idx, pos, cache)
         x = self.drop(x)
-        attentions = []
+        attentions = {}
         for i, block in enumerate(self.blocks):
-            x, w = block(x, self.pos_emb, pos, cache, i, attn_mask, return_attention)
-            attentions.append(w)
+            wanted = attention_of is not None and i in attention_of
+            x, w = block(x, self.pos_emb, pos, cache, i, attn_mask, wanted)
+            if wanted:
+                attentions[i] = w
         if cache is not None:
             cache.advance(T)
         x = self.ln_f(x)
@@ -160,7 +166,7 @@ class GPT(nn.Module):
             x = x[:, -1:, :]
         logits = self.head(x, table)
         loss = cross_entropy(logits, targets) if targets is not None else None
-        if return_attention:
+        if attention_of is not None:
             return logits, loss, attentions
         return logits, loss
 

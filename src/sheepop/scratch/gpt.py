@@ -23,6 +23,7 @@ the gradients it returns; nothing here knows them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -32,7 +33,7 @@ from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import additive
-from sheepop.scratch.block import block_backward, block_forward
+from sheepop.scratch.block import BlockCache, block_backward, block_forward
 from sheepop.scratch.init import check_weights, init_params, param_shapes
 from sheepop.scratch.layers import (
     CrossEntropyCache,
@@ -89,7 +90,7 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
                 targets: np.ndarray | None = None, rng: np.random.Generator | None = None,
                 cache: KVCache | None = None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = False,
-                residuals: list[np.ndarray] | None = None
+                observe: Callable[[np.ndarray, BlockCache | None], None] | None = None
                 ) -> tuple[np.ndarray, float | None, GPTCache]:
     """Logits (B, T, V), the mean loss (None without targets) and the cache for the backward.
 
@@ -104,9 +105,9 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     With rope a sequence may pass block_size: each query then attends over the block_size most
     recent keys (sliding-window attention; a rolling cache computes the same).
     `params` holds the model's parameters and nothing else (`check_names`, on every forward
-    that starts a sequence). `residuals`, a list, receives the residual stream h_0 (after the
-    embedding) and each block's output h_1 .. h_L (the logit lens reads them,
-    sheepop.arch.inspect).
+    that starts a sequence). `observe(h, block)` sees the residual stream as it is computed:
+    h_0 (after the embedding, block None), then each block's output h_l with that block's cache
+    (sheepop.scratch.inspect keeps what the page shows of them, and only that).
     """
     idx = np.asarray(idx)
     T = idx.shape[-1]
@@ -125,15 +126,15 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         mask = additive(allowed_keys(T, past, key_mask, cfg.block_size))
     h, drop = dropout_forward(h, cfg.dropout, rng)
     blocks = []
-    if residuals is not None:
-        residuals.append(h)
+    if observe is not None:
+        observe(h, None)
     for i in range(cfg.n_layer):
         h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng, cache, i, mask,
                                        rotate)
         if cache is None:
             blocks.append(block_cache)
-        if residuals is not None:
-            residuals.append(h)
+        if observe is not None:
+            observe(h, block_cache)
     if cache is not None:
         cache.advance(T)
     if last_only:

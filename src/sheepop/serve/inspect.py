@@ -173,7 +173,7 @@ def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], 
     out: dict[str, Any] = {
         "object": "inspection", "model": name,
         "tokens": [{"id": i, "text": text(i)} for i in x.ids],
-        "n_layer": len(x.attention), "n_head": x.attention[0].shape[0],
+        "n_layer": x.n_layer, "n_head": x.n_head,
         "attention": {"layers": layers, "weights": weights},
         "next": {**_top(x.next, text), "next_prob": _maybe(x.next_prob),
                  "entropy": x.next_entropy.tolist()},
@@ -183,7 +183,7 @@ def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], 
                       "formula": POSITION_FORMULAS[x.positions_kind]},
     }
     if lens and x.lens is not None:
-        names = [EMBEDDING] + [f"block {i}" for i in range(1, len(x.attention) + 1)]
+        names = [EMBEDDING] + [f"block {i}" for i in range(1, x.n_layer + 1)]
         out["lens"] = {"layers": names, **_top(x.lens, text),
                        "next_prob": [_maybe(row) for row in x.lens_next],
                        "rank": [[int(r) or None for r in row] for row in x.lens_rank],
@@ -210,7 +210,7 @@ def _named(z: np.ndarray, seen: list[int], text: Callable[[int], str]) -> dict[s
 def _finite(x: Inspection) -> bool:
     """Whether the inspection's numbers are finite (next_prob's NaN at the last position is
     by design)."""
-    arrays = [*x.attention, x.next.probs, x.positions]
+    arrays = [*x.attention.values(), x.next.probs, x.positions]
     if x.lens is not None:
         arrays.append(x.lens.probs)
     return all(np.isfinite(a).all() for a in arrays)
@@ -225,7 +225,7 @@ async def inspect_prompt(request: HttpRequest) -> JSONResponse:
     st = request.app.state
     body = await read_json(request, st.settings.max_body)
     ids, top, layers, lens, at = _checked(body, st.model, st.settings.name)
-    future = st.scheduler.call(lambda model: inspect(model, ids, top, lens, at))
+    future = st.scheduler.call(lambda model: inspect(model, ids, top, lens, at, layers))
     result = await asyncio.wrap_future(future)
     if not _finite(result):
         raise ApiError(422, "the model's activations are not finite (NaN or infinite: its "
