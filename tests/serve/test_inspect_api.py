@@ -23,9 +23,7 @@ TESTIDS = ["prompt", "generate", "view-generate", "view-inside", "view-runs", "l
 
 
 def engine_attention(model, ids: list[int], layers: list[int]) -> dict[int, np.ndarray]:
-    """The attention weights (H, T, T) of `layers`, straight from the engine's forward pass
-    (torch: those layers through the explicit path, the others through the fused kernel, as
-    the server computes them)."""
+    """The attention weights (H, T, T) of `layers`, straight from the engine's forward pass."""
     if model.engine == "torch":
         with torch.no_grad():
             _, _, weights = model.lm.model(torch.tensor([ids]), attention_of=layers)

@@ -130,8 +130,9 @@ class GPT(nn.Module):
 
         With a cache, `idx` continues the cached positions. `last_only` computes the head for the
         last position only (generation). `attention_of`, layer indices, also returns those
-        layers' attention weights {layer: (B, H, T, T_keys)}, computed through the explicit
-        path (the other layers keep the fused kernel and nothing of it).
+        layers' attention weights {layer: (B, H, T, T_keys)}: every layer then takes the
+        explicit path (so that the logits are the same whichever layers are asked), and only
+        the weights asked are kept.
 
         Batches of prompts of different lengths (left padding): `pos_ids` (B, T) gives each
         token's position within its own row, and `attn_mask` (B, 1, T, cached + T) the keys
@@ -155,9 +156,8 @@ class GPT(nn.Module):
         x = self.drop(x)
         attentions = {}
         for i, block in enumerate(self.blocks):
-            wanted = attention_of is not None and i in attention_of
-            x, w = block(x, self.pos_emb, pos, cache, i, attn_mask, wanted)
-            if wanted:
+            x, w = block(x, self.pos_emb, pos, cache, i, attn_mask, attention_of is not None)
+            if attention_of is not None and i in attention_of:
                 attentions[i] = w
         if cache is not None:
             cache.advance(T)

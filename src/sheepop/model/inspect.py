@@ -2,7 +2,7 @@
 over the prompt that keeps the residual stream and the attention weights of the layers asked.
 
     A_l = softmax(Q K^T / sqrt(d_k) + M)     GPT.forward(attention_of=layers): the explicit
-                                             masked-softmax path in those layers
+                                             masked-softmax path, those layers' weights kept
     h_0 .. h_{L-1}, h_L                      the inputs of each block and of the final norm
                                              (forward pre-hooks: the model is not changed)
     lens(h) = Norm_f(h) W_head^T (+ b)       the model's own final norm and head
