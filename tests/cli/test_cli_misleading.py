@@ -157,6 +157,12 @@ def test_export_into_a_model_directory_needs_overwrite_and_leaves_no_stale_file(
     fails(capsys, ["export", str(runs["char"]), str(folder), "--to", "hf-gpt2", "--overwrite"],
           f"refusing to overwrite {folder}: it holds no model")
     assert (folder / "notes.txt").read_text() == "mine"
+    # The same for the one file of a GGUF export: --overwrite replaces a GGUF file only.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    fails(capsys, ["export", str(runs["char"]), str(notes), "--to", "gguf", "--overwrite"],
+          f"refusing to overwrite {notes}: it is not a GGUF file")
+    assert notes.read_text() == "mine"
 
 
 def test_a_failed_overwrite_puts_the_old_export_back(capsys, tmp_path):

@@ -80,8 +80,12 @@ def run_export(args: argparse.Namespace) -> int:
     from sheepop.errors import UserError
     out = Path(args.out_dir)
     if args.to == GGUF:  # one file, written under a temporary name and renamed
+        from sheepop.interop.gguf_tensors import is_gguf
         if out.is_file() and not args.overwrite:  # (a directory: refused by the writer)
             raise UserError(f"{out} already exists (use --overwrite to replace it)")
+        if out.is_file() and not is_gguf(out):  # --overwrite replaces a model, nothing else
+            raise UserError(f"refusing to overwrite {out}: it is not a GGUF file (choose "
+                            "another name)")
         with writing(out, "the export"):
             return _run_export(args)
     with writing(out, "the export"), replacing(out, args.overwrite):
