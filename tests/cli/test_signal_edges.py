@@ -8,6 +8,7 @@ import json
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -153,3 +154,23 @@ def test_a_ctrl_c_that_an_import_reports_as_import_error_is_one_line(monkeypatch
         assert capsys.readouterr().err == "sheepop: interrupted\n"
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+SCRIPT = Path(sys.executable).with_name("sheepop")  # the installed command, not `python -m`
+
+
+@pytest.mark.skipif(not SCRIPT.is_file(), reason="the `sheepop` script is not installed")
+def test_a_process_pools_workers_end_without_a_word(tmp_path):
+    """`sheepop prepare` with two workers: the pool ends its workers with SIGTERM, and each
+    (a spawned worker runs the command's script again, with its argv) printed `sheepop:
+    stopped by SIGTERM` on a run that succeeded. (`python -m sheepop` never showed it: a
+    spawned worker does not run a package's __main__ again.)"""
+    for i in range(4):
+        (tmp_path / "texts").mkdir(exist_ok=True)
+        (tmp_path / "texts" / f"{i}.txt").write_text(f"text number {i}: " + "sheep " * 2000)
+    done = subprocess.run([str(SCRIPT), "prepare", str(tmp_path / "texts"), "--out",
+                           str(tmp_path / "data"), "--tokenizer", "bpe", "--vocab-size", "300",
+                           "--workers", "2", "--no-progress"], capture_output=True, text=True,
+                          timeout=BOUND_S)
+    assert done.returncode == 0 and "wrote" in done.stdout, done.stdout + done.stderr
+    assert done.stderr == "", done.stderr

@@ -37,7 +37,13 @@ def _stop_at_start(signum: int, frame: object) -> None:
 
 
 def _is_the_program() -> bool:
-    """Whether this process is the `sheepop` command (its script, or `python -m sheepop`)."""
+    """Whether this process is the `sheepop` command (its script, or `python -m sheepop`), not
+    a worker of its process pools: a spawned worker runs the script again with the command's
+    argv (its process named first, e.g. SpawnPoolWorker-1), and the pool ends it with SIGTERM,
+    which must not print "sheepop: stopped by SIGTERM" (`prepare` did, once per worker)."""
+    pools = sys.modules.get("multiprocessing")  # imported first thing in a worker
+    if pools is not None and pools.current_process().name != "MainProcess":
+        return False
     first = sys.argv[0] if sys.argv else ""
     path = os.path.normpath(first)
     return (os.path.basename(path) == "sheepop"
