@@ -5,7 +5,8 @@ model's, not float32's."""
 from __future__ import annotations
 
 import numpy as np
-from serve_helpers import ServerProcess, call, reference
+import pytest
+from serve_helpers import InProcess, ServerProcess, call, reference
 
 from sheepop.inference.load import load
 
@@ -34,3 +35,29 @@ def test_serve_takes_the_int8_dtype(runs):
         logits[list(lm.never_generate)] = -np.inf  # never drawn, out of the distribution
         logprob[dtype] = -np.log(np.exp(logits - logits.max()).sum())  # the greedy token's
     assert abs(first - logprob["int8"]) < 1e-5 < abs(first - logprob["float32"]), (first, logprob)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_the_step_and_backprop_views_read_the_quantized_weights(runs, dtype):
+    """/v1/trace and /v1/backward on a server of int8 or int4 weights: 200, computed from the
+    weights the model holds, dequantized under the checkpoint's names (they answered 500: a
+    quantized layer's weight is not a parameter, and the views were handed None)."""
+    from sheepop.inference.weights import model_weights
+    from sheepop.serve.page import routes
+
+    run = runs[1]
+    model = load(run, "torch", "cpu", dtype)
+    weights, plain = model_weights(model), load(run, "torch", "cpu").lm.model.numpy_weights()
+    assert weights.keys() == plain.keys()
+    qkv = model.lm.model.blocks[0].attn.qkv
+    np.testing.assert_array_equal(weights["blocks.0.attn.qkv.weight"],
+                                  qkv.dequantized().numpy())
+    error = np.abs(weights["blocks.0.attn.qkv.weight"] - plain["blocks.0.attn.qkv.weight"])
+    assert 0 < error.max() < np.abs(plain["blocks.0.attn.qkv.weight"]).max() / 8  # a 4-bit step
+    server = InProcess(model, routes=routes(run))
+    try:
+        for path in ("/v1/trace", "/v1/backward"):
+            reply = call(server.url, "POST", path, {"prompt": PROMPT})
+            assert reply.status == 200, (path, reply.text)
+    finally:
+        server.close()

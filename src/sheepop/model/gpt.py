@@ -189,7 +189,14 @@ class GPT(nn.Module):
 
     # The checkpoint format is NumPy float32, keyed by the shared parameter names.
     def numpy_weights(self) -> dict[str, np.ndarray]:
-        return {name: p.detach().float().cpu().numpy() for name, p in self.named_parameters()}
+        """Every parameter as float32; a layer whose weight is stored quantized
+        (sheepop.model.quantized: it has `dequantized()`) gives that weight dequantized, under
+        the name of the one it replaced; a tied head's quantized copy of the embedding none."""
+        weights = {name: p.detach().float().cpu().numpy() for name, p in self.named_parameters()}
+        for name, module in self.named_modules():
+            if hasattr(module, "dequantized") and not getattr(module, "tied", False):
+                weights[f"{name}.weight"] = module.dequantized().cpu().numpy()
+        return weights
 
     def load_numpy_weights(self, weights: dict[str, np.ndarray], where: str = "checkpoint"
                            ) -> None:

@@ -139,17 +139,22 @@ def deinterleave(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(*lead, width // 4, 4).transpose(-1, -2).reshape(*lead, width)
 
 
-class Int8Head(nn.Module):
-    """The output head with its matrix in int8: logits = Int8Linear(x). A tied head quantizes
-    a copy of the embedding and ignores the float table the model passes it."""
+class Int8Head(Int8Linear):
+    """The output head with its matrix in int8: logits = Int8Linear(x), its buffers and bias
+    under the head's own names (head.q, head.bias). A tied head quantizes a copy of the
+    embedding and ignores the float table the model passes it (`tied`: which of the two)."""
 
-    def __init__(self, head: Head, tied_weight: torch.Tensor):
-        super().__init__()
-        weight = tied_weight if head.weight is None else head.weight
-        self.linear = Int8Linear.from_weight(weight, head.bias)
+    tied = False
 
-    def forward(self, x: torch.Tensor, tied_weight: torch.Tensor) -> torch.Tensor:
-        return self.linear(x)
+    @classmethod
+    def of(cls, head: Head, tied_weight: torch.Tensor) -> Int8Head:
+        layer = cls.from_weight(tied_weight if head.weight is None else head.weight, head.bias)
+        layer.tied = head.weight is None
+        return layer
+
+    def forward(self, x: torch.Tensor, tied_weight: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        return super().forward(x)
 
 
 def quantize_int8(model: GPT) -> GPT:
@@ -160,7 +165,7 @@ def quantize_int8(model: GPT) -> GPT:
             parent_name, _, child = name.rpartition(".")
             setattr(model.blocks.get_submodule(parent_name), child,
                     Int8Linear.from_weight(module.weight, module.bias))
-    model.head = Int8Head(model.head, model.tok_emb.table())
+    model.head = Int8Head.of(model.head, model.tok_emb.table())
     return model
 
 

@@ -76,5 +76,5 @@ def quantize_int4(model: GPT) -> GPT:
         parent_name, _, child = name.rpartition(".")
         setattr(model.blocks.get_submodule(parent_name), child,
                 Int4Linear(module.weight, module.bias))
-    model.head = Int8Head(model.head, model.tok_emb.table())
+    model.head = Int8Head.of(model.head, model.tok_emb.table())
     return model
