@@ -166,6 +166,23 @@ def linear_shape(cfg: ModelConfig, prefix: str) -> tuple[int, int]:
             "ffn.proj": (d, f)}[module]
 
 
+def max_rank(cfg: ModelConfig, targets: str | Iterable[str]) -> int:
+    """The largest useful rank on these targets: the smallest min(in, out) of the layers they
+    adapt. dW = s B A of a layer has rank at most min(in, out) whatever r is, so a larger r
+    only adds parameters (r (in + out) each) that express nothing full fine-tuning cannot."""
+    return min(min(linear_shape(cfg, prefix)) for prefix in lora_targets(cfg, targets))
+
+
+def check_rank(cfg: ModelConfig, lora: LoraConfig) -> None:
+    """Refuse a rank above `max_rank` (a rank of 100,000 on a model of width 128 asked for
+    307M adapter parameters on a 0.8M model, and got them)."""
+    limit = max_rank(cfg, lora.targets)
+    if lora.rank > limit:
+        raise UserError(f"LoRA rank {lora.rank} is above {limit}, the smallest min(d_in, d_out) "
+                        f"of the layers it adapts ({', '.join(lora.targets)}): beyond it the "
+                        "adapters cannot express more than full fine-tuning (rank 0)")
+
+
 def new_row_names(cfg: ModelConfig, lora: LoraConfig) -> dict[str, str]:
     """The trained new-token rows this model has (NEW_ROWS' entries whose table exists: the
     head's own only when untied, its bias only with head_bias); none when new_tokens is 0."""
@@ -178,7 +195,9 @@ def new_row_names(cfg: ModelConfig, lora: LoraConfig) -> dict[str, str]:
 
 def adapter_shapes(cfg: ModelConfig, lora: LoraConfig) -> dict[str, tuple[int, ...]]:
     """{prefix}.lora_A: (r, in) and {prefix}.lora_B: (out, r) for every targeted layer, and
-    the new tokens' rows: (new_tokens, d), or (new_tokens,) for the head's bias."""
+    the new tokens' rows: (new_tokens, d), or (new_tokens,) for the head's bias. A rank above
+    `max_rank` is refused here, where every engine and every run's lora.json comes by."""
+    check_rank(cfg, lora)
     shapes: dict[str, tuple[int, ...]] = {}
     for prefix in lora_targets(cfg, lora.targets):
         out, inp = linear_shape(cfg, prefix)

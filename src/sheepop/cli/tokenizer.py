@@ -197,13 +197,15 @@ def run_decode(args: argparse.Namespace) -> int:
 
 def run_info(args: argparse.Namespace) -> int:
     from sheepop.tokenizers import load
+    if args.show < 0:  # before the file: a mistyped flag is said whatever the file holds
+        raise UserError(f"--show must be >= 0 (0: no merges or tokens listed), not {args.show}")
     tok = load(args.tokenizer)
     specials = ", ".join(f"{t}={i}" for t, i in tok.special_tokens.items()) or "none"
     print(f"file:           {args.tokenizer}")
     print(f"kind:           {tok.kind}")
     print(f"vocab size:     {tok.vocab_size} (special tokens included)")
     print(f"special tokens: {specials}")
-    n = max(args.show, 0)
+    n = args.show
     if tok.kind == "bpe":
         from sheepop.tokenizers.pretokenize import pattern_name
         print(f"pre-split:      {pattern_name(tok.pattern)}  {tok.pattern}")

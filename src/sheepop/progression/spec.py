@@ -9,6 +9,10 @@ from dataclasses import dataclass
 
 from sheepop.errors import UserError
 
+# Terms are int64 (sheepop.progression.data): every number of MAX_WIDTH digits is below 2**63,
+# and not every one of MAX_WIDTH + 1 (10**19 > 2**63 - 1).
+MAX_WIDTH = len(str(2**63 - 1)) - 1
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -43,9 +47,37 @@ class Spec:
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
+        self._check_width()
         pairs = (self.first_max - self.first_min + 1) * (self.max_difference
                                                          - self.min_difference + 1)
         if pairs < self.count + self.ood_count:
             raise UserError(f"only {pairs:,} distinct (first term, difference) pairs exist for "
                             f"{self.count + self.ood_count:,} sequences: widen the ranges")
         return self
+
+    def _check_width(self) -> None:
+        """Every term stays below 2**63 (int64), the out-of-distribution sets' included: they
+        write numbers of up to D + ood_more_digits digits (sheepop.progression.ood), D being
+        --digits or the width of the largest in-distribution term, so D may have at most
+        MAX_WIDTH - ood_more_digits digits. Said of the option that breaks it, before any
+        draw (NumPy would say "high is out of bounds for int64", or wrap around silently)."""
+        why = (f"as the out-of-distribution sets add up to --ood-more-digits "
+               f"({self.ood_more_digits}) digits to the terms' width and every term must stay "
+               f"below 2**63 (int64)")
+        if self.ood_more_digits >= MAX_WIDTH:
+            raise UserError(f"--ood-more-digits {self.ood_more_digits} is too large: at most "
+                            f"{MAX_WIDTH - 1}, {why}")
+        widest = MAX_WIDTH - self.ood_more_digits  # D's largest
+        if self.digits > widest:
+            raise UserError(f"--digits {self.digits} is too large: at most {widest}, {why}")
+        largest = 10**widest - 1
+        for option, value in (("--first-max", self.first_max),
+                              ("--max-difference", self.max_difference)):
+            if value > largest:
+                raise UserError(f"{option} {value} is too large: at most {largest} ({widest} "
+                                f"digits), {why}")
+        last = self.first_max + self.max_difference * (self.max_terms - 1)
+        if last > largest:
+            raise UserError(f"the largest term, --first-max + --max-difference * (--max-terms "
+                            f"- 1) = {last}, is too large: at most {largest} ({widest} "
+                            f"digits), {why}")

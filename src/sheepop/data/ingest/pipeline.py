@@ -20,6 +20,7 @@ written do not depend on --workers: tasks are handed out and collected in order.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -85,8 +86,10 @@ class PrepareOptions:
             raise UserError(f"--workers must be at least 1, got {self.workers}")
         if self.vocab_size < 0:
             raise UserError(f"--vocab-size must be >= 0, got {self.vocab_size}")
-        if self.tokenizer_sample_mb < 0:
-            raise UserError("--tokenizer-sample-mb must be >= 0")
+        if not math.isfinite(self.tokenizer_sample_mb) or self.tokenizer_sample_mb < 0:
+            # nan passes `< 0` and would cap the sample at nan bytes
+            raise UserError(f"--tokenizer-sample-mb must be a finite number >= 0 (0: all), got "
+                            f"{self.tokenizer_sample_mb}")
         if not _OCR_LANG.fullmatch(self.ocr_lang):
             raise UserError(f"--ocr-lang must look like 'eng' or 'eng+fra', got "
                             f"{self.ocr_lang!r}")
