@@ -108,7 +108,7 @@ def test_bad_choices_are_one_clear_error(config, tokenizer):
 @pytest.mark.parametrize("rows", [512, 7, 1])
 def test_evaluation_in_chunks_of_positions_is_one_pass_over_each_window(
         config, tokenizer, engine, rows, monkeypatch):
-    """loss_sum runs the windows through a KV cache EVAL_ROWS positions at a time (512: the
+    """loss_sum runs the windows through a KV cache CHUNK_ROWS positions at a time (512: the
     three windows in one pass; 7: a window at a time, in chunks of 7, 7 and 2 positions; 1:
     one position at a time): the sum equals the cross-entropy of one uncached forward pass
     over the windows (torch's, in float64), padding left out."""
@@ -118,7 +118,7 @@ def test_evaluation_in_chunks_of_positions_is_one_pass_over_each_window(
     from sheepop.generation import lm as cached_lm
     from sheepop.model.gpt import GPT as TorchGPT
 
-    monkeypatch.setattr(cached_lm, "EVAL_ROWS", rows)
+    monkeypatch.setattr(cached_lm, "CHUNK_ROWS", rows)
     torch.manual_seed(1)
     reference = TorchGPT(config.model).eval()
     model = build(config, reference.numpy_weights(), tokenizer, engine, "cpu")
@@ -147,3 +147,28 @@ def test_a_cached_numpy_forward_keeps_nothing_for_a_backward(config):
     assert cache.blocks == []
     with pytest.raises(ValueError, match="a forward without a KV cache"):
         gpt_backward(cache)
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+def test_a_prompt_in_passes_of_a_few_positions_gives_the_logits_of_one_pass(
+        config, tokenizer, engine, monkeypatch):
+    """Prompts go through the KV cache CHUNK_ROWS positions a pass (3 here; 512 in use, so that
+    an 8,000-token prompt holds 150 MB of attention scores a layer, not 2.4 GB): the logits
+    after one prompt, after each left-padded prompt of a batch (their positions and padding
+    sliced to each pass), after a server's joining prompts and at every position of an echoed
+    prompt equal those of one pass without a cache."""
+    from sheepop.generation import lm as cached_lm
+    from sheepop.generation.running_batch import RunningBatch
+
+    lm = build(config, GPT(config.model).numpy_weights(), tokenizer, engine, "cpu").lm
+    long, short = tokenizer.encode(TEXT[:11]), tokenizer.encode(TEXT[3:7])
+    one_pass = {"prefill": lm.prefill(long), "batch": lm.prefill_batch([long, short]),
+                "echo": lm.prompt_logits(long)}
+    monkeypatch.setattr(cached_lm, "CHUNK_ROWS", 3)
+    np.testing.assert_allclose(lm.prefill(long), one_pass["prefill"], atol=1e-5)
+    np.testing.assert_allclose(lm.prefill(long), lm.full(long), atol=1e-5)
+    np.testing.assert_allclose(lm.prefill_batch([long, short]), one_pass["batch"], atol=1e-5)
+    np.testing.assert_allclose(lm.prefill_batch([long, short])[1], lm.full(short), atol=1e-5)
+    np.testing.assert_allclose(lm.prompt_logits(long), one_pass["echo"], atol=1e-5)
+    joined = RunningBatch(lm, 2).join([long, short])
+    np.testing.assert_allclose(joined, one_pass["batch"], atol=1e-5)

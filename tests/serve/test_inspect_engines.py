@@ -239,8 +239,8 @@ def test_only_the_layers_asked_are_kept(tokenizer, engine, kind):
     kept at once, ran a server out of 16 GB on a 3,782-token prompt of SmolLM2: the page's
     logit-lens request asks for none); the weights asked and everything else are the same as
     with every layer kept, the probabilities to the last bit (the page's views ask for
-    different layers and show one p per token). A one-token prompt of grouped-query heads (the NumPy engine's
-    grouped decode path) has its H rows too."""
+    different layers and show one p per token). A one-token prompt of grouped-query heads
+    (the NumPy engine's grouped decode path) has its H rows too."""
     cfg = config(tokenizer, kind)
     model = build(cfg, weights(cfg.model), tokenizer, engine, "cpu")
     ids = tokenizer.encode("the cat sat")

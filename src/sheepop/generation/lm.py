@@ -16,7 +16,7 @@ draw (padding, BOS, unknown: see `sheepop.inference.load`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -24,9 +24,10 @@ from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import left_pad
 from sheepop.arch.kv_cache import KVCache
 
-# Evaluation's positions per forward pass (all windows together): it holds their logits,
-# EVAL_ROWS x V (SmolLM2: 100 MB), and one layer's attention weights, EVAL_ROWS x H x T.
-EVAL_ROWS = 512
+# Positions per forward pass of a prompt or an evaluation (all rows together): a pass holds
+# their logits, CHUNK_ROWS x V (SmolLM2: 100 MB), and one layer's attention scores,
+# CHUNK_ROWS x H x T (SmolLM2 at 8,192 keys: 150 MB; a whole 8,192-token prompt at once: 2.4 GB).
+CHUNK_ROWS = 512
 
 
 class CachedLM:
@@ -70,10 +71,30 @@ class CachedLM:
     def _row(ids: Sequence[int]) -> np.ndarray:
         return np.asarray(list(ids), dtype=np.int64)[None, :]
 
+    def _chunks(self, idx: np.ndarray, cache: KVCache, pos_ids: np.ndarray | None = None,
+                key_mask: np.ndarray | None = None, last_only: bool = True
+                ) -> Iterator[tuple[int, np.ndarray]]:
+        """(start, `_logits` of positions start..) over `idx` (B, T), CHUNK_ROWS // B positions
+        a pass, each pass continuing `cache`: the numbers of one pass (a cached forward over
+        the positions before it is exact) with CHUNK_ROWS positions' scores held at a time.
+        `pos_ids` (B, T) and `key_mask` (B, cached + T) are sliced to each pass."""
+        T, past = idx.shape[1], cache.length
+        step = max(1, CHUNK_ROWS // idx.shape[0])
+        for s in range(0, T, step):
+            padding = {} if pos_ids is None else {"pos_ids": pos_ids[:, s:s + step],
+                                                  "key_mask": key_mask[:, :past + s + step]}
+            yield s, self._logits(idx[:, s:s + step], cache, last_only=last_only, **padding)
+
+    def _prefill(self, idx: np.ndarray, cache: KVCache, pos_ids: np.ndarray | None = None,
+                 key_mask: np.ndarray | None = None) -> np.ndarray:
+        """Logits (B, V) after the last position of `idx` (B, T), which `cache` then holds,
+        computed in passes of CHUNK_ROWS positions (`_chunks`)."""
+        return [logits for _, logits in self._chunks(idx, cache, pos_ids, key_mask)][-1]
+
     def prefill(self, ids: Sequence[int]) -> np.ndarray:
         """Start a fresh cache holding `ids`; the logits (V,) after the last of them."""
         self.cache.reset()
-        return self._logits(self._row(ids), self.cache)[0]
+        return self._prefill(self._row(ids), self.cache)[0]
 
     def decode(self, token: int) -> np.ndarray:
         """Append one token to the cache; the logits (V,) after it."""
@@ -104,7 +125,7 @@ class CachedLM:
         self._key_mask = np.zeros((B, self.batch_cache.max_len), dtype=bool)
         self._key_mask[:, :L] = real
         self._next_pos = np.array([len(r) for r in rows], dtype=np.int64)
-        return self._logits(idx, self.batch_cache, **self._padding(pos, real))
+        return self._prefill(idx, self.batch_cache, **self._padding(pos, real))
 
     def decode_batch(self, tokens: Sequence[int]) -> np.ndarray:
         """Append one token to every row of the batch cache; logits (B, V) after them."""
@@ -136,9 +157,9 @@ class CachedLM:
     def prompt_logits(self, ids: Sequence[int]) -> np.ndarray:
         """Logits (len(ids), V): row t is the prediction after ids[:t+1] (what a prompt's own
         log-probabilities are read from): one forward pass over the prompt, in a cache of its
-        own, keeping every position's logits (`last_only=False`)."""
-        cache = self._new_cache(1, len(ids))
-        return self._logits(self._row(ids), cache, last_only=False)[0]
+        own, keeping every position's logits (`last_only=False`), CHUNK_ROWS at a time."""
+        chunks = self._chunks(self._row(ids), self._new_cache(1, len(ids)), last_only=False)
+        return np.concatenate([logits[0] for _, logits in chunks])
 
     # ----- greedy decoding of equal-length contexts (the progression task's evaluation) ----
     def greedy(self, contexts: np.ndarray, n_new: int) -> np.ndarray:
@@ -159,21 +180,19 @@ class CachedLM:
     # ----- evaluation ---------------------------------------------------------------------
     def loss_sum(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         """(sum of the token losses, number of targets that are not IGNORE_INDEX) on windows
-        x, y (B, T). Each window goes through a KV cache of its own, EVAL_ROWS positions of
-        all the windows at a time, so that neither the logits (rows x V) nor a layer's
-        attention weights (rows x H x T) of a long context are held whole (SmolLM2's 16
-        windows of 8,192 positions: 26 GB of logits in one pass); attention is causal, so the
-        losses are those of one pass over each window."""
+        x, y (B, T). Each window goes through a KV cache of its own, CHUNK_ROWS positions of
+        all the windows at a time (`_chunks`), so that neither the logits (rows x V) nor a
+        layer's attention weights (rows x H x T) of a long context are held whole (SmolLM2's
+        16 windows of 8,192 positions: 26 GB of logits in one pass); attention is causal, so
+        the losses are those of one pass over each window."""
         x, y = np.asarray(x), np.asarray(y)
         T = x.shape[1]
-        group = max(1, EVAL_ROWS // T)
+        group = max(1, CHUNK_ROWS // T)
         total = 0.0
         for i in range(0, len(x), group):
             xs, ys = x[i:i + group], y[i:i + group]
-            cache, step = self._new_cache(len(xs), T), max(1, EVAL_ROWS // len(xs))
-            for s in range(0, T, step):
-                logits = self._logits(xs[:, s:s + step], cache, last_only=False)
-                total += token_loss_sum(logits, ys[:, s:s + step])
+            for s, logits in self._chunks(xs, self._new_cache(len(xs), T), last_only=False):
+                total += token_loss_sum(logits, ys[:, s:s + logits.shape[1]])
         return total, int((y != IGNORE_INDEX).sum())
 
 

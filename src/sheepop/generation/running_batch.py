@@ -97,7 +97,7 @@ class RunningBatch:
         L = idx.shape[1]
         fresh = self.lm._new_cache(len(prompts), L)
         padding = {} if real.all() else {"pos_ids": pos, "key_mask": real}
-        logits = self.lm._logits(idx, fresh, **padding)
+        logits = self.lm._prefill(idx, fresh, **padding)
         if self.rows == 0:
             self.length = 0
         self._fit(self.rows + sum(copies), max(L, self.length))
