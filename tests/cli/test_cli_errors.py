@@ -113,6 +113,15 @@ def test_generate_and_eval_run(capsys, run_dir):
     assert "perplexity" in capsys.readouterr().out
 
 
+def test_a_prompt_longer_than_the_context_is_said_to_be_cut(capsys, run_dir):
+    prompt = "hello sheep, hello world. " * 3  # 75 characters, a context of 16
+    assert main(["generate", str(run_dir), "--prompt", prompt, "--max-new-tokens", "2",
+                 "--temperature", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "the prompt holds" in err and "more than the context (16): the model sees its " \
+        "last 16" in err, err
+
+
 @pytest.mark.parametrize("option", ["--max-windows", "--batch-size"])
 @pytest.mark.parametrize("value", ["0", "-3"])
 def test_eval_counts_below_one_are_refused(capsys, run_dir, option, value):

@@ -139,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
     tokenizer, lm = model.tokenizer, model.lm
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = prompt_ids(tokenizer, text)
+    if len(ids) > lm.block_size:  # the loop keeps the last block_size: say so, not silently
+        print(f"sheepop: the prompt holds {len(ids):,} tokens, more than the context "
+              f"({lm.block_size:,}): the model sees its last {lm.block_size:,}", file=sys.stderr)
     decoder = IncrementalDecoder(tokenizer)
     out = sys.stdout
     out.write(text)
