@@ -6,6 +6,8 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import socket
+import time
 
 import pytest
 from serve_helpers import BOUND_S, CONTEXT, InProcess, Reply, ServerProcess, wait_until
@@ -52,3 +54,25 @@ def test_past_the_deadline_running_requests_are_cancelled(chat_model):
     assert choice.generated == 3  # cancelled, not run to 50 tokens
     assert events[-2]["error"]["code"] == "shutting_down" and events[-1] == "[DONE]"
     assert len(events) == 3 + 2  # its 3 tokens, then the reason it stopped
+
+
+def test_a_body_still_arriving_at_the_deadline_gets_503_shutting_down(runs):
+    """A request whose body had not all arrived when the graceful stop's deadline passed: 503
+    `shutting_down` as JSON, the server exits 0 with no traceback (it answered a plain-text 500
+    and logged the cancellation's traceback)."""
+    srv = ServerProcess(runs[1], "--engine", "numpy", "--shutdown-timeout", "0.5")
+    host, port = srv.url[len("http://"):].split(":")
+    with socket.create_connection((host, int(port)), timeout=BOUND_S) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\": \"hi\"")
+        time.sleep(0.5)  # (the headers reach the app at once; its body never completes)
+        srv.proc.send_signal(signal.SIGTERM)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 503"), answer
+    assert json.loads(body)["error"]["code"] == "shutting_down"
+    assert srv.proc.wait(BOUND_S) == 0
+    log = "".join(srv.lines)
+    assert "Traceback" not in log and log.endswith("sheepop: server stopped\n"), log

@@ -30,7 +30,9 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sheepop.errors import UserError
+from sheepop.serve.app import error_response
 from sheepop.serve.connections import Limits, OnceLog, guarded_protocol
+from sheepop.serve.scheduler import SHUTTING_DOWN
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FORCED_STOP_S = 2.0  # after a second Ctrl-C, how long the cancelled requests have to end
@@ -105,16 +107,30 @@ class _Server(uvicorn.Server):
 
 class QuietDisconnect:
     """A request whose client went away (or was timed out) while its body was read ends
-    without uvicorn's "Exception in ASGI application" traceback: nobody is there to answer."""
+    without uvicorn's "Exception in ASGI application" traceback: nobody is there to answer.
+    One cancelled by the graceful stop's deadline before it answered (its body still
+    arriving) gets 503 `shutting_down` in the API's error shape: uvicorn sent a plain-text 500
+    and logged the cancellation's traceback."""
 
     def __init__(self, app: ASGIApp):
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def sending(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, sending)
         except ClientDisconnect:
             pass
+        except asyncio.CancelledError:
+            if scope["type"] != "http" or started:
+                raise
+            await error_response(SHUTTING_DOWN)(scope, receive, send)
 
 
 def run(app: Starlette, sock: socket.socket, shutdown_timeout: float,
