@@ -64,12 +64,22 @@ def base_run(tmp_path_factory):
 
 @pytest.mark.parametrize("rank, targets", [(17, "qkv,proj"), (100_000, "qkv,proj"),
                                            (17, "fc,down")])
+@pytest.mark.parametrize("engine", ["numpy", "torch"])
 def test_lora_rank_above_the_layers_width_is_refused(capsys, tmp_path, base_run, rank,
-                                                     targets):
+                                                     targets, engine, monkeypatch):
+    """Refused before either engine builds an adapter (the torch engine's `add_lora` made
+    parameters of that rank first: rank 10**6 on SmolLM2 would be tens of GB)."""
+    from sheepop.train import engine_numpy, engine_torch
+
+    def building(*args, **kwargs):
+        raise AssertionError("adapters built before the rank was checked")
+
+    monkeypatch.setattr(engine_torch, "add_lora", building)
+    monkeypatch.setattr(engine_numpy, "LoraGPT", building)
     run, chats = base_run
     out = tmp_path / "out"
     fails(capsys, ["finetune", str(run), "--data", str(chats), "--out", str(out),
-                   "--lora-rank", str(rank), "--lora-targets", targets, "--engine", "numpy"],
+                   "--lora-rank", str(rank), "--lora-targets", targets, "--engine", engine],
           f"LoRA rank {rank} is above 16", "smallest min(d_in, d_out)", "full fine-tuning")
     assert not out.exists()
 

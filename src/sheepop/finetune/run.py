@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.arch.lora import LoraConfig
+from sheepop.arch.lora import LoraConfig, check_rank
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.build import build_config
 from sheepop.config.finetune import LoraSettings
@@ -143,6 +143,8 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
     if not resume:
         cfg = _settings(base_cfg, config_file, overrides, {**_lora_values(lora), **values})
         adapters, train_on = lora_config(cfg.lora, base_run, added), cfg.finetune.train_on
+        if adapters is not None:  # before either engine builds adapters of that rank
+            check_rank(cfg.model, adapters)
         # absolute, as `train` records its data, so --resume works from any directory
         opts = FinetuneOptions(base_run, str(Path(data_path).absolute()), train_on,
                                None if adapters is None else adapters.to_dict())
