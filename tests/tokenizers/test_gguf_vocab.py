@@ -14,6 +14,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from sheepop.errors import UserError
 from sheepop.tokenizers import loads, train_tokenizer
 from sheepop.tokenizers.gguf_vocab import gguf_vocab, tokenizer_from_gguf
+from sheepop.tokenizers.pretokenize import PATTERNS
 from sheepop.tokenizers.pretrained.tokenizer import PretrainedTokenizer
 
 NO_MARKS = "".join(c for c in BROAD_TEXT if c not in "\u0301\u0308")  # see _bpe_vocab
@@ -39,6 +40,70 @@ def test_round_trip_of_a_sheepop_bpe():
     assert back.encode(NO_MARKS) == tok.encode(NO_MARKS)
     assert back.encode("<|eos|>x") == tok.encode("<|eos|>x")
     assert (back.bos_id, back.eos_id, back.pad_id) == (tok.bos_id, tok.eos_id, tok.pad_id)
+
+
+# Text with no mark or emoji, so a bpe trained on it has no token that joins a combining mark
+# to anything; the texts encoded put marks next to letters, symbols, spaces and other marks.
+PLAIN = PROSE.split("\n")[0] * 4 + " Zürich crème brûlée 3.14 'no' \n\t x  y"
+MARKED = ("e\u0301crit cafe\u0301 nai\u0308ve !\u0301! \u0301a x\u0301\u0302y 9\u0301 "
+          "'\u0301s the e\u0301 ")
+
+
+@pytest.mark.parametrize("pattern, name", [("gpt2-exact", "gpt-2"), ("gpt2", "gpt-2"),
+                                           ("gpt4", "llama-bpe")])
+def test_a_sheepop_bpe_is_written_under_the_llama_cpp_name_of_its_split(pattern, name):
+    """llama.cpp (src/llama-vocab.cpp) knows "gpt-2" and "llama-bpe", not "gpt2"; sheepop's gpt2
+    and gpt4 count combining marks as letters, which no llama.cpp rule does, and differ from
+    "gpt-2" / "llama-bpe" only at a mark's edges: a vocabulary with no token across one gives
+    the same ids on text full of marks as the named rule (what the file read back applies)."""
+    tok = train_tokenizer("bpe", [PLAIN], vocab_size=330, pattern=pattern)
+    meta = gguf_vocab(tok)
+    assert meta["tokenizer.ggml.pre"] == name
+    back = tokenizer_from_gguf(meta, "test.gguf")
+    for text in (PLAIN, MARKED, MARKED + PLAIN):
+        assert back.encode(text) == tok.encode(text)
+    assert sum(i >= 256 for i in set(tok.encode(MARKED + PLAIN))) > 20  # merges are used
+
+
+@pytest.mark.parametrize("pattern", ["gpt2", "gpt4"])
+def test_a_token_across_a_mark_has_no_llama_cpp_name(pattern):
+    """sheepop's gpt2 learns "e" + U+0301 as one token, llama.cpp's gpt-2 never lets BPE see
+    them together: refused, naming the token."""
+    tok = train_tokenizer("bpe", ["e\u0301crit " * 50 + PLAIN], vocab_size=300,
+                          pattern=pattern)
+    with pytest.raises(UserError, match=r"token 259 \(b'e\\xcc'\) joins a combining mark to "
+                                        r"another character.* --pattern gpt2-exact"):
+        gguf_vocab(tok)
+    ids = tok.encode("e\u0301crit")
+    tok.pattern = PATTERNS["gpt2-exact"]  # what naming it "gpt-2" would have llama.cpp apply
+    assert tokenizer_from_gguf(gguf_vocab(tok), "t.gguf").encode("e\u0301crit") != ids
+    assert gguf_vocab(train_tokenizer("bpe", ["e\u0301crit " * 50 + PLAIN], vocab_size=300,
+                                      pattern="gpt2-exact"))["tokenizer.ggml.pre"] == "gpt-2"
+
+
+def test_llama_bpe_is_refused_when_a_token_is_not_its_own_bpe():
+    """llama.cpp's llama-bpe takes a word that is a token whole (ignore_merges): "abc" would be
+    one id there, two (ab, c) in sheepop, whose merges make ab before bc."""
+    from sheepop.tokenizers.bpe import BPETokenizer
+    merged = [(b"a", b"b"), (b"b", b"c"), (b"a", b"bc")]
+    tok = BPETokenizer.from_merged_bytes(merged, ["<|eos|>"], "gpt4")
+    assert len(tok.encode("abc")) == 2
+    with pytest.raises(UserError, match=r"do not build token 258 \(b'abc'\) from its own bytes"):
+        gguf_vocab(tok)
+    assert gguf_vocab(BPETokenizer.from_merged_bytes(merged, ["<|eos|>"], "gpt2"))[
+        "tokenizer.ggml.pre"] == "gpt-2"  # no ignore_merges there
+
+
+def test_a_custom_split_has_no_llama_cpp_name():
+    tok = train_tokenizer("bpe", [PLAIN], vocab_size=300, pattern=r"\w+|\s+|.")
+    with pytest.raises(UserError, match=r"pattern \(custom: .*\) has no llama.cpp pre-tokenizer"):
+        gguf_vocab(tok)
+
+
+def test_files_sheepop_wrote_before_with_pre_gpt2_still_import():
+    tok = train_tokenizer("bpe", [PLAIN], vocab_size=300, pattern="gpt2-exact")
+    back = tokenizer_from_gguf({**gguf_vocab(tok), "tokenizer.ggml.pre": "gpt2"}, "old.gguf")
+    assert back.encode(MARKED + PLAIN) == tok.encode(MARKED + PLAIN)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -7,11 +7,12 @@ builds the equivalent Hugging Face tokenizer.json and a `PretrainedTokenizer` fr
 
 - tokens of type 3 (control) become special added tokens, type 4 (user-defined) plain added
   tokens, both matched whole in the text (as llama.cpp and transformers do);
-- `tokenizer.ggml.pre` becomes the pre-tokenizer llama.cpp applies (llama-vocab.cpp's regex
-  lists, each a Split in turn, then the byte map): gpt2, smollm / starcoder / refact (each digit
-  alone, then GPT-2's rule: SmolLM2's own tokenizer.json, Digits(individual_digits) +
-  ByteLevel), llama-bpe / llama3 / llama-v3 (Llama 3's rule, and ignore_merges as llama.cpp
-  sets it), qwen2, falcon, default. Another name is refused.
+- `tokenizer.ggml.pre` becomes the pre-tokenizer llama.cpp applies (`gguf_pre.PRE_TOKENIZERS`:
+  llama-vocab.cpp's regex lists, each a Split in turn, then the byte map): gpt-2 (and gpt2, the
+  name sheepop wrote before), smollm / starcoder / refact (each digit alone, then GPT-2's rule:
+  SmolLM2's own tokenizer.json, Digits(individual_digits) + ByteLevel), llama-bpe / llama3 /
+  llama-v3 (Llama 3's rule, and ignore_merges as llama.cpp sets it), qwen2, falcon, default.
+  Another name is refused. Writing, only a name llama.cpp knows for the tokenizer's own rule.
 - the BPE model has no unk token, so a byte the vocabulary lacks is dropped, as SmolLM2's own
   tokenizer.json does (pretrained/bpe_model.py).
 
@@ -28,13 +29,15 @@ from typing import Any
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.tokenizers.base import Tokenizer
+from sheepop.tokenizers.gguf_pre import (
+    ALIASES,
+    IGNORE_MERGES,
+    PRE_TOKENIZERS,
+    bpe_pre_name,
+    byte_level,
+)
 from sheepop.tokenizers.pretokenize import token_to_str
 
-GPT2_RULE = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-LLAMA3_RULE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-               r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-QWEN2_RULE = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 TOKEN_TYPES = {1: "normal", 2: "unknown", 3: "control", 4: "user-defined", 5: "unused",
                6: "byte"}
 _HARMLESS = {"scores", "token_type_count", "eot_token_id", "eom_token_id", "sep_token_id",
@@ -45,37 +48,6 @@ _HARMLESS = {"scores", "token_type_count", "eot_token_id", "eom_token_id", "sep_
 use, SentencePiece scores of a BPE vocabulary)."""
 ROLE_KEYS = {"bos": "bos_token_id", "eos": "eos_token_id", "unk": "unknown_token_id",
              "pad": "padding_token_id"}
-
-
-def _split(rule: str) -> dict[str, Any]:
-    return {"type": "Split", "pattern": {"Regex": rule}, "behavior": "Isolated", "invert": False}
-
-
-def _byte_level(use_regex: bool) -> dict[str, Any]:
-    return {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-            "use_regex": use_regex}
-
-
-def _sequence(*steps: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "Sequence", "pretokenizers": list(steps)}
-
-
-_DIGITS_THEN_GPT2 = _sequence({"type": "Digits", "individual_digits": True}, _byte_level(True))
-PRE_TOKENIZERS: dict[str, dict[str, Any]] = {
-    "gpt2": _byte_level(True),
-    "smollm": _DIGITS_THEN_GPT2,
-    "starcoder": _DIGITS_THEN_GPT2,
-    "refact": _DIGITS_THEN_GPT2,
-    "llama-bpe": _sequence(_split(LLAMA3_RULE), _byte_level(False)),
-    "qwen2": _sequence(_split(QWEN2_RULE), _byte_level(False)),
-    "falcon": _sequence(_split(r"[\p{P}\$\+<=>\^~\|`]+"), _split(GPT2_RULE),
-                        _split("[0-9][0-9][0-9]"), _byte_level(False)),
-    "default": _sequence(_split(r"[\p{P}\$\+<=>\^~\|]+"), _split(GPT2_RULE), _split(r"\p{N}+"),
-                         _split("[0-9][0-9][0-9]"), _byte_level(False)),
-}
-"""Each `tokenizer.ggml.pre` name as the pre-tokenizer llama.cpp's regex list amounts to."""
-ALIASES = {"llama3": "llama-bpe", "llama-v3": "llama-bpe"}
-IGNORE_MERGES = {"llama-bpe"}
 
 
 def tokenizer_from_gguf(meta: Mapping[str, Any], where: str) -> Tokenizer:
@@ -117,7 +89,7 @@ def tokenizer_from_gguf(meta: Mapping[str, Any], where: str) -> Tokenizer:
     tokenizer_json = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": None, "pre_tokenizer": PRE_TOKENIZERS[pre],
-        "post_processor": _byte_level(True), "decoder": _byte_level(True),
+        "post_processor": byte_level(True), "decoder": byte_level(True),
         "model": {"type": "BPE", "dropout": None, "unk_token": None,
                   "continuing_subword_prefix": None, "end_of_word_suffix": None,
                   "fuse_unk": False, "byte_fallback": False, "ignore_merges": pre in IGNORE_MERGES,
@@ -168,16 +140,11 @@ def gguf_vocab(tok: Tokenizer) -> dict[str, Any]:
 
 
 def _bpe_vocab(tok: Any) -> dict[str, Any]:
-    """sheepop's byte-level BPE: its pattern must be one llama.cpp knows ("gpt2-exact" is
-    GPT-2's; sheepop's own "gpt2" differs from it only in keeping combining marks with their
-    letter, and is written as "gpt2")."""
-    from sheepop.tokenizers.pretokenize import PATTERNS
-    if tok.pattern not in (PATTERNS["gpt2"], PATTERNS["gpt2-exact"]):
-        raise UserError("this bpe tokenizer splits text with a pattern llama.cpp has no name "
-                        "for (only the gpt2 and gpt2-exact patterns have a GGUF form)")
+    """sheepop's byte-level BPE, under the llama.cpp name of its pattern (gguf_pre.py)."""
+    pre = bpe_pre_name(tok)
     names = [tok.id_to_token(i) for i in range(tok.vocab_size)]
     specials = set(tok.special_tokens.values())
-    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "gpt2",
+    return {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
             "tokenizer.ggml.tokens": names,
             "tokenizer.ggml.token_type": [3 if i in specials else 1 for i in range(len(names))],
             "tokenizer.ggml.merges": [f"{token_to_str(tok.tokens[a])} "
@@ -195,7 +162,7 @@ def _pretrained_vocab(tok: Any) -> dict[str, Any]:
             or model.ignore_merges != (pre in IGNORE_MERGES) \
             or (hf.get("decoder") or {}).get("type") != "ByteLevel":
         raise UserError("this pretrained tokenizer is not a byte-level BPE whose pre-tokenizer "
-                        "llama.cpp names (gpt2, smollm, llama-bpe, qwen2, falcon, default), so "
+                        "llama.cpp names (gpt-2, smollm, llama-bpe, qwen2, falcon, default), so "
                         "it has no GGUF form")
     names = [tok.id_to_token(i) for i in range(tok.vocab_size)]
     if len(set(names)) != len(names) or any(" " in a or " " in b for a, b in model.merges):
