@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -17,13 +17,15 @@ import pytest
 BOUND_S = 120
 
 
-def start_sheepop(args: Sequence[str], wrapper: Sequence[str] = (), new_session: bool = False
-                  ) -> subprocess.Popen:
-    """`[WRAPPER...] python -m sheepop ARGS` with its stdout and stderr piped as text;
-    one OpenMP thread, output unbuffered (lines arrive as printed); `new_session` gives it a
-    process group of its own (for a terminal's Ctrl-C to the group)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([*wrapper, sys.executable, "-m", "sheepop", *args],
+def start_sheepop(args: Sequence[str], wrapper: Sequence[str] = (), new_session: bool = False,
+                  program: Sequence[str] = (sys.executable, "-m", "sheepop"),
+                  env: Mapping[str, str] | None = None) -> subprocess.Popen:
+    """`[WRAPPER...] python -m sheepop ARGS` (or `program`, e.g. the installed script, in place
+    of `python -m sheepop`) with its stdout and stderr piped as text; one OpenMP thread, output
+    unbuffered (lines arrive as printed), `env` added to the environment; `new_session` gives it
+    a process group of its own (for a terminal's Ctrl-C to the group)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.Popen([*wrapper, *program, *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=new_session)
 

@@ -8,59 +8,23 @@ Ctrl-C, SIGTERM and SIGHUP stop any command with one line on stderr and exit sta
 signal's number (130, 143, 129), never a traceback; training saves its last finished step first
 (sheepop.train.signals).
 
-The first moments count too. Python raises KeyboardInterrupt from its start, and a Ctrl-C while
-this package and the commands' modules are imported (0.15-0.3 s after the start) printed a
-traceback in 17 of 26 trials. So the first thing this module does, when it is the program
-(`sheepop`, `python -m sheepop`; not when a test or a library imports it), is install
-`_stop_at_start` for the three signals: one line on stderr and 128 + the signal's number, at
-once (nothing has been written yet). `main` replaces it with the raising handlers inside its
-`try`, which covers the parser's imports too. A signal inherited as ignored stays ignored.
+The first moments count too: the program starts in `sheepop.__main__.main`, whose first line
+makes the three signals print one line and exit at once; `main` (called there with
+`as_program=True`) replaces that with raising handlers inside its `try`, which covers the
+commands' imports and the parser. A signal inherited as ignored stays ignored.
 """
 
 from __future__ import annotations
 
-import os
+import argparse
+import importlib
 import signal
 import sys
 import threading
 
-_START_MESSAGES = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM"}
-if hasattr(signal, "SIGHUP"):
-    _START_MESSAGES[signal.SIGHUP] = "stopped by SIGHUP"
-
-
-def _stop_at_start(signum: int, frame: object) -> None:
-    """A stop signal before `main` handles signals: one line and the shell's status, no
-    traceback (os.write and os._exit: nothing to unwind, nothing written yet)."""
-    os.write(2, f"sheepop: {_START_MESSAGES[signum]}\n".encode())
-    os._exit(128 + signum)
-
-
-def _is_the_program() -> bool:
-    """Whether this process is the `sheepop` command (its script, or `python -m sheepop`), not
-    a worker of its process pools: a spawned worker runs the script again with the command's
-    argv (its process named first, e.g. SpawnPoolWorker-1), and the pool ends it with SIGTERM,
-    which must not print "sheepop: stopped by SIGTERM" (`prepare` did, once per worker)."""
-    pools = sys.modules.get("multiprocessing")  # imported first thing in a worker
-    if pools is not None and pools.current_process().name != "MainProcess":
-        return False
-    first = sys.argv[0] if sys.argv else ""
-    path = os.path.normpath(first)
-    return (os.path.basename(path) == "sheepop"
-            or path.endswith(os.path.join("sheepop", "__main__.py")))
-
-
-if _is_the_program() and threading.current_thread() is threading.main_thread():
-    for _signum in _START_MESSAGES:
-        if signal.getsignal(_signum) is not signal.SIG_IGN:
-            signal.signal(_signum, _stop_at_start)
-
-import argparse  # noqa: E402 (after the start-up handlers: these imports take time)
-import importlib  # noqa: E402
-
-from sheepop import __version__  # noqa: E402
-from sheepop.cli.common import APPLY_THREADS, SPARE_CORES, Parser  # noqa: E402
-from sheepop.errors import EXIT_USER_ERROR, UserError  # noqa: E402
+from sheepop import __version__
+from sheepop.cli.common import APPLY_THREADS, SPARE_CORES, Parser
+from sheepop.errors import EXIT_USER_ERROR, UserError
 
 COMMAND_MODULES = (
     "sheepop.cli.train",
@@ -88,11 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, as_program: bool = False) -> int:
+    """Run the command of `argv` (sys.argv's by default); its exit status. `as_program`: called
+    by the program's entry point (sheepop.__main__), whose start-up handlers Ctrl-C's raising
+    one replaces (a test or a library calling `main` keeps its own SIGINT handler)."""
     from sheepop.train import signals  # the stdlib's signal module only: loads nothing heavy
 
     try:
-        _raise_on_ctrl_c()
+        if as_program:
+            _raise_on_ctrl_c()
         with signals.raising_stop_signals():
             parser = build_parser()
             args = parser.parse_args(argv)
@@ -133,7 +101,8 @@ def _ctrl_c(signum: int, frame: object) -> None:
 
 def _raise_on_ctrl_c() -> None:
     """Ctrl-C raises KeyboardInterrupt again (as Python's own handler does), in place of the
-    start-up handler, now that `main`'s `try` turns it into one line."""
+    start-up handler, now that `main`'s `try` turns it into one line; an ignored SIGINT (a
+    background job's) stays ignored."""
     if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGINT) is _stop_at_start):
+            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):
         signal.signal(signal.SIGINT, _ctrl_c)
