@@ -53,3 +53,12 @@ def check_shapes(found: Mapping[str, Sequence[int]], expected: Mapping[str, Sequ
 def decays(shape: Sequence[int]) -> bool:
     """AdamW's parameter groups: decoupled weight decay on tensors with ndim >= 2 only."""
     return len(shape) >= 2
+
+
+def uses_muon(name: str, shape: Sequence[int]) -> bool:
+    """The optimizer groups of `train.optimizer = "muon"`, for both engines: Muon for the
+    matrices inside the blocks (attention and feed-forward weights: their updates are
+    orthogonalised), AdamW for everything else. An embedding row is a lookup, not a map, and
+    the head's rows are read one token at a time, so neither gets the whole-matrix update
+    (nanochat and modded-nanogpt group them the same way); gains and biases are vectors."""
+    return name.startswith("blocks.") and len(shape) == 2
