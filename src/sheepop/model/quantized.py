@@ -43,6 +43,31 @@ row) and loses from 16 (0.75x at 16, 0.55x at 512). So a step of more than 8 seq
 batches) runs the dequantized product: no faster than float32, only smaller in memory."""
 
 
+KERNEL_WIDTH_STEP = 16
+"""The input widths torch's int8 kernel computes on every CPU are multiples of this (see
+`int8_kernel_takes`)."""
+
+
+def int8_kernel_takes(rows: torch.Tensor, q: torch.Tensor) -> bool:
+    """Whether `aten._weight_int8pack_mm(rows, q, s)` gives bf16(rows q^T s) on every CPU torch
+    may dispatch it to, which a machine does not choose (torch 2.x,
+    aten/src/ATen/native/cpu/int8mm_kernel.cpp; docs/performance.md, "Weights in fewer bytes"):
+
+    - AVX-512: each step reads 16 columns of a row of x and of q, with no tail loop, through
+      aligned loads (32 bytes of x, 16 of q): the width K a multiple of 16, x's and q's storage
+      32- and 16-byte aligned. A width of 8 mod 16 reads 8 values past each row: 1e37 or a
+      segmentation fault (issue 41, measured on an AVX-512 machine at K = 40).
+    - AVX2: 8 columns a step, x 16-byte aligned: K a multiple of 8.
+    - without vectors (ATEN_CPU_CAPABILITY=default): any K.
+
+    So K % 16 == 0, x contiguous (the kernel reads rows K apart; torch checks only the last
+    stride) and both storages aligned: the condition that holds on all three, taken on every
+    CPU so that a model computes the same path, hence the same numbers, wherever it runs. The
+    output count has no condition: the kernel takes 4 outputs at a time with any remainder."""
+    return (rows.shape[-1] % KERNEL_WIDTH_STEP == 0 and rows.is_contiguous()
+            and rows.data_ptr() % 32 == 0 and q.data_ptr() % 16 == 0)
+
+
 class Int8Linear(nn.Module):
     """y = bf16(bf16(x) q^T * s) + b, in the dtype of x. `q` and `scale` are buffers (no
     gradient: this layer is for inference); the bias stays a float32 Parameter.
@@ -53,10 +78,9 @@ class Int8Linear(nn.Module):
     copy of one row of activations: the products are unchanged); the compiled one reads the
     words (`_words_product`).
 
-    torch's int8 kernel takes only widths that are multiples of 8: on this AVX2 CPU it read past
-    the end of other rows (results off by up to 1e30, depending on the seed, for widths 18, 22,
-    30, 34... and 4, 28, 36, 44...; none wrong in 49 multiples of 8 x 6 seeds x 3 output
-    counts). Other widths take the dequantized product."""
+    torch's int8 kernel runs only where `int8_kernel_takes` says it computes its formula on
+    every CPU (an input width that is a multiple of 16); other widths take the dequantized
+    product, on every CPU alike."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
@@ -95,7 +119,7 @@ class Int8Linear(nn.Module):
             y = self._words_product(rows)
         else:
             stored = interleave(rows) if self.interleaved else rows
-            if few and self.in_features % 8 == 0:
+            if few and int8_kernel_takes(stored, self.q):
                 y = torch.ops.aten._weight_int8pack_mm(stored, self.q, self.scale)
             else:
                 y = (F.linear(stored.float(), self.q.float()) * self.scale.float()
@@ -160,11 +184,13 @@ class Int8Head(Int8Linear):
 def quantize_int8(model: GPT) -> GPT:
     """Every block's linear layer and the head in int8 (in place; returned). The model then
     runs for inference only."""
-    for name, module in list(model.blocks.named_modules()):
-        if isinstance(module, nn.Linear):
-            parent_name, _, child = name.rpartition(".")
-            setattr(model.blocks.get_submodule(parent_name), child,
-                    Int8Linear.from_weight(module.weight, module.bias))
+    names = [n for n, m in model.blocks.named_modules() if isinstance(m, nn.Linear)]
+    for name in names:  # by name: a float32 layer is freed once replaced, if nothing else
+        parent_name, _, child = name.rpartition(".")  # holds it (sheepop.inference.load)
+        parent = model.blocks.get_submodule(parent_name)
+        module = getattr(parent, child)
+        setattr(parent, child, Int8Linear.from_weight(module.weight, module.bias))
+        del module
     model.head = Int8Head.of(model.head, model.tok_emb.table())
     return model
 
