@@ -42,10 +42,10 @@ system-deps:
 # runs/latest is pointed at the run before it starts, so that it can be followed while it trains.
 run: install
 	@mkdir -p $(RUNS) && ln -sfn $(notdir $(RUN_DIR)) $(RUNS)/latest
-	$(BIN)/sheepop train --preset $(PRESET) --out $(RUN_DIR) $(TRAIN_ARGS)
-	$(BIN)/sheepop generate $(RUN_DIR) --prompt "def " --max-new-tokens 400 --temperature 0.8
+	@# Training's summary, a sample (--sample: what `sheepop generate RUN --prompt "def "` writes),
+	@# then the commands to go on ("next:"), once, last.
+	$(BIN)/sheepop train --preset $(PRESET) --out $(RUN_DIR) --sample "def " $(TRAIN_ARGS)
 	@echo
-	@# The commands to go on are the ones training printed after its summary ("next:"), once.
 	@echo "the run: $(RUN_DIR) (and $(RUNS)/latest); for the commands after \"next:\" above, first . $(BIN)/activate"
 
 # Two workers, each test file on one of them (its module fixtures, e.g. transformers' copy of

@@ -1,7 +1,7 @@
 """`make run` as a newcomer types it, on a tiny model: the timestamped run, `runs/latest`
-pointing at it (from the start, to follow the run), and one block of commands to go on (after
-training's summary), with the run's real path. `-o install` keeps make from reinstalling into
-this venv."""
+pointing at it (from the start, to follow the run), training's summary, a sample, then one block
+of commands to go on, last, with the run's real path. `-o install` keeps make from reinstalling
+into this venv."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ def test_make_run_points_runs_latest_at_the_run_and_ends_with_what_to_do_next(tm
     assert (runs / "latest" / "model.safetensors").is_file()
     assert (run / "best" / "model.safetensors").is_file()
     lines = proc.stdout.rstrip().splitlines()
+    # the order a newcomer reads: the summary, the sample ("def " and what the model wrote
+    # after it), the commands to go on, the line that says where the run is
+    summary = lines.index(f"run saved in {run}")
+    assert lines[summary + 1].startswith("def ") and lines.index("next:") > summary + 1, \
+        proc.stdout
     assert lines[-1] == (f"the run: {run} (and {runs}/latest); for the commands after \"next:\" "
                          f"above, first . {BIN}/activate")
     # one block of advice (training's), and conversations that exist or a command that writes

@@ -74,6 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "set (the context lowered, or raised where positions are not learned)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar, even on a terminal: plain lines instead")
+    p.add_argument("--sample", metavar="PROMPT",
+                   help="after training, continue PROMPT with the trained model as `sheepop "
+                        "generate RUN_DIR --prompt PROMPT` does, between the summary and the "
+                        "commands to go on (`make run` does)")
     p.add_argument("--nproc", type=int, help="train on NPROC processes of this machine "
                    "(DDP through torchrun; see docs/distributed.md)")
     add_config_options(p)
@@ -123,9 +127,21 @@ def run(args: argparse.Namespace) -> int:
         write_run_plots(args.out, cfg.train)
         for line in summary.lines():
             print(line)
+        if args.sample is not None and not summary.interrupted:
+            sample(args.out, args.sample)
         for line in next_commands(args.out, summary.best_step is not None, summary.interrupted):
             print(line)
     return job.leave(status)
+
+
+def sample(run_dir: str | Path, prompt: str) -> None:
+    """`sheepop generate RUN_DIR --prompt PROMPT`, the command itself (its settings, its lines
+    on stderr), then a blank line: the sample comes after the summary and before the commands
+    to go on, which are the last thing a newcomer reads."""
+    from sheepop.cli import build_parser  # the whole command line: generate's own parser
+    args = build_parser().parse_args(["generate", str(run_dir), "--prompt", prompt])
+    args.func(args)
+    print(flush=True)
 
 
 def next_commands(run_dir: str | Path, has_best: bool, interrupted: bool = False) -> list[str]:
