@@ -3,6 +3,8 @@ a reference written here from ggml's block layouts (ggml-quants.c, dequantize_ro
 of random bytes; the types `gguf` can quantize also round-trip a known matrix within their step;
 any other type, a truncated file and a file that is not GGUF are one-line refusals."""
 
+import re
+
 import numpy as np
 import pytest
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
@@ -219,3 +221,68 @@ def test_arrays_nested_without_end_are_a_one_line_refusal(tmp_path):
     with pytest.raises(UserError, match="deep.gguf: not a readable GGUF file .truncated or "
                                         "corrupt: arrays nested more than 8 deep"):
         read_gguf(tmp_path / "deep.gguf")
+
+
+def raw_gguf(path, tensors, alignment=None, data=b""):
+    """A GGUF file written byte by byte, so that its offsets and alignment can be anything:
+    `tensors` are (name, rows, row length, offset) float32 descriptions; `alignment` is a
+    (value type, packed value) pair for general.alignment or None; `data` follows the padding."""
+    import struct
+
+    def string(s):
+        return struct.pack("<Q", len(s)) + s.encode()
+    meta = b"" if alignment is None else string("general.alignment") + struct.pack(
+        "<I", alignment[0]) + alignment[1]
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), 0 if alignment is None else 1) + meta
+    for name, rows, row, offset in tensors:
+        head += string(name) + struct.pack("<IQQIQ", 2, row, rows, int(Q.F32), offset)
+    step = 32 if alignment is None or alignment[0] != 4 else struct.unpack("<I", alignment[1])[0]
+    path.write_bytes(head + b"\0" * (-len(head) % max(step, 1)) + data)
+
+
+def test_the_raw_writer_writes_what_ggufs_own_reader_reads(tmp_path):
+    """The control for the hostile files below: the same writer with honest offsets (two
+    tensors, alignment 64) gives a file that both readers read to the same values."""
+    import struct
+
+    from gguf import GGUFReader
+    a, b = np.arange(64, dtype=np.float32).reshape(2, 32), -np.ones((1, 32), np.float32)
+    raw_gguf(tmp_path / "ok.gguf", [("a", 2, 32, 0), ("b", 1, 32, 256)],
+             (4, struct.pack("<I", 64)), a.tobytes() + b.tobytes())
+    gguf = read_gguf(tmp_path / "ok.gguf")
+    np.testing.assert_array_equal(gguf.array("a"), a)
+    np.testing.assert_array_equal(gguf.array("b"), b)
+    theirs = {t.name: t.data for t in GGUFReader(tmp_path / "ok.gguf").tensors}
+    np.testing.assert_array_equal(theirs["b"], b)
+
+
+@pytest.mark.parametrize("tensors, alignment, message", [
+    ([("a", 2, 32, 0), ("b", 2, 32, 128)], (4, b"\3\0\0\0"),
+     r"general.alignment is 3, not a power of two"),
+    ([("a", 2, 32, 0)], (4, b"\0\0\0\0"), r"general.alignment is 0, not a power of two"),
+    ([("a", 2, 32, 0)], (8, b"\2\0\0\0\0\0\0\0" + b"32"),
+     r"general.alignment is not a uint32 \('32'\)"),
+    ([("a", 2, 32, 0), ("b", 2, 32, 64)], None,
+     r"tensor b's data \(from offset 64\) overlaps tensor a's \(which ends at 256\)"),
+    ([("a", 2, 32, 0), ("b", 1, 32, 0)], None, r"tensor a's data \(from offset 0\) overlaps "
+                                              r"tensor b's \(which ends at 128\)"),
+    ([("a", 2, 32, 8)], None, r"tensor a's data offset 8 is not a multiple of "
+                              r"general.alignment \(32\)"),
+    ([("a", 2, 32, 0), ("b", 2, 32, 264)], (4, b"\x10\0\0\0"),
+     r"tensor b's data offset 264 is not a multiple of general.alignment \(16\)"),
+])
+def test_hostile_offsets_and_alignments_are_refused_by_name(tmp_path, capsys, tensors,
+                                                            alignment, message):
+    """Overlapping or misaligned tensor data, or a general.alignment that is not a uint32
+    power of two (llama.cpp's reader refuses each), is refused in one line, exit 2, before any
+    tensor is read: they imported without a word (issue 41)."""
+    from sheepop.cli import main
+    raw_gguf(tmp_path / "bad.gguf", tensors, alignment, np.ones(1024, np.float32).tobytes())
+    with pytest.raises(UserError, match="bad.gguf: not a readable GGUF file .truncated or "
+                                        "corrupt: " + message):
+        read_gguf(tmp_path / "bad.gguf")
+    assert main(["import", str(tmp_path / "bad.gguf"), str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sheepop: error: ") and err.count("\n") == 1
+    assert re.search(message, err)
+    assert not (tmp_path / "run").exists()

@@ -5,6 +5,12 @@
     tensors:   name (string) | n_dims u32 | dims u64 x n_dims | type u32 | offset u64
     padding to `general.alignment` (default 32), then the tensor data, each at its offset
 
+llama.cpp's reader (ggml/src/gguf.cpp) holds a file to more than this, and so does sheepop's:
+`general.alignment` is a uint32 and a power of two, and each tensor's data starts at a multiple
+of it and overlaps no other tensor's (llama.cpp even wants them in order, without gaps; the
+format's description asks only for aligned offsets). A file that breaks them is refused, naming
+the field or the tensors, before anything is read from the data.
+
 A string is a u64 byte length and UTF-8 bytes; an array is an element type u32, a u64 count and
 the elements; every number is little-endian. The `gguf` package's reader gives the same values,
 but builds a memory-mapped view for every element of every field: SmolLM2's 49,152 tokens and
@@ -95,9 +101,13 @@ def read_layout(buf: Any) -> tuple[int, dict[str, Any], list[TensorInfo], int]:
         raise LayoutError(f"GGUF version {version} (sheepop reads versions 2 and 3)")
     n_tensors, n_meta = c.number("Q"), c.number("Q")
     meta: dict[str, Any] = {}
+    alignment = DEFAULT_ALIGNMENT
     for _ in range(n_meta):
         key = c.string()
-        meta[key] = c.value(c.number("I"))
+        kind = c.number("I")
+        meta[key] = c.value(kind)
+        if key == "general.alignment":
+            alignment = _alignment(kind, meta[key])
     tensors = []
     for _ in range(n_tensors):
         name = c.string()
@@ -106,28 +116,61 @@ def read_layout(buf: Any) -> tuple[int, dict[str, Any], list[TensorInfo], int]:
             raise LayoutError(f"tensor {name} has {n_dims} dimensions")
         dims = tuple(c.number("Q") for _ in range(n_dims))
         tensors.append(TensorInfo(name, dims, c.number("I"), c.number("Q")))
-    alignment = int(meta.get("general.alignment", DEFAULT_ALIGNMENT))
-    if alignment <= 0:
-        raise LayoutError(f"general.alignment is {alignment}")
+    _check_offsets(tensors, alignment)
     data_start = -(-c.pos // alignment) * alignment
     return version, meta, tensors, data_start
+
+
+def _alignment(kind: int, value: Any) -> int:
+    """general.alignment, which must be a uint32 power of two (as llama.cpp reads it)."""
+    if kind != 4:
+        raise LayoutError(f"general.alignment is not a uint32 ({str(value)[:40]!r})")
+    if value == 0 or value & (value - 1):
+        raise LayoutError(f"general.alignment is {value}, not a power of two")
+    return value
+
+
+def row_layout(info: TensorInfo) -> tuple[int, int] | None:
+    """(number of rows, bytes a row) of the tensor's data; None for a type number ggml does not
+    know. LayoutError when its rows are not whole blocks of its type."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(info.type)]
+    except ValueError:
+        return None
+    row = info.dims[0] if info.dims else 1
+    if row % block:
+        raise LayoutError(f"tensor {info.name}: a row of {row} values is not whole blocks of "
+                          f"{block}")
+    return int(np.prod(info.dims[1:], dtype=object)), row // block * size  # (no overflow)
+
+
+def _check_offsets(tensors: list[TensorInfo], alignment: int) -> None:
+    """Each tensor's data at a multiple of the alignment, no two overlapping."""
+    spans = []
+    for t in tensors:
+        if t.offset % alignment:
+            raise LayoutError(f"tensor {t.name}'s data offset {t.offset} is not a multiple of "
+                              f"general.alignment ({alignment})")
+        rows = row_layout(t)  # (an unknown type is refused by name later)
+        if rows and rows[0] * rows[1]:  # (an empty tensor holds no bytes)
+            spans.append((t.offset, t.offset + rows[0] * rows[1], t.name))
+    spans.sort()
+    for (_, end, before), (start, _, name) in zip(spans, spans[1:]):
+        if start < end:
+            raise LayoutError(f"tensor {name}'s data (from offset {start}) overlaps tensor "
+                              f"{before}'s (which ends at {end})")
 
 
 def tensor_bytes(buf: np.ndarray, info: TensorInfo, data_start: int) -> np.ndarray:
     """The tensor's stored values in NumPy order (its dims reversed): for float types an array
     of that dtype, for a quantized type uint8 rows of blocks (what gguf.quants.dequantize
     takes). LayoutError when the tensor runs past the end of the file."""
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf import GGMLQuantizationType
 
     kind = GGMLQuantizationType(info.type)
-    block, size = GGML_QUANT_SIZES[kind]
     shape = tuple(reversed(info.dims)) or (1,)
-    row = shape[-1]
-    if row % block:
-        raise LayoutError(f"tensor {info.name}: a row of {row} values is not whole blocks of "
-                          f"{block}")
-    n_rows = int(np.prod(shape[:-1], dtype=np.int64))
-    row_bytes = row // block * size
+    n_rows, row_bytes = row_layout(info)  # type: ignore[misc]  # (a type ggml knows)
     start = data_start + info.offset
     end = start + n_rows * row_bytes
     if end > len(buf):
