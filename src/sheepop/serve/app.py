@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sheepop.inference.load import InferenceModel
 from sheepop.serve.choice import Event, Job
+from sheepop.serve.json_out import MAX_NESTING, nesting
 from sheepop.serve.origin import SameOrigin
 from sheepop.serve.protocol import ApiError, Served, bad, parse
 from sheepop.serve.render import Render, TokenTexts
@@ -106,24 +107,6 @@ class RequireKey:
                 await error_response(e)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-MAX_NESTING = 32
-"""Arrays and objects inside one another in a request body: OpenAI's requests need 5."""
-
-
-def nesting(value: Any) -> int:
-    """How deep arrays and objects nest in a decoded JSON value (a scalar: 0), iteratively: a
-    hostile body must not exhaust the stack of whatever walks it later."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, (list, dict)):
-            deepest = max(deepest, depth + 1)
-            if deepest > MAX_NESTING:
-                return deepest
-            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return deepest
 
 
 async def read_json(request: HttpRequest, limit: int) -> Any:

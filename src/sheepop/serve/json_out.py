@@ -5,6 +5,10 @@ client's parser refuses the whole answer), and Starlette's JSONResponse raises o
 (a 500). A value the server sends may hold them when the model's own numbers are not finite (a
 log-probability of a model whose weights overflow) or when a file it serves holds them (a
 metrics.jsonl row written by a diverging run): such a number is sent as `null`.
+
+A value nested deeper than MAX_NESTING is never sent: Python's encoder recurses, and a value
+nested ~1,000 deep raises RecursionError (a 500). A request body that deep is refused (400), a
+file's row that deep skipped; `nesting` measures without recursing.
 """
 
 from __future__ import annotations
@@ -14,6 +18,25 @@ import math
 from typing import Any
 
 from starlette.responses import JSONResponse
+
+MAX_NESTING = 32
+"""Arrays and objects inside one another in a value received or sent: OpenAI's requests need
+5, a metrics row 1."""
+
+
+def nesting(value: Any) -> int:
+    """How deep arrays and objects nest in a decoded JSON value (a scalar: 0), iteratively: a
+    hostile value must not exhaust the stack of whatever walks it later; it stops counting past
+    MAX_NESTING."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, depth + 1)
+            if deepest > MAX_NESTING:
+                return deepest
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
 
 
 def finite(value: Any) -> Any:

@@ -9,9 +9,10 @@
                                        reads only what a training run appended meanwhile
 
 A row is what the trainer wrote (step, loss, lr, val_loss, val_bpb, ...); a line torn by a crash,
-still being written, or longer than MAX_LINE is skipped; a number that is not finite (a diverged
-loss) is sent as null. A resumed run rewrites its file shorter: `since` past the end answers
-every row again with `"reset": true`. A name is looked up among the listed runs, never joined
+still being written, longer than MAX_LINE or nested deeper than json_out.MAX_NESTING (it could
+not be sent) is skipped; a number that is not finite (a diverged loss) is sent as null. A
+resumed run rewrites its file shorter: `since` past the end answers every row again with
+`"reset": true`. A name is looked up among the listed runs, never joined
 onto a path, so no request reads outside them.
 
 Memory and time are bounded whatever the file's size: each file's rows are found once
@@ -35,7 +36,7 @@ import anyio
 from starlette.requests import Request as HttpRequest
 from starlette.routing import Route
 
-from sheepop.serve.json_out import FiniteJSONResponse
+from sheepop.serve.json_out import MAX_NESTING, FiniteJSONResponse, nesting
 from sheepop.serve.protocol import ApiError, bad
 
 METRICS = "metrics.jsonl"
@@ -82,12 +83,15 @@ def find_runs(served: Path | None, runs_dir: Path | None) -> dict[str, Path]:
 
 
 def _row(line: bytes) -> dict[str, Any] | None:
-    """A line's row, or None: not JSON, not an object, no integer step."""
+    """A line's row, or None: not JSON, not an object, no integer step, nested deeper than
+    json_out.MAX_NESTING (it could not be sent)."""
     try:
         row = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    return row if isinstance(row, dict) and type(row.get("step")) is int else None
+    if not isinstance(row, dict) or type(row.get("step")) is not int:
+        return None
+    return row if nesting(row) <= MAX_NESTING else None
 
 
 class MetricsIndex:
