@@ -139,7 +139,9 @@ async def read_json(request: HttpRequest, limit: int) -> Any:
 
 async def _generate(request: HttpRequest, chat: bool) -> JobResponse:
     st = request.app.state
-    req = parse(await read_json(request, st.settings.max_body), st.served, chat)
+    body = await read_json(request, st.settings.max_body)
+    # (off the event loop: a chat template renders here, for up to its bound of seconds)
+    req = await asyncio.to_thread(parse, body, st.served, chat)
     job = Job(req, st.model.tokenizer, st.settings.timeout)
     job.inbox = asyncio.Queue()
     try:

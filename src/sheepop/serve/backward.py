@@ -89,7 +89,8 @@ async def backward(request: HttpRequest) -> JSONResponse:
     if not isinstance(body, dict):
         raise bad(None, "the request body must be a JSON object")
     model: InferenceModel = st.model
-    ids = _prompt_ids(body, model.tokenizer)
+    # (off the event loop: a chat template renders here, for up to its bound of seconds)
+    ids = await asyncio.to_thread(_prompt_ids, body, model.tokenizer)
     limit = min(MAX_TOKENS, model.config.model.block_size + 1)
     if not 2 <= len(ids) <= limit:
         raise bad("prompt", f"a text stepped backwards holds 2 to {limit} tokens (a target "

@@ -224,7 +224,9 @@ async def shape(request: HttpRequest) -> JSONResponse:
 async def inspect_prompt(request: HttpRequest) -> JSONResponse:
     st = request.app.state
     body = await read_json(request, st.settings.max_body)
-    ids, top, layers, lens, at = _checked(body, st.model, st.settings.name)
+    # (off the event loop: a chat template renders here, for up to its bound of seconds)
+    ids, top, layers, lens, at = await asyncio.to_thread(_checked, body, st.model,
+                                                         st.settings.name)
     future = st.scheduler.call(lambda model: inspect(model, ids, top, lens, at, layers))
     result = await asyncio.wrap_future(future)
     if not _finite(result):

@@ -186,7 +186,8 @@ async def trace(request: HttpRequest) -> JSONResponse:
     started = time.perf_counter()
     body = await read_json(request, st.settings.max_body)
     model: InferenceModel = st.model
-    ids, prompt_tokens = request_ids(body, model)
+    # (off the event loop: a chat template renders here, for up to its bound of seconds)
+    ids, prompt_tokens = await asyncio.to_thread(request_ids, body, model)
     position = _integer(body, "position", len(ids) - 1, 0, len(ids) - 1)
     layer = _integer(body, "layer", 0, 0, model.config.model.n_layer - 1)
     settings = _settings(body, model)

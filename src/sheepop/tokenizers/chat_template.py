@@ -18,8 +18,10 @@ The environment is the one the templates are written for (`transformers`' apply_
 - {% generation %} ... {% endgeneration %}: a block that outputs its body unchanged and marks
   it as written by the assistant (`Rendered.spans`, for the fine-tuning loss mask).
 
-Every failure of a template (it does not parse, it refuses the conversation, it reaches for
-something the sandbox forbids, it fails on the data) is one UserError line naming the problem.
+A rendering is bounded in steps, time and size (sheepop.tokenizers.template_budget): a template
+that would run for ever or fill memory is stopped inside the rendering. Every failure of a
+template (it does not parse, it refuses the conversation, it reaches for something the sandbox
+forbids, it fails on the data, it passes a bound) is one UserError line naming the problem.
 """
 
 from __future__ import annotations
@@ -33,10 +35,16 @@ from typing import Any, NamedTuple
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
 from sheepop.errors import UserError
+from sheepop.tokenizers.template_bounds import (
+    BoundedEnvironment,
+    bound_tree,
+    bounded_filter,
+    check_format,
+)
+from sheepop.tokenizers.template_budget import RenderLimit, budget_for, joined, spending
 
 TOKEN_VARIABLES = ("bos_token", "eos_token", "unk_token", "pad_token")
 """The special tokens a template may write by name (Hugging Face's names)."""
@@ -80,11 +88,13 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: Any = None, separato
             sort_keys: bool = False) -> str:
     """json.dumps with the options templates pass; Jinja's own filter escapes <, > and & for
     HTML, which would change the prompt."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    encoder = json.JSONEncoder(ensure_ascii=ensure_ascii, indent=indent,
+                               separators=separators, sort_keys=sort_keys)
+    return joined(encoder.iterencode(value))  # (an indent multiplies the size: counted)
 
 
 def _strftime_now(fmt: str) -> str:
+    check_format(str(fmt))  # (a width: "%1000000000Y")
     return datetime.now().strftime(fmt)
 
 
@@ -119,10 +129,10 @@ def _check_name(name: Any) -> None:
                                               f"({name!r})")
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[GenerationBlocks, "jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = _tojson
+def _environment() -> BoundedEnvironment:
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                             extensions=[GenerationBlocks, "jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = bounded_filter("tojson", _tojson)
     env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
                        dict=_DictMaker(), namespace=_Namespace)
     return env
@@ -140,11 +150,14 @@ def compile_template(source: str) -> jinja2.Template:
     """The compiled template (cached: a server renders the same template for every request)."""
     if not isinstance(source, str):
         raise UserError(f"a chat template must be text, not {type(source).__name__}")
-    try:
-        return _ENV.from_string(source)
+    try:  # (its loops and literals rewritten to spend the rendering's budget)
+        return _ENV.from_string(bound_tree(_ENV.parse(source), _ENV))
     except jinja2.TemplateSyntaxError as e:
         raise UserError(f"the chat template does not parse: {_one_line(e.message or '')} "
                         f"(line {e.lineno})") from None
+    except RecursionError:
+        raise UserError("the chat template does not parse: it nests deeper than Python's "
+                        "stack") from None
 
 
 def has_generation_blocks(source: str) -> bool:
@@ -182,11 +195,16 @@ def render(source: str, messages: Sequence[Mapping[str, Any]], add_generation_pr
     spans: list[tuple[int, int]] = []
     at = 0
     try:
-        for piece in template.generate(**variables):
-            if isinstance(piece, _Generated):
-                spans.append((at, at + len(piece)))
-            pieces.append(piece)
-            at += len(piece)
+        with spending(budget_for(variables)) as budget:
+            for piece in template.generate(**variables):
+                budget.emit(piece)
+                if isinstance(piece, _Generated):
+                    spans.append((at, at + len(piece)))
+                pieces.append(piece)
+                at += len(piece)
+    except RenderLimit as e:
+        raise UserError(f"the chat template was stopped: {e} (a rendering is bounded)"
+                        ) from None
     except TemplateRefusal as e:
         raise UserError(f"the chat template refused the conversation: {_one_line(str(e))}"
                         ) from None
@@ -196,7 +214,7 @@ def render(source: str, messages: Sequence[Mapping[str, Any]], add_generation_pr
     except jinja2.TemplateError as e:
         raise UserError(f"the chat template failed: {_one_line(str(e))}") from None
     except (TypeError, ValueError, LookupError, ArithmeticError, AttributeError,
-            RecursionError) as e:  # the template's own expressions on this data
+            RecursionError, MemoryError) as e:  # the template's own expressions on this data
         raise UserError(f"the chat template failed: {type(e).__name__}: {_one_line(str(e))}"
                         ) from None
     return Rendered("".join(pieces), spans)
