@@ -72,6 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--show-prompt", action="store_true",
                    help="before each answer, write on stderr the prompt the model reads "
                         "(escaped, on one line) and its number of tokens")
+    p.add_argument("--speed", action="store_true",
+                   help="after each answer, write on stderr its speed: the prompt's tokens "
+                        "and tokens/s, the time to first token, the tokens generated and "
+                        "tokens/s (as `ollama run --verbose`; `generate` always writes it)")
     add_best_option(p)
     add_threads_option(p)
     p.set_defaults(func=run)
@@ -100,9 +104,11 @@ class Chat:
     """The conversation with one model, and the answer to each new user message."""
 
     def __init__(self, model: Any, sample: SampleConfig, system: str, show_prompt: bool,
-                 note: TextIO):
+                 note: TextIO, show_speed: bool = False):
         from sheepop.tokenizers.chat import turn_end
         self.model, self.sample, self.show_prompt, self.note = model, sample, show_prompt, note
+        self.show_speed = show_speed
+        self.after_answer: list[str] = []  # notes for after the answer's line (Ctrl-C, speed)
         self.tokenizer = model.tokenizer
         self.system = system
         self.messages: list[dict[str, str]] = []
@@ -140,22 +146,27 @@ class Chat:
 
     def answer(self, user: str, write) -> str:
         """Stream the answer to `user` through `write(piece)`; Ctrl-C stops it early. The
-        answer (as far as it got) joins the conversation."""
+        answer (as far as it got) joins the conversation; what is to be said about it waits in
+        `after_answer` until its line has ended (`turn`)."""
+        from sheepop.generation.speed import Stopwatch
         from sheepop.generation.text_stream import stream_text
         from sheepop.tokenizers import IncrementalDecoder
         ids = self.prompt(user)
+        stopwatch = Stopwatch(len(ids))
         cfg = dataclasses.replace(self.sample, seed=self.sample.seed + self.answers)
         self.answers += 1
         pieces: list[str] = []
         try:
             for piece in stream_text(self.model.lm, ids, cfg, IncrementalDecoder(self.tokenizer),
-                                     stop=self.stops, eos_id=self.end_id):
+                                     stop=self.stops, eos_id=self.end_id, stopwatch=stopwatch):
                 pieces.append(piece)
                 write(piece)
         except KeyboardInterrupt as e:
             if getattr(e, "signum", signal.SIGINT) != signal.SIGINT:
                 raise  # SIGTERM, SIGHUP: leave (sheepop.cli.main)
-            self.say("(answer stopped)")
+            self.after_answer.append("(answer stopped)")
+        if self.show_speed:
+            self.after_answer.append(f"speed: {stopwatch.speed().line()}")
         text = "".join(pieces)
         self.messages.append({"role": "assistant", "content": text})
         return text
@@ -191,12 +202,18 @@ def turn(chat: Chat, line: str, out: TextIO, shown: Callable[[str], str] = str) 
     done = command(chat, line)
     if done is not None:
         return done
+    from sheepop.generation.sample import NonFiniteLogits
     try:
         chat.answer(line, lambda piece: (out.write(shown(piece)), out.flush()))
+    except NonFiniteLogits:  # weights that overflow: no answer will ever come (exit 2)
+        raise
     except UserError as e:  # a message too long, or holding a special token
         chat.say(f"error: {e}")
-    out.write("\n")
+    out.write("\n")  # the answer's line ends before any note about it (one terminal: both)
     out.flush()
+    for note in chat.after_answer:
+        chat.say(note)
+    chat.after_answer = []
     return True
 
 
@@ -244,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
     note = sys.stderr
     if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
-    chat = Chat(model, sample, args.system, args.show_prompt, note)
+    chat = Chat(model, sample, args.system, args.show_prompt, note, args.speed)
     tty = sys.stdin.isatty()
     print(f"sheepop: chat with {args.run_dir} ({param_count(m):,} parameters, context "
           f"{m.block_size}, {model.engine} engine)" + (f"; {COMMANDS}" if tty else ""),

@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Continue a prompt with a trained model. Output is streamed as it is "
                     "produced, on stdout; one line on stderr first says what runs (parameters, "
                     "context, and the KV cache's memory per token of context, e.g. 'KV cache "
-                    "2.0 KiB/token (2 of 4 heads)' with grouped-query attention). The "
+                    "2.0 KiB/token (2 of 4 heads)' with grouped-query attention); after the "
+                    "text, lines on stderr give the KV cache's memory and the speed (the "
+                    "prompt's tokens/s, the time to first token, the generated tokens/s). The "
                     "sampling settings are the run's [sample] section (set at train time "
                     "with --set sample.KEY=VALUE or a [sample] table), then --config's "
                     "[sample] table, then --set, then the flags below; a flag not given "
@@ -129,6 +131,7 @@ def model_line(model, dtype: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from sheepop.generation.generate import generate
+    from sheepop.generation.speed import Stopwatch
     from sheepop.generation.text_stream import stream_text
     from sheepop.inference.load import load
     from sheepop.tokenizers import IncrementalDecoder
@@ -145,22 +148,24 @@ def run(args: argparse.Namespace) -> int:
     decoder = IncrementalDecoder(tokenizer)
     out = sys.stdout
     out.write(text)
+    stopwatch = Stopwatch(min(len(ids), lm.block_size))
     if not args.show_probs:
         for piece in stream_text(lm, ids, sample_cfg, decoder, stop=stops,
-                                 eos_id=tokenizer.eos_id, use_cache=not args.no_cache):
+                                 eos_id=tokenizer.eos_id, use_cache=not args.no_cache,
+                                 stopwatch=stopwatch):
             out.write(piece)
             out.flush()
-        out.write("\n")
-        kv_line(lm, args.no_cache)
-        return 0
-    steps = generate(lm, ids, sample_cfg, use_cache=not args.no_cache,
-                     eos_id=tokenizer.eos_id, show_probs=args.show_probs)
-    for step in steps:
-        shown = ", ".join(f"{tokenizer.id_to_token(i)!r} {p:.3f}" for i, p in step.top)
-        out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   drawn from: {shown}")
-        out.flush()
+    else:
+        steps = generate(lm, ids, sample_cfg, use_cache=not args.no_cache,
+                         eos_id=tokenizer.eos_id, show_probs=args.show_probs)
+        for step in stopwatch.watch(steps):
+            shown = ", ".join(f"{tokenizer.id_to_token(i)!r} {p:.3f}" for i, p in step.top)
+            out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   drawn from: {shown}")
+            out.flush()
     out.write("\n")
+    out.flush()
     kv_line(lm, args.no_cache)
+    print(f"sheepop: speed: {stopwatch.speed().line()}", file=sys.stderr)
     return 0
 
 

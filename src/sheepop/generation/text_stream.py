@@ -14,6 +14,7 @@ from typing import Protocol
 from sheepop.config.schema import SampleConfig
 from sheepop.generation.generate import generate, generate_batch
 from sheepop.generation.protocol import BatchLanguageModel, LanguageModel
+from sheepop.generation.speed import Stopwatch
 
 
 class TextDecoder(Protocol):
@@ -63,15 +64,16 @@ class StopStrings:
 
 def stream_text(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
                 decoder: TextDecoder, stop: Sequence[str] = (), eos_id: int | None = None,
-                use_cache: bool = True) -> Iterator[str]:
+                use_cache: bool = True, stopwatch: Stopwatch | None = None) -> Iterator[str]:
     """Yield the generated text in pieces as soon as they are certain.
 
     Generation ends at `eos_id` (not shown), after `cfg.max_new_tokens`, or at the first of
     the `stop` strings (cut off, not shown). Concatenated, the pieces are the decoded new tokens
-    up to that point.
+    up to that point. `stopwatch` notes when each token is drawn (sheepop.generation.speed).
     """
     cut = StopStrings(stop)
-    for step in generate(lm, prompt, cfg, use_cache, eos_id):
+    steps = generate(lm, prompt, cfg, use_cache, eos_id)
+    for step in steps if stopwatch is None else stopwatch.watch(steps):
         if eos_id is not None and step.token == eos_id:
             break
         piece = cut.feed(decoder.step(step.token))

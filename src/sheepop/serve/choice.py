@@ -29,6 +29,7 @@ import numpy as np
 
 from sheepop.generation.generate import next_token
 from sheepop.generation.sample import NonFiniteLogits
+from sheepop.generation.speed import Stopwatch
 from sheepop.generation.text_stream import StopStrings
 from sheepop.serve.protocol import ApiError, Request
 from sheepop.tokenizers import IncrementalDecoder, Tokenizer
@@ -89,11 +90,13 @@ def logprob(logp: np.ndarray, token: int, k: int) -> Logprob:
 
 class Job:
     """One HTTP request: its checked `Request`, its choices, its deadline, and whether it was
-    cancelled (client gone, timeout, shutdown). `inbox` is the app's: where its events go."""
+    cancelled (client gone, timeout, shutdown). `inbox` is the app's: where its events go;
+    `stopwatch` times its tokens from its arrival as its response receives them."""
 
     def __init__(self, request: Request, tokenizer: Tokenizer, timeout: float):
         self.request = request
         self.deadline = time.monotonic() + timeout
+        self.stopwatch = Stopwatch(sum(len(p) for p in request.prompts))  # its speed, logged
         self.cancelled: str | None = None  # set from any thread; read by the scheduler
         self.inbox: Any = None
         n = request.n

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from typing import Any
 
 import anyio
@@ -78,9 +79,17 @@ class JobResponse:
     async def _events(self) -> list[Event]:
         events = await self.job.inbox.get()
         for e in events:
+            if e.token is not None:  # (the tokens usage counts)
+                self.job.stopwatch.tick()
             if e.finish is not None or e.error is not None:
                 self.left.discard(e.index)
         return events
+
+    def _log(self) -> None:
+        """One line on stderr per request answered: its tokens, as its usage counts them, and
+        its speed (sheepop.generation.speed; the time to first token counts the queue too)."""
+        print(f"sheepop: {self.render.id}: {self.job.stopwatch.speed().line()}",
+              file=sys.stderr, flush=True)
 
     async def _whole(self, send: Send) -> None:
         events: list[Event] = []
@@ -93,6 +102,7 @@ class JobResponse:
                 events.append(e)
         self.started = True
         await _send_json(send, self.render.whole(events))
+        self._log()
 
     async def _stream(self, send: Send) -> None:
         self.started = True
@@ -118,3 +128,5 @@ class JobResponse:
             out.append(_sse(self.render.usage_chunk()))
         out.append(b"data: [DONE]\n\n")
         await send({"type": "http.response.body", "body": b"".join(out), "more_body": False})
+        if not failed:
+            self._log()
