@@ -20,7 +20,7 @@ from sheepop.schedule import lr_at, lr_for
 from sheepop.scratch import layers as L
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import gpt_backward, gpt_forward, new_cache
-from sheepop.train.engine_torch import decay_groups
+from sheepop.train.optimizers import decay_groups
 
 
 def ce_gradient(v):
@@ -102,7 +102,7 @@ def adamw(v):
 def decay_flags(v):
     cfg = ModelConfig(vocab_size=5, n_embd=4, n_head=2, n_layer=1, block_size=4)
     model = TorchGPT(cfg)
-    decayed = {id(p) for p in decay_groups(model, 0.1)[0]["params"]}  # torch
+    decayed = {id(p) for p in decay_groups(list(model.parameters()), 0.1)[0]["params"]}
     torch_flags = {n: id(p) in decayed for n, p in model.named_parameters()}
     flags = {n: decays(p.shape) for n, p in model.named_parameters()}  # shared rule
     assert flags == torch_flags

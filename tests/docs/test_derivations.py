@@ -16,20 +16,21 @@ PAGES = sorted(DERIVATIONS.glob("*.md"))
 MARKDOWN = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 KINDS = ("embedding", "layernorm", "rmsnorm", "attention", "positions", "mlp", "swiglu", "lora",
          "head-and-loss")
+OPTIMIZERS = ("muon",)  # an update rule, not a layer: its page derives the update
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # everything but tab and newline
 TAB = re.compile(r"\t")
 
 
 def test_every_layer_kind_has_its_page_and_the_index_lists_them():
-    assert [p.stem for p in PAGES] == sorted([*KINDS, "index"])
+    assert [p.stem for p in PAGES] == sorted([*KINDS, *OPTIMIZERS, "index"])
     index = (DERIVATIONS / "index.md").read_text(encoding="utf-8")
-    assert [k for k in KINDS if f"]({k}.md)" not in index] == []
+    assert [k for k in (*KINDS, *OPTIMIZERS) if f"]({k}.md)" not in index] == []
 
 
 def test_every_page_gives_the_forward_and_the_backward():
     for page in PAGES:
-        if page.stem == "index":
+        if page.stem == "index" or page.stem in OPTIMIZERS:
             continue
         text = page.read_text(encoding="utf-8")
         headings = re.findall(r"^#{2,3} (.+)$", text, re.M)
@@ -77,3 +78,11 @@ def test_the_control_character_check_catches_an_escaped_formula():
         .replace("\\t", "\t")
     assert CONTROL.search(broken) and TAB.search(outside_code(broken))
     assert not TAB.search(outside_code("```make\nall:\n\tpython x.py\n```\n"))
+
+
+def test_an_optimizer_page_derives_its_update_and_links_both_engines():
+    for stem in OPTIMIZERS:
+        text = (DERIVATIONS / f"{stem}.md").read_text(encoding="utf-8")
+        headings = re.findall(r"^#{2,3} (.+)$", text, re.M)
+        assert "The update" in headings, stem
+        assert "../../src/sheepop/scratch/" in text and "../../src/sheepop/train/" in text, stem

@@ -10,8 +10,9 @@ import torch
 
 from sheepop.config.schema import TrainConfig
 from sheepop.schedule import lr_at
-from sheepop.train.engine_torch import TorchEngine, decay_groups
+from sheepop.train.engine_torch import TorchEngine
 from sheepop.train.loop import evaluation_record
+from sheepop.train.optimizers import decay_groups
 from sheepop.train.progress import evaluation_line
 
 
@@ -27,7 +28,7 @@ def test_schedule_warmup_then_cosine():
 def test_no_weight_decay_on_biases_and_layernorm(small_cfg):
     from sheepop.model import GPT
     model = GPT(small_cfg)
-    decay, no_decay = decay_groups(model, 0.1)
+    decay, no_decay = decay_groups(list(model.parameters()), 0.1)
     names = {p: n for n, p in model.named_parameters()}
     assert all(names[p].endswith("weight") and "ln" not in names[p] for p in decay["params"])
     assert {names[p] for p in no_decay["params"]} >= {"ln_f.weight", "ln_f.bias",

@@ -71,6 +71,10 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (t.eval_batches >= 1, "train.eval_batches must be at least 1"),
         (0 <= t.beta1 < 1 and 0 <= t.beta2 < 1, "train.beta1 and beta2 must be in [0, 1)"),
         (t.eps > 0, "train.eps must be positive"),
+        (t.muon_lr > 0 and 0 <= t.muon_momentum < 1,
+         "train.muon_lr must be positive and train.muon_momentum in [0, 1)"),
+        (t.optimizer != "muon" or not t.fsdp, "train.optimizer=muon orthogonalises whole "
+         "matrices, which train.fsdp shards over the ranks: use DDP (fsdp=false) with Muon"),
         (min(t.weight_decay, t.grad_clip, t.max_minutes) >= 0,
          "train.weight_decay, grad_clip and max_minutes must be >= 0"),
         (min(t.eval_interval, t.checkpoint_interval, t.threads) >= 0,
@@ -97,6 +101,8 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (lora.rank >= 0, f"lora.rank must be >= 0 (0: full fine-tuning), not {lora.rank}"),
         (lora.alpha >= 0, f"lora.alpha must be >= 0 (0: 2 * lora.rank), not {lora.alpha}"),
         (lora.rank > 0 or (lora.alpha == 0 and lora.train_new_tokens),
+        (lora.rank == 0 or t.optimizer != "muon", "train.optimizer=muon trains whole matrices; "
+         "LoRA's adapters (lora.rank > 0) train with adamw"),
          "lora.alpha and lora.train_new_tokens need lora.rank (the adapters' rank)"),
     ]
     for ok, message in checks:

@@ -32,6 +32,8 @@ from sheepop.words import near_match
 ENGINES = ("torch", "numpy")
 INFERENCE_ENGINES = ("auto", *ENGINES)  # auto: sheepop.inference.load.choose_engine
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
+OPTIMIZERS = ("adamw", "muon")
+MUON_NS_DTYPES = ("auto", "bfloat16", "float32")
 # `sheepop generate --dtype`: how the weights are stored (bfloat16: and the KV cache; int8: the
 # linear layers' weights with per-channel scales; int4: in 4-bit groups; sheepop.arch.quantize)
 INFERENCE_DTYPES = ("float32", "bfloat16", "int8", "int4")
@@ -123,6 +125,15 @@ class TrainConfig:
     max_grad_norm: float = setting(1000.0, "stop, before saving, when the gradient norm (before "
                                    "clipping) passes this: a diverging run (0: no limit)")
     dtype: str = setting("auto", "{choices} (float64: numpy engine; auto: bf16 on capable CUDA, "
+    optimizer: str = setting("adamw", "{choices} (muon: Muon for the blocks' matrices, AdamW for "
+                             "embeddings, head, gains and biases; docs/derivations/muon.md)",
+                             OPTIMIZERS)
+    muon_lr: float = setting(0.02, "Muon's peak learning rate (the schedule scales it as lr)")
+    muon_momentum: float = setting(0.95, "Muon's momentum (Nesterov)")
+    muon_ns_dtype: str = setting("auto", "{choices}: the torch engine's Newton-Schulz iteration "
+                                 "(auto: bfloat16 where the device has bf16 instructions, else "
+                                 "float32; the NumPy engine's is always its own dtype)",
+                                 MUON_NS_DTYPES)
                          "else fp32)", DTYPES)
     device: str = setting("auto", "cpu | cuda | cuda:N | auto")
     compile: bool = setting(False, "torch.compile the model (torch engine)")

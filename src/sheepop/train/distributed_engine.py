@@ -123,8 +123,6 @@ def shard_engine(engine: Any, world_size: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from sheepop.train.engine_torch import decay_groups
-
     if engine.dtype == torch.float16:
         raise UserError("train.fsdp with train.dtype=float16 is not supported (its gradient "
                         "scaler does not know the shards): use bfloat16")
@@ -132,12 +130,11 @@ def shard_engine(engine: Any, world_size: int) -> None:
     for block in engine.model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(engine.model, mesh=mesh)
-    model, cfg = engine.model, engine.cfg
+    model = engine.model
     engine.param_names = {p: n for n, p in model.named_parameters()}  # new (sharded) tensors
     engine.fused = False
-    engine.optimizer = torch.optim.AdamW(decay_groups(model, cfg.weight_decay), lr=cfg.lr,
-                                         betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
-    engine.forward = torch.compile(model) if cfg.compile else model
+    engine.build_optimizers()  # AdamW only: Config.validate refuses Muon with FSDP
+    engine.forward = torch.compile(model) if engine.cfg.compile else model
 
     @contextlib.contextmanager
     def no_sync() -> Iterator[None]:

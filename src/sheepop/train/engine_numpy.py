@@ -19,10 +19,12 @@ import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.lora import LoraConfig
+from sheepop.arch.params import uses_muon
 from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import GPT, uses_rng
 from sheepop.scratch.lora import LoraGPT
+from sheepop.scratch.muon import Muon
 
 
 def resolve_dtype(name: str) -> type:
@@ -49,9 +51,15 @@ class NumpyEngine:
             else LoraGPT(model_cfg, weights, self.dtype, seed=train_cfg.seed, lora=lora,
                          adapters=adapters)
         trainable = {name: self.model.params[name] for name in self.model.grads}
-        self.optimizer = AdamW(trainable, lr=train_cfg.lr,
-                               betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps,
-                               weight_decay=train_cfg.weight_decay)
+        # train.optimizer=muon: the blocks' matrices to Muon (no weight decay, as the torch
+        # engine's), the rest to AdamW (sheepop.train.optimizers says why).
+        matrices = {n: p for n, p in trainable.items()
+                    if train_cfg.optimizer == "muon" and uses_muon(n, p.shape)}
+        self.optimizer = AdamW({n: p for n, p in trainable.items() if n not in matrices},
+                               lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2),
+                               eps=train_cfg.eps, weight_decay=train_cfg.weight_decay)
+        self.muon = Muon(matrices, lr=train_cfg.muon_lr, momentum=train_cfg.muon_momentum) \
+            if matrices else None
         # Dropout masks come from their own seeded generator, saved with the checkpoint.
         self.rng = np.random.default_rng(train_cfg.seed)
 
@@ -71,7 +79,7 @@ class NumpyEngine:
 
     def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float,
                    total_count: int | None = None) -> tuple[float, float]:
-        """One AdamW step; returns (mean loss over counted targets, gradient norm before
+        """One optimizer step; returns (mean loss over counted targets, gradient norm before
         clipping)."""
         counts = [int((y != IGNORE_INDEX).sum()) for _, y in micro_batches]
         total = max(total_count or sum(counts), 1)
@@ -88,6 +96,8 @@ class NumpyEngine:
             self.model.backward(n / total)
         norm = clip_grad_norm(self.model.grads, self.cfg.grad_clip)
         self.optimizer.step(self.model.grads, lr)
+        if self.muon is not None:
+            self.muon.step(self.model.grads, self.cfg.muon_lr * lr / self.cfg.lr)
         return loss_sum / total, norm
 
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
@@ -105,10 +115,14 @@ class NumpyEngine:
 
     def optimizer_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         arrays = self.optimizer.state_arrays() if self.optimizer.t > 0 else {}
+        if self.muon is not None and self.optimizer.t > 0:
+            arrays.update(self.muon.state_arrays())
         return arrays, {"adam_step": self.optimizer.t,
                         "numpy_rng": self.rng.bit_generator.state}
 
     def load_optimizer_arrays(self, arrays: dict[str, np.ndarray], info: dict[str, Any]) -> None:
         self.optimizer.load_state_arrays(arrays, info.get("adam_step", 0))
+        if self.muon is not None:
+            self.muon.load_state_arrays(arrays)
         if info.get("numpy_rng"):
             self.rng.bit_generator.state = info["numpy_rng"]

@@ -22,12 +22,12 @@ import torch
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.lora import LoraConfig
-from sheepop.arch.params import decays
 from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.errors import UserError
 from sheepop.model.device import resolve_device
 from sheepop.model.gpt import GPT, cross_entropy
 from sheepop.model.lora import adapter_weights, add_lora
+from sheepop.train.optimizers import build_optimizers, set_lr
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -54,13 +54,6 @@ def native_bf16(device: torch.device) -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Matrices (embeddings, linear weights) decay; biases and LayerNorm parameters do not."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if decays(p.shape)], "weight_decay": weight_decay},
-            {"params": [p for p in params if not decays(p.shape)], "weight_decay": 0.0}]
-
-
 class TorchEngine:
     name = "torch"
 
@@ -85,9 +78,7 @@ class TorchEngine:
         # dozen small operations per parameter: ~5% of a small model's CPU step
         # (benchmarks/vs_nanogpt.py, docs/performance.md).
         self.fused = self.device.type in ("cuda", "cpu")
-        self.optimizer = torch.optim.AdamW(
-            decay_groups(self.model, train_cfg.weight_decay), lr=train_cfg.lr,
-            betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps, fused=self.fused)
+        self.build_optimizers()
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.dtype == torch.float16)
         self.forward = torch.compile(self.model) if train_cfg.compile else self.model
@@ -95,6 +86,13 @@ class TorchEngine:
         # micro-steps but the last, and world_size because DDP averages the ranks' gradients.
         self.no_sync = contextlib.nullcontext
         self.loss_multiplier = 1
+
+    def build_optimizers(self) -> None:
+        """`optimizers`: [AdamW] or [AdamW, Muon] (train.optimizer); `optimizer` is AdamW."""
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.optimizers = build_optimizers(named, self.cfg, self.fused,
+                                           native_bf16(self.device))
+        self.optimizer = self.optimizers[0]
 
     @property
     def description(self) -> str:
@@ -133,20 +131,22 @@ class TorchEngine:
 
     def train_step(self, micro_batches: list[tuple[np.ndarray, np.ndarray]], lr: float,
                    total_count: int | None = None) -> tuple[float, float]:
-        """One AdamW step; returns (mean loss over counted targets, gradient norm before
+        """One optimizer step; returns (mean loss over counted targets, gradient norm before
         clipping)."""
         self.model.train()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizers, lr, self.cfg)
         count = total_count or int(sum((y != IGNORE_INDEX).sum() for _, y in micro_batches))
         loss = sum(self.micro_losses(micro_batches, max(count, 1)))
-        self.scaler.unscale_(self.optimizer)
+        for opt in self.optimizers:
+            self.scaler.unscale_(opt)
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         norm = torch.nn.utils.clip_grad_norm_(trainable, clip)
-        self.scaler.step(self.optimizer)
+        for opt in self.optimizers:
+            self.scaler.step(opt)
         self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        for opt in self.optimizers:
+            opt.zero_grad(set_to_none=True)
         return float(loss) / max(count, 1), float(norm)
 
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
@@ -166,11 +166,13 @@ class TorchEngine:
     # Optimizer state, keyed by parameter name so both engines read each other's.
     def optimizer_arrays(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         arrays, step = {}, 0
-        for p, state in self.optimizer.state.items():
-            name = self.param_names[p]
-            arrays[f"exp_avg.{name}"] = state["exp_avg"].float().cpu().numpy()
-            arrays[f"exp_avg_sq.{name}"] = state["exp_avg_sq"].float().cpu().numpy()
-            step = int(state["step"])
+        for opt in self.optimizers:
+            for p, state in opt.state.items():
+                name = self.param_names[p]
+                for key, value in state.items():  # exp_avg, exp_avg_sq | momentum_buffer
+                    if key != "step":
+                        arrays[f"{key}.{name}"] = value.float().cpu().numpy()
+                step = int(state.get("step", step))
         arrays["rng.torch"] = torch.get_rng_state().numpy()
         if self.device.type == "cuda":
             arrays["rng.cuda"] = torch.cuda.get_rng_state(self.device).numpy()
@@ -179,9 +181,13 @@ class TorchEngine:
 
     def load_optimizer_arrays(self, arrays: dict[str, np.ndarray], info: dict[str, Any]) -> None:
         step = info.get("adam_step", 0)
+        muon = self.optimizers[1] if len(self.optimizers) > 1 else None
         for p, name in self.param_names.items():
+            if muon is not None and f"momentum_buffer.{name}" in arrays:
+                muon.state[p] = {"momentum_buffer": torch.from_numpy(
+                    arrays[f"momentum_buffer.{name}"]).to(self.device, p.dtype)}
             if f"exp_avg.{name}" not in arrays:
-                continue  # a checkpoint saved before the first step
+                continue  # a checkpoint saved before the first step, or a Muon matrix
             self.optimizer.state[p] = {
                 # fused AdamW keeps its step counter on the device
                 "step": torch.tensor(float(step), device=self.device if self.fused else "cpu"),

@@ -69,6 +69,7 @@ class CheckpointSaving:
         # Interrupted inside a step: save the sampler as it was before that step's batches.
         sampler = self.sampler.state(self._step_start_sampler)
         state = {"step": self.step, "engine": self.engine.name, "sampler": sampler,
+                 "optimizer": self.cfg.train.optimizer,
                  **self.best.to_state(), **info}
         if self.data.source is not None:  # what DATA was, for --resume (sheepop.data.source)
             state["data"] = self.data.source

@@ -186,6 +186,10 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
         engine = wrap_engine(engine)
     start = 0
     if resume:
+        if (saved_with := state.get("optimizer", "adamw")) != cfg.train.optimizer:
+            raise UserError(f"{files.shown(run_dir)} was trained with train.optimizer="
+                            f"{saved_with}: resume it with the same (its state holds no "
+                            f"{cfg.train.optimizer} buffers)")
         engine.load_optimizer_arrays(arrays, state)
         start = int(state["step"])
         log(f"resuming {run_dir} at step {start}")

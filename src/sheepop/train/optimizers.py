@@ -1,0 +1,91 @@
+"""The torch engine's optimizers: AdamW alone, or Muon for the blocks' matrices beside AdamW.
+
+The groups are the shared rule `sheepop.arch.params.uses_muon` (the NumPy engine uses it too).
+Muon's learning rate follows the same schedule as AdamW's, scaled to its own peak:
+lr_muon(t) = train.muon_lr * lr(t) / train.lr. Its matrices take no weight decay (nanochat's and
+modded-nanogpt's choice: the orthogonalised step has a fixed size whatever the gradient's).
+
+torch.optim.Muon runs its Newton-Schulz iteration in bfloat16. On a CPU without bf16
+instructions every bf16 product is emulated (tens of times slower than float32,
+docs/performance.md), so there `FloatMuon` runs the same update with the iteration in the
+parameter's own dtype (float32): `train.muon_ns_dtype` chooses, auto by the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sheepop.arch.params import decays, uses_muon
+from sheepop.config.schema import TrainConfig
+
+
+def newton_schulz(m: torch.Tensor, steps: int, coefficients: tuple[float, float, float],
+                  eps: float) -> torch.Tensor:
+    """NS_k(M) in M's own dtype: k steps of X <- a X + (b A + c A^2) X, A = X X^T, from
+    X = M / ||M||_F, on the side with fewer rows (scratch/muon.py derives it)."""
+    a, b, c = coefficients
+    tall = m.size(0) > m.size(1)
+    x = m.T if tall else m
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    return x.T if tall else x
+
+
+class FloatMuon(torch.optim.Muon):
+    """torch.optim.Muon's update (the same lerps, decay and shape scale) with the Newton-Schulz
+    iteration in the parameter's dtype instead of bfloat16."""
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> None:
+        for group in self.param_groups:
+            lr, mu = group["lr"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.lerp_(p.grad, 1 - mu)
+                update = p.grad.lerp(buf, mu) if group["nesterov"] else buf
+                ortho = newton_schulz(update, group["ns_steps"], group["ns_coefficients"],
+                                      group["eps"])
+                rows, cols = p.shape
+                p.mul_(1 - lr * group["weight_decay"])
+                p.add_(ortho, alpha=-lr * max(1.0, rows / cols) ** 0.5)
+
+
+def decay_groups(params: list[torch.nn.Parameter], weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW's two groups: matrices (embeddings, linear weights) decay; biases and norm gains
+    do not (sheepop.arch.params.decays)."""
+    return [{"params": [p for p in params if decays(p.shape)], "weight_decay": weight_decay},
+            {"params": [p for p in params if not decays(p.shape)], "weight_decay": 0.0}]
+
+
+def muon_in_bf16(cfg: TrainConfig, native_bf16: bool) -> bool:
+    return cfg.muon_ns_dtype == "bfloat16" or (cfg.muon_ns_dtype == "auto" and native_bf16)
+
+
+def build_optimizers(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig,
+                     fused: bool, native_bf16: bool) -> list[torch.optim.Optimizer]:
+    """[AdamW] or [AdamW, Muon] over the trainable (name, parameter) pairs; AdamW's groups decay
+    matrices only (sheepop.arch.params.decays)."""
+    muon = [p for n, p in named if cfg.optimizer == "muon" and uses_muon(n, p.shape)]
+    chosen = {id(p) for p in muon}
+    rest = [p for _, p in named if id(p) not in chosen]
+    adamw = torch.optim.AdamW(decay_groups(rest, cfg.weight_decay), lr=cfg.lr,
+                              betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
+    if not muon:
+        return [adamw]
+    kind = torch.optim.Muon if muon_in_bf16(cfg, native_bf16) else FloatMuon
+    return [adamw, kind(muon, lr=cfg.muon_lr, momentum=cfg.muon_momentum, nesterov=True,
+                        weight_decay=0.0)]
+
+
+def set_lr(optimizers: list[torch.optim.Optimizer], lr: float, cfg: TrainConfig) -> None:
+    """AdamW at the schedule's lr; Muon at its own peak times the same schedule's factor."""
+    for opt in optimizers:
+        value = cfg.muon_lr * lr / cfg.lr if isinstance(opt, torch.optim.Muon) else lr
+        for group in opt.param_groups:
+            group["lr"] = value
