@@ -10,6 +10,11 @@ from typing import Any
 
 from sheepop.errors import UserError
 
+MAX_TOKEN_ID = 2**24 - 1
+"""The largest token id a file may give: 64 times the largest vocabulary of a published model
+(Gemma 3's 262,144). A table indexed by id is sized by the largest one, so an id of 10^12 in a
+hostile file must be refused before it is (it asked for 8 TB; 500,000,000 took 3.9 GB)."""
+
 
 def bad_file(where: str, what: str) -> UserError:
     return UserError(f"{where}: not a valid sheepop tokenizer file ({what})")
@@ -41,3 +46,11 @@ def check_ids_dense(ids: Iterable[int], where: str) -> None:
     ids = list(ids)
     if sorted(ids) != list(range(len(ids))):
         raise bad_file(where, "token ids must be exactly 0..vocab_size-1, each used once")
+
+
+def check_id_range(ids: Iterable[int], where: str) -> None:
+    """Every id within 0..MAX_TOKEN_ID, checked before anything is sized by the largest."""
+    for i in ids:
+        if not 0 <= i <= MAX_TOKEN_ID:
+            raise UserError(f"{where}: token id {i} is outside 0..{MAX_TOKEN_ID:,} (no "
+                            "vocabulary is that large)")

@@ -31,7 +31,7 @@ from typing import Any
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.tokenizers.base import Tokenizer
-from sheepop.tokenizers.file_checks import bad_file, read_specials
+from sheepop.tokenizers.file_checks import bad_file, check_id_range, read_specials
 from sheepop.tokenizers.pretrained.added_tokens import (
     AddedToken,
     AddedTokenMatcher,
@@ -98,6 +98,7 @@ class PretrainedTokenizer(Tokenizer):
             if vocab.get(t.content, t.id) != t.id:
                 raise UserError(f"{where}: added token {t.content!r} has id {t.id} but the "
                                 f"vocabulary gives it id {vocab[t.content]}")
+        check_id_range([*vocab.values(), *(t.id for t in self.added)], where)
         size = 1 + max([*vocab.values(), *(t.id for t in self.added)], default=-1)
         names: list[str | None] = [None] * size
         for name, i in vocab.items():
