@@ -79,8 +79,9 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
          "train.weight_decay, grad_clip and max_minutes must be >= 0"),
         (min(t.eval_interval, t.checkpoint_interval, t.threads) >= 0,
          "train.eval_interval, checkpoint_interval and threads must be >= 0"),
-        (0 <= t.seed < 2**63 and 0 <= s.seed < 2**63,
-         "train.seed and sample.seed must be in [0, 2^63)"),
+        (0 <= t.seed < 2**63, "train.seed must be in [0, 2^63)"),
+        (-1 <= s.seed < 2**63, "sample.seed must be in [0, 2^63), or -1 for a fresh one each "
+                               "time"),
         (t.log_interval >= 1, "train.log_interval must be at least 1"),
         (t.keep_last >= 1, "train.keep_last must be at least 1 (the latest checkpoint)"),
         (t.early_stop_patience >= 0, "train.early_stop_patience must be >= 0 (0: never)"),
@@ -95,6 +96,7 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (s.top_k >= 0, f"sample.top_k must be >= 0 (0: off), not {s.top_k}"),
         (0 < s.top_p <= 1, f"sample.top_p must be in (0, 1] (1: off), not {s.top_p}"),
         (s.repetition_penalty > 0, f"sample.repetition_penalty must be > 0 (1: off), not "
+        (0 <= s.min_p <= 1, f"sample.min_p must be in [0, 1] (0: off), not {s.min_p}"),
                                    f"{s.repetition_penalty}"),
         (s.slide_chunk >= 0, f"sample.slide_chunk must be >= 0 (0: block_size // 4), not "
                              f"{s.slide_chunk}"),

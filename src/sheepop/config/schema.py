@@ -47,9 +47,13 @@ SAMPLING_MODES = ("random", "chunks")
 # What config.json's sections mean ("config_version"; a file without it is version 1).
 # 2: `sheepop generate` reads [sample]. A version-1 file's [sample] holds defaults nothing ever
 # read (temperature 1.0), so it is ignored on load and the run generates as it always did.
-CONFIG_VERSION = 2
+# 3: [sample] defaults to llama.cpp's top-k 40, top-p 0.95, min-p 0.05 and a fresh seed; a
+# version-2 file's [sample] keys that hold version 2's defaults are read as not set.
+CONFIG_VERSION = 3
 VERSION_KEY = "config_version"
 
+# The [sample] defaults that changed in version 3 (top-k, top-p and a fresh seed by default).
+V2_SAMPLE_DEFAULTS = {"top_k": 0, "top_p": 1.0, "seed": 1337}
 
 @dataclass
 class ModelConfig:
@@ -176,13 +180,17 @@ class DataConfig:
 class SampleConfig:
     """How `sheepop generate` samples (a run's [sample] section; its flags override it)."""
     max_new_tokens: int = setting(200, "tokens to generate")
-    # 0.8, not 1: slightly sharper than the model's own distribution, which reads better from
-    # the small models trained here; it is also what `sheepop generate` has always used.
+    # llama.cpp's defaults (its server and CLI): a real model's tail of unlikely tokens is cut
+    # before the draw (at T 0.8 alone SmolLM2-135M-Instruct began "What is the capital of
+    # France?" in English 22% of the time, now 26%: docs/real-models.md). A model's own
+    # generation_config.json, imported, replaces them (sheepop.interop.generation_config).
     temperature: float = setting(0.8, "softmax temperature (0: greedy; 1: the model's own "
-                                 "distribution; 0.8 reads better from small models)")
-    top_k: int = setting(0, "keep the k most likely tokens (0: all)")
-    top_p: float = setting(1.0, "keep the smallest set whose probability reaches p (1: all)")
-    seed: int = setting(1337, "sampling seed")
+                                 "distribution; below 1 sharper)")
+    top_k: int = setting(40, "keep the k most likely tokens (0: all)")
+    top_p: float = setting(0.95, "keep the smallest set whose probability reaches p (1: all)")
+    min_p: float = setting(0.05, "keep the tokens whose probability is at least min_p times the "
+                           "most likely one's (0: all)")
+    seed: int = setting(-1, "sampling seed (-1: a fresh one each time, printed)")
     repetition_penalty: float = setting(1.0, "divide the positive logits (multiply the negative) "
                                         "of tokens already in the context by this (1: off)")
     slide_chunk: int = setting(0, "past the context, absolute positions: the oldest tokens dropped "
@@ -239,6 +247,11 @@ class Config:
     def update(self, d: dict[str, Any], where: str = "config",
                only: tuple[str, ...] | None = None) -> None:
         """Set every `section.key` of a nested dict; sections outside `only` are skipped. Without
+        elif type(version) is int and version < 3 and isinstance(sections.get("sample"), dict):
+            # Version 2 wrote every [sample] key, its defaults too: a key that holds version
+            # 2's default was (almost always) never set, so today's default applies.
+            sections["sample"] = {k: v for k, v in sections["sample"].items()
+                                  if k not in V2_SAMPLE_DEFAULTS or V2_SAMPLE_DEFAULTS[k] != v}
         `only`, the run's sections: a fine-tuning section is refused (`sheepop finetune` names
         them in `only`)."""
         for section, values in d.items():
