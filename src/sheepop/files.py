@@ -172,14 +172,31 @@ def check_own_entry(path: str | Path, directory: bool = False) -> None:
         raise UserError(f"{path} is {kind}, where the run keeps its own {own}: remove it")
 
 
-def open_own_append(path: str | Path) -> IO[str]:
-    """`path` opened to append UTF-8 text, created if absent, never through a symbolic link and
-    only when it is a regular file (`check_own_entry`'s rules, checked on what was opened: a
-    FIFO cannot block the open, O_NONBLOCK); one UserError line otherwise."""
-    path = Path(path)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NO_FOLLOW | _OPEN_FLAGS
+def check_one_name(fd: int, path: str | Path) -> None:
+    """Refuse (one UserError line) the open file `fd` of `path` when it has another name too (a
+    hard link: `ln OUTSIDE run/train.lock`): a run's file written in place would be written
+    under that other name as well, outside the run. (A file replaced by a rename, as a
+    checkpoint's are, may have other names: the rename leaves them as they were.)"""
+    links = os.fstat(fd).st_nlink
+    if links > 1:
+        os.close(fd)
+        raise UserError(f"{path} has {links} names (a hard link to a file elsewhere), where the "
+                        "run keeps its own file: sheepop writes it in place only when the run "
+                        "alone names it (remove it from the run)")
+
+
+def _own_copy(path: Path) -> None:
+    """Give `path` a file of its own: its content copied, renamed over it (its other names keep
+    the old file, unchanged)."""
+    with os.fdopen(_open_own(path, os.O_RDONLY), "rb") as f:
+        data = f.read()
+    atomic_write_bytes(path, data)
+
+
+def _open_own(path: Path, flags: int) -> int:
+    """A descriptor of `path` opened with `flags`, checked by `check_own_entry`'s rules."""
     try:
-        fd = os.open(path, flags, 0o666)
+        fd = os.open(path, flags | _NO_FOLLOW | _OPEN_FLAGS, 0o666)
     except OSError:
         if os.path.islink(path):
             check_own_entry(path)  # raises, naming the link
@@ -188,6 +205,23 @@ def open_own_append(path: str | Path) -> IO[str]:
     if kind is not None:
         os.close(fd)
         raise UserError(f"{path} is {kind}, where the run keeps its own file: remove it")
+    return fd
+
+
+def open_own_append(path: str | Path) -> IO[str]:
+    """`path` opened to append UTF-8 text, created if absent, never through a symbolic link and
+    only when it is a regular file (`check_own_entry`'s rules, checked on what was opened: a
+    FIFO cannot block the open, O_NONBLOCK); one UserError line otherwise. A file with another
+    name (a hard link, e.g. a `cp -al` backup of the run) is first replaced by a copy of its
+    own, so that the other name never changes."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    fd = _open_own(path, flags)
+    if os.fstat(fd).st_nlink > 1:
+        os.close(fd)
+        _own_copy(path)
+        fd = _open_own(path, flags)
+        check_one_name(fd, path)  # linked again meanwhile: refused
     return os.fdopen(fd, "a", encoding="utf-8")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from sheepop.cli import main
+from sheepop.files import open_own_append
 
 TINY = ["--engine", "numpy", "--no-progress", "--set", "model.n_layer=1",
         "--set", "model.n_embd=16", "--set", "model.n_head=2", "--set", "model.block_size=16",
@@ -136,3 +137,27 @@ def test_a_run_directory_that_is_itself_a_link_still_resumes(tmp_path, trained):
     done = _resume(alias)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resuming" in done.stdout
+
+
+def test_a_hard_linked_lock_is_refused_and_its_other_name_left_as_it_was(tmp_path, trained):
+    """`ln OUTSIDE run/train.lock`: the lock's record was written into OUTSIDE."""
+    run = _copy(trained, tmp_path)
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"the user's own notes\n")
+    (run / "train.lock").unlink()
+    os.link(outside, run / "train.lock")
+    _refused(_resume(run), f"{run / 'train.lock'} has 2 names (a hard link")
+    assert outside.read_bytes() == b"the user's own notes\n"
+
+
+def test_a_hard_linked_metrics_file_is_appended_to_as_a_copy_of_its_own(tmp_path):
+    """A metrics.jsonl with another name (linked while the run trains, or a `cp -al` backup):
+    the row goes to the run's own copy, the other name keeps what it held."""
+    path, backup = tmp_path / "metrics.jsonl", tmp_path / "backup.jsonl"
+    path.write_text('{"step": 1}\n')
+    os.link(path, backup)
+    with open_own_append(path) as f:
+        f.write('{"step": 2}\n')
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert backup.read_text() == '{"step": 1}\n'
+    assert os.stat(path).st_nlink == 1 and os.stat(backup).st_nlink == 1

@@ -42,7 +42,7 @@ from sheepop.data.dataset import Dataset
 from sheepop.data.shards import META_DOCUMENT, META_FILE, is_prepared_dir
 from sheepop.data.shards import TOKENIZER_FILE as PREPARED_TOKENIZER
 from sheepop.errors import UserError
-from sheepop.files import MAX_JSON_BYTES, parse_json, read_bytes, read_document
+from sheepop.files import MAX_JSON_BYTES, open_own_append, parse_json, read_bytes, read_document
 from sheepop.inference.load import read_run
 from sheepop.tokenizers import Tokenizer, load
 from sheepop.tokenizers.token_bytes import perplexity
@@ -240,7 +240,7 @@ def evaluate_start(trainer: Any, source: Source, log) -> None:
         trainer.events.write(record)
     if trainer.is_main:
         try:
-            with open(trainer.metrics_path, "a", encoding="utf-8") as f:
+            with open_own_append(trainer.metrics_path) as f:  # never through a link
                 f.write(json.dumps(record) + "\n")
         except OSError as e:  # e.g. a full disk: one line, nothing trained yet
             raise UserError(f"writing the metrics of step 0 in {trainer.run_dir} failed: "

@@ -18,7 +18,9 @@ writing into one shared (NFS) folder are not kept apart.
 The file is opened without following a symbolic link (O_NOFOLLOW) and used only when it is a
 regular file: a `train.lock` that links to a file outside the run would be truncated and
 rewritten, one that links to /dev/zero or is a FIFO would be read without end (O_NONBLOCK keeps
-the open itself from waiting for a FIFO's writer). Those are refused with one line.
+the open itself from waiting for a FIFO's writer), and a hard link (`ln OUTSIDE run/train.lock`:
+the file has two names) would have the holder's record written into OUTSIDE. Those are refused
+with one line.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import IO
 
 from sheepop.errors import UserError
-from sheepop.files import check_own_entry
+from sheepop.files import check_one_name, check_own_entry
 
 LOCK_FILE = "train.lock"
 
@@ -81,6 +83,7 @@ def _open_lock(path: Path, flags: int, mode: str) -> IO[str]:
         os.close(fd)
         check_own_entry(path)
         raise UserError(f"{path} is not a regular file, where the run keeps its own file")
+    check_one_name(fd, path)  # a hard link: the holder's record would be written there too
     return os.fdopen(fd, mode, encoding="utf-8")
 
 
