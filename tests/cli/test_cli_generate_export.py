@@ -55,14 +55,16 @@ def test_export_refusal_is_one_line_and_exit_2(run_dir, tmp_path, capsys):
 
 
 def test_generate_with_stop_and_penalty_prints_what_stream_text_gives(run_dir, capsys):
-    args = ["generate", str(run_dir), "--prompt", "the cat", "--temperature", "0.9",
-            "--max-new-tokens", "40", "--stop", "\\x20do", "--repetition-penalty", "1.2"]
+    args = ["generate", str(run_dir), "--prompt", "the cat", "--temperature", "0.9", "--seed",
+            "1337", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--max-new-tokens", "40",
+            "--stop", "\\x20do", "--repetition-penalty", "1.2"]
     assert main(args) == 0
     printed = capsys.readouterr().out
     tok = load_tokenizer(run_dir / "tokenizer.json")
     cfg = Config.from_dict({"model": checkpoint.load_config(run_dir)["model"]})
     lm = build(cfg, checkpoint.load_weights(run_dir), tok).lm
-    sc = SampleConfig(max_new_tokens=40, temperature=0.9, repetition_penalty=1.2)
+    sc = SampleConfig(max_new_tokens=40, temperature=0.9, repetition_penalty=1.2, seed=1337,
+                      top_k=0, top_p=1.0, min_p=0.0)
     expected = "".join(stream_text(lm, tok.encode("the cat"), sc, IncrementalDecoder(tok),
                                    stop=[" do"], eos_id=tok.eos_id))
     assert printed == "the cat" + expected + "\n"

@@ -76,7 +76,7 @@ def test_help_states_each_default_once_and_only_when_it_says_something(monkeypat
     assert re.search(r"--max-new-tokens MAX_NEW_TOKENS\s+the most tokens to generate .*\(the "
                      r"run's sample.max_new_tokens; default 200\)", generate)
     assert re.search(r"--seed SEED\s+the seed of the sampling's random draws.*\(the run's "
-                     r"sample.seed; default 1337\)", generate)
+                     r"sample.seed; default -1\)", generate)
     assert re.search(r"--batch-size BATCH_SIZE\s+windows per forward pass .*\(default: 16\)",
                      parsers["sheepop eval"].format_help())
     # One vocabulary (issue 32): an option that takes a number or a word shows its own name in
@@ -89,7 +89,7 @@ def test_help_states_each_default_once_and_only_when_it_says_something(monkeypat
                 assert not number, (name, action.option_strings, action.metavar)
     chat = parsers["sheepop chat"].format_help()
     for flag in ("--max-new-tokens MAX_NEW_TOKENS", "--temperature TEMPERATURE",
-                 "--top-k TOP_K", "--top-p TOP_P", "--seed SEED",
+                 "--top-k TOP_K", "--top-p TOP_P", "--min-p MIN_P", "--seed SEED",
                  "--repetition-penalty REPETITION_PENALTY"):
         assert flag in generate and flag in chat, flag
 

@@ -177,8 +177,10 @@ def test_old_runs_keep_generating_as_before(capsys, run_dir, tmp_path):
 def test_sample_defaults_are_the_generate_defaults():
     args = build_parser().parse_args(["generate", "r"])
     assert flag_values(args) == {}  # a flag not given overrides nothing
-    assert SampleConfig() == SampleConfig(max_new_tokens=200, temperature=0.8, top_k=0,
-                                          top_p=1.0, seed=1337, repetition_penalty=1.0)
+    # llama.cpp's defaults, and a fresh seed each time
+    assert SampleConfig() == SampleConfig(max_new_tokens=200, temperature=0.8, top_k=40,
+                                          top_p=0.95, min_p=0.05, seed=-1,
+                                          repetition_penalty=1.0)
 
 
 # flags set typed values; build_config takes them besides the --set strings

@@ -95,7 +95,9 @@ CONFIG_CASES = [
     ("lr-inf", lambda d: d["train"].update(lr=math.inf), "train.lr must be a finite number"),
     ("lr-huge-int", lambda d: d["train"].update(lr=10**400), "train.lr expects float"),
     ("beta2", lambda d: d["train"].update(beta2=1.0), "train.beta1 and beta2 must be in [0, 1)"),
-    ("seed", lambda d: d["train"].update(seed=-1), "train.seed and sample.seed must be in"),
+    ("seed", lambda d: d["train"].update(seed=-1), "train.seed must be in [0, 2^63)"),
+    ("sample seed", lambda d: d["sample"].update(seed=-2), "sample.seed must be in [0, 2^63), "
+                                                           "or -1"),
     ("top_p", lambda d: d["sample"].update(top_p=0.0), "sample.top_p must be in (0, 1]"),
     ("block_size", set_model(block_size=10**12), "the model would need"),
     ("n_embd", set_model(n_embd=2**40, n_head=1), "the model would need"),

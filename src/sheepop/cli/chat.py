@@ -35,6 +35,7 @@ from sheepop.cli.common import (
     flag_values,
     model_dir,
     run_config,
+    with_fresh_seed,
 )
 from sheepop.config.model_size import param_count
 from sheepop.config.schema import INFERENCE_ENGINES, SampleConfig
@@ -266,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"sheepop: chat with {args.run_dir} ({param_count(m):,} parameters, context "
           f"{m.block_size}, {model.engine} engine)" + (f"; {COMMANDS}" if tty else ""),
           file=note, flush=True)
+    chat.sample = with_fresh_seed(sample)  # (its line comes after the banner)
     if tty:
         interactive(chat, sys.stdin, sys.stdout, note)
     else:

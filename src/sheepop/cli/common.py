@@ -10,7 +10,7 @@ from typing import Any
 
 from sheepop.config.build import build_config
 from sheepop.config.presets import PRESETS
-from sheepop.config.schema import Config, config_field
+from sheepop.config.schema import Config, SampleConfig, config_field
 from sheepop.config.values import field_type
 from sheepop.words import near_match
 
@@ -132,11 +132,12 @@ def add_config_flag(p: argparse.ArgumentParser, flag: str, key: str, help: str |
     p.set_defaults(**{CONFIG_FLAGS: {**(p.get_default(CONFIG_FLAGS) or {}), action.dest: key}})
 
 
-def add_sampling_flags(p: argparse.ArgumentParser, seed_note: str = "") -> None:
-    """The sampling flags of `generate` and `chat`, written once: each sets its [sample] key,
-    the run's value (or the default) applying without it. Like every option whose value is a
-    number or a word, its metavar is its name in capitals (--top-k TOP_K); a path's names what
-    it is (RUN_DIR, FILE)."""
+def add_sampling_flags(p: argparse.ArgumentParser, seed_note: str | None = "") -> None:
+    """The sampling flags of `generate`, `chat` and `serve`, written once: each sets its [sample]
+    key, the run's value (or the default) applying without it; `seed_note`: None for no --seed
+    (the server takes a seed per request). Like every option whose value is a number or a
+    word, its metavar is its name in capitals (--top-k TOP_K); a path's names what it is
+    (RUN_DIR, FILE)."""
     run_value = "the run's {key}; default {default}"
     add_config_flag(p, "--max-new-tokens", "sample.max_new_tokens", note=run_value,
                     help="the most tokens to generate (fewer when the model writes its end of "
@@ -144,13 +145,30 @@ def add_sampling_flags(p: argparse.ArgumentParser, seed_note: str = "") -> None:
     add_config_flag(p, "--temperature", "sample.temperature", note=run_value)
     add_config_flag(p, "--top-k", "sample.top_k", note=run_value)
     add_config_flag(p, "--top-p", "sample.top_p", note=run_value)
-    add_config_flag(p, "--seed", "sample.seed", note=run_value + seed_note,
-                    help="the seed of the sampling's random draws: the same seed, prompt and "
-                         "settings give the same text")
+    add_config_flag(p, "--min-p", "sample.min_p", note=run_value)
+    if seed_note is not None:
+        add_config_flag(p, "--seed", "sample.seed", note=run_value + seed_note,
+                        help="the seed of the sampling's random draws: the same seed, prompt "
+                             "and settings give the same text; -1: a fresh seed, printed on "
+                             "stderr")
     add_config_flag(p, "--repetition-penalty", "sample.repetition_penalty", note=run_value,
                     help="divide the positive logits (multiply the negative) of tokens already "
                          "in the context by REPETITION_PENALTY; 1 = off, 1.1-1.3 discourages "
                          "loops")
+
+
+def with_fresh_seed(sample: SampleConfig) -> SampleConfig:
+    """`sample` with a seed: its own, or a fresh one when it is -1, said on
+    stderr so the same text can be drawn again (greedy decoding draws nothing: no line)."""
+    import dataclasses
+
+    from sheepop.generation.sample import fresh_seed
+    if sample.seed >= 0:
+        return sample
+    seed = fresh_seed()
+    if sample.temperature > 0:
+        print(f"sheepop: seed {seed} (the same text again: --seed {seed})", file=sys.stderr)
+    return dataclasses.replace(sample, seed=seed)
 
 
 def add_config_switch(p: argparse.ArgumentParser, flag: str, key: str, help: str,

@@ -16,6 +16,7 @@ from sheepop.cli.common import (
     flag_values,
     model_dir,
     run_config,
+    with_fresh_seed,
 )
 from sheepop.config.model_size import describe_kv_cache, param_count
 from sheepop.config.schema import INFERENCE_ENGINES, SampleConfig
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write one line per token instead of the text: the token, then the "
                         "SHOW_PROBS "
                         "most likely tokens of the distribution it was drawn from (after "
-                        "temperature, top-k, top-p) with their probabilities")
+                        "temperature, top-k, top-p, min-p) with their probabilities")
     p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
                    help="the engine that runs the model; auto: numpy for float32 on the CPU "
                         "without --compile (as fast here, and it starts ~2 s sooner without "
@@ -139,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     stops = stop_strings(args.stop)
     model = load(args.run_dir, args.engine, args.device, args.dtype, args.compile)
     print(model_line(model, args.dtype), file=sys.stderr)
+    sample_cfg = with_fresh_seed(sample_cfg)  # (said once the model is there to draw from)
     tokenizer, lm = model.tokenizer, model.lm
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
     ids = prompt_ids(tokenizer, text)

@@ -13,8 +13,11 @@ from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
     add_dtype_option,
+    add_sampling_flags,
     add_threads_option,
+    flag_values,
     model_dir,
+    run_config,
 )
 from sheepop.config.model_size import param_count
 from sheepop.config.schema import INFERENCE_ENGINES
@@ -32,7 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "every running request by one token, and requests join and leave the batch "
                     "at any step. One line on stderr says when it is ready and where; SIGINT "
                     "or SIGTERM stops it gracefully (exit status 0). Sampling defaults are the "
-                    "run's [sample] section; each request's parameters override them. The page "
+                    "run's [sample] section, then the sampling flags below; each request's "
+                    "parameters override them (a request without a seed draws a fresh one). "
+                    "The page "
                     "at / shows the model at work (generation with probabilities, attention, "
                     "logit lens: POST /v1/inspect) and the training curves of --runs. See "
                     "docs/serve.md and docs/page.md.",
@@ -49,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "docs/performance.md)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     add_dtype_option(p)
+    add_sampling_flags(p, seed_note=None)
     p.add_argument("--max-batch", type=int, default=16,
                    help="the most sequences decoding together (one KV cache row each)")
     p.add_argument("--max-queue", type=int, default=256,
@@ -134,10 +140,13 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.serve.server import address_of, bind
     from sheepop.serve.server import run as serve
     _check(args)
+    sample = run_config(model_dir(args), [], None, flag_values(args), only=("sample",)
+                        ).validate().sample  # (a bad flag is refused before the port is bound)
     key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
     sock = bind(args.host, args.port)  # (a busy port fails before the model is loaded)
     try:
         model = load(model_dir(args), args.engine, args.device, args.dtype)
+        model.config.sample = sample  # the requests' defaults
         name = args.model_name or Path(args.run_dir).resolve().name
         app = create_app(model, Settings(name=name, api_key=key, max_batch=args.max_batch,
                                          max_queue=args.max_queue, timeout=args.timeout,

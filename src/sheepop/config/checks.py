@@ -95,16 +95,16 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
                              f"{s.temperature}"),
         (s.top_k >= 0, f"sample.top_k must be >= 0 (0: off), not {s.top_k}"),
         (0 < s.top_p <= 1, f"sample.top_p must be in (0, 1] (1: off), not {s.top_p}"),
-        (s.repetition_penalty > 0, f"sample.repetition_penalty must be > 0 (1: off), not "
         (0 <= s.min_p <= 1, f"sample.min_p must be in [0, 1] (0: off), not {s.min_p}"),
+        (s.repetition_penalty > 0, f"sample.repetition_penalty must be > 0 (1: off), not "
                                    f"{s.repetition_penalty}"),
         (s.slide_chunk >= 0, f"sample.slide_chunk must be >= 0 (0: block_size // 4), not "
                              f"{s.slide_chunk}"),
         (lora.rank >= 0, f"lora.rank must be >= 0 (0: full fine-tuning), not {lora.rank}"),
-        (lora.alpha >= 0, f"lora.alpha must be >= 0 (0: 2 * lora.rank), not {lora.alpha}"),
-        (lora.rank > 0 or (lora.alpha == 0 and lora.train_new_tokens),
         (lora.rank == 0 or t.optimizer != "muon", "train.optimizer=muon trains whole matrices; "
          "LoRA's adapters (lora.rank > 0) train with adamw"),
+        (lora.alpha >= 0, f"lora.alpha must be >= 0 (0: 2 * lora.rank), not {lora.alpha}"),
+        (lora.rank > 0 or (lora.alpha == 0 and lora.train_new_tokens),
          "lora.alpha and lora.train_new_tokens need lora.rank (the adapters' rank)"),
     ]
     for ok, message in checks:

@@ -51,9 +51,9 @@ SAMPLING_MODES = ("random", "chunks")
 # version-2 file's [sample] keys that hold version 2's defaults are read as not set.
 CONFIG_VERSION = 3
 VERSION_KEY = "config_version"
-
 # The [sample] defaults that changed in version 3 (top-k, top-p and a fresh seed by default).
 V2_SAMPLE_DEFAULTS = {"top_k": 0, "top_p": 1.0, "seed": 1337}
+
 
 @dataclass
 class ModelConfig:
@@ -125,10 +125,6 @@ class TrainConfig:
     beta1: float = setting(0.9, "AdamW beta1")
     beta2: float = setting(0.99, "AdamW beta2")
     eps: float = setting(1e-8, "AdamW epsilon")
-    grad_clip: float = setting(1.0, "clip the global gradient norm to this (0: off)")
-    max_grad_norm: float = setting(1000.0, "stop, before saving, when the gradient norm (before "
-                                   "clipping) passes this: a diverging run (0: no limit)")
-    dtype: str = setting("auto", "{choices} (float64: numpy engine; auto: bf16 on capable CUDA, "
     optimizer: str = setting("adamw", "{choices} (muon: Muon for the blocks' matrices, AdamW for "
                              "embeddings, head, gains and biases; docs/derivations/muon.md)",
                              OPTIMIZERS)
@@ -138,6 +134,10 @@ class TrainConfig:
                                  "(auto: bfloat16 where the device has bf16 instructions, else "
                                  "float32; the NumPy engine's is always its own dtype)",
                                  MUON_NS_DTYPES)
+    grad_clip: float = setting(1.0, "clip the global gradient norm to this (0: off)")
+    max_grad_norm: float = setting(1000.0, "stop, before saving, when the gradient norm (before "
+                                   "clipping) passes this: a diverging run (0: no limit)")
+    dtype: str = setting("auto", "{choices} (float64: numpy engine; auto: bf16 on capable CUDA, "
                          "else fp32)", DTYPES)
     device: str = setting("auto", "cpu | cuda | cuda:N | auto")
     compile: bool = setting(False, "torch.compile the model (torch engine)")
@@ -242,16 +242,16 @@ class Config:
         version = saved.get(VERSION_KEY, 1)
         if type(version) is int and version < 2:  # [sample] was never read: defaults
             sections.pop("sample", None)
-        return cls.from_dict({VERSION_KEY: version, **sections}, where)
-
-    def update(self, d: dict[str, Any], where: str = "config",
-               only: tuple[str, ...] | None = None) -> None:
-        """Set every `section.key` of a nested dict; sections outside `only` are skipped. Without
         elif type(version) is int and version < 3 and isinstance(sections.get("sample"), dict):
             # Version 2 wrote every [sample] key, its defaults too: a key that holds version
             # 2's default was (almost always) never set, so today's default applies.
             sections["sample"] = {k: v for k, v in sections["sample"].items()
                                   if k not in V2_SAMPLE_DEFAULTS or V2_SAMPLE_DEFAULTS[k] != v}
+        return cls.from_dict({VERSION_KEY: version, **sections}, where)
+
+    def update(self, d: dict[str, Any], where: str = "config",
+               only: tuple[str, ...] | None = None) -> None:
+        """Set every `section.key` of a nested dict; sections outside `only` are skipped. Without
         `only`, the run's sections: a fine-tuning section is refused (`sheepop finetune` names
         them in `only`)."""
         for section, values in d.items():

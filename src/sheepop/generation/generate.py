@@ -54,6 +54,7 @@ from sheepop.generation.sample import (
     penalize_repeats,
     probabilities,
     quiet_overflow,
+    resolved_seed,
     softmax,
     top_tokens,
 )
@@ -104,7 +105,7 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
     argmax and reports softmax(z) as the distribution, only when `want_probs` (a float64
     softmax over a 50k vocabulary is not free).
     """
-    check_settings(cfg.temperature, cfg.top_k, cfg.top_p)  # ValueError: a bad API call
+    check_settings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)  # ValueError: a bad call
     check_finite(logits)
     if never:
         logits = np.array(logits, copy=True)
@@ -112,7 +113,7 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
     z = logits if seen is None else penalize_repeats(logits, seen, cfg.repetition_penalty)
     if cfg.temperature <= 0:
         return int(np.argmax(z)), (softmax(z) if want_probs else None)
-    probs = probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p)
+    probs = probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)
     return draw(probs, rng), probs
 
 
@@ -129,7 +130,7 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     _check(cfg)
     T = lm.block_size
     ids = list(prompt)[-T:]
-    rng = np.random.default_rng(cfg.seed)
+    rng = np.random.default_rng(resolved_seed(cfg.seed))  # (-1: a fresh seed)
     logits = lm.prefill(ids) if use_cache else lm.full(ids)
     seen = _seen_mask(prompt, logits.shape[-1]) if cfg.repetition_penalty != 1.0 else None
     never = never_generated(lm)
@@ -196,7 +197,7 @@ def _start_rows(prompts: Sequence[Sequence[int]], cfg: SampleConfig, block_size:
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generation needs at least one prompt token in every prompt")
     _check(cfg)
-    seeds = [cfg.seed] * len(prompts) if seeds is None else list(seeds)
+    seeds = [resolved_seed(cfg.seed)] * len(prompts) if seeds is None else list(seeds)
     if len(seeds) != len(prompts):
         raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
     return _Rows([list(p)[-block_size:] for p in prompts],
@@ -256,7 +257,8 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
 
     A prompt that has ended (its `eos_id`, or `max_new_tokens`) gets None and leaves the batch;
     `send(indices)` instead of `next` ends those prompts too.
-    Row b draws from `numpy.random.default_rng(seeds[b])` (default: `cfg.seed` for every row),
+    Row b draws from `numpy.random.default_rng(seeds[b])` (default: `cfg.seed` for every row;
+    a fresh one shared by every row when it is -1),
     so its tokens are those `generate` gives for that prompt and seed alone.
     """
     rows = _start_rows(prompts, cfg, lm.block_size, seeds)

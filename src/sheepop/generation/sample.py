@@ -1,24 +1,42 @@
 """From logits to the next token: the sampling rule shared by both engines.
 
-    p = softmax(z / tau)                         temperature tau > 0 (tau = 0: greedy argmax)
+    p = softmax((z - max z) / tau)               temperature tau > 0 (tau = 0: greedy argmax)
     top-k: keep the k largest p_i, zero the rest, renormalise
     top-p: sort p descending, keep the smallest prefix whose sum reaches p, renormalise
+    min-p: keep the p_i >= m * max_j p_j, zero the rest, renormalise
     repetition penalty theta (before all of these), for each token i already in the context:
         z_i <- z_i / theta if z_i > 0 else z_i * theta     (theta > 1 makes repeats less likely)
+
+The order is transformers' (temperature, top-k, top-p, min-p), the one a model's own
+generation_config.json was written for. llama.cpp applies the same three filters in the same
+order but the temperature last: at tau = 1 the two agree; at tau < 1 the filters here see a
+sharper distribution and cut a little more (min-p keeps z_i >= z_max + tau ln m, where llama.cpp
+keeps z_i >= z_max + ln m), which a small model's answers only gain from (docs/inference.md).
+
+The logits are shifted by their maximum before they are divided by tau, so no tau > 0 overflows:
+as tau -> 0, softmax(z / tau) tends to all its mass on the argmax (shared by exact ties), and
+any tau small enough that exp((z_i - max z) / tau) underflows to 0 for every other token (below
+about gap / 745, gap the distance to the runner-up; 5e-324 or 1e-308 for any logits) gives
+exactly that limit: greedy decoding. Divided unshifted, z / tau overflowed to inf - inf = NaN
+(`--temperature 5e-324` printed BOS after BOS, the server answered null logprobs).
 
 Works on one row (V,) or a batch (B, V) of logits, in float64 so both engines draw the same
 token from the same logits and the same seeded `numpy.random.Generator`.
 
-Settings outside these ranges (tau < 0, k < 0, p outside (0, 1], theta <= 0, NaN) raise
-ValueError: through the Python API they are a programming error (top_p = 0 would otherwise keep
-no token, give NaN probabilities and silently draw token 0); the command line refuses them
-earlier with one line (`Config.validate`).
+Settings outside these ranges (tau < 0, k < 0, p outside (0, 1], m outside [0, 1], theta <= 0,
+NaN) raise ValueError: through the Python API they are a programming error (top_p = 0 would
+otherwise keep no token, give NaN probabilities and silently draw token 0); the command line
+refuses them earlier with one line (`Config.validate`).
+
+A seed below 0 (the default, sample.seed = -1) asks for a fresh one: `fresh_seed` draws it from
+the operating system, and the commands print it so the same text can be drawn again with --seed.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import secrets
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -49,8 +67,9 @@ def penalize_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np
     return np.where(seen, np.where(z > 0, z / penalty, z * penalty), z)
 
 
-def check_settings(temperature: float, top_k: int, top_p: float) -> None:
-    """ValueError unless 0 <= temperature < inf, top_k >= 0 (an int) and 0 < top_p <= 1."""
+def check_settings(temperature: float, top_k: int, top_p: float, min_p: float = 0.0) -> None:
+    """ValueError unless 0 <= temperature < inf, top_k >= 0 (an int), 0 < top_p <= 1 and
+    0 <= min_p <= 1."""
     if not (math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), not "
                          f"{temperature!r}")
@@ -58,18 +77,23 @@ def check_settings(temperature: float, top_k: int, top_p: float) -> None:
         raise ValueError(f"top_k must be an integer >= 0 (0: off), not {top_k!r}")
     if not 0 < top_p <= 1:  # also refuses NaN
         raise ValueError(f"top_p must be in (0, 1] (1: off), not {top_p!r}")
+    if not 0 <= min_p <= 1:  # also refuses NaN
+        raise ValueError(f"min_p must be in [0, 1] (0: off), not {min_p!r}")
 
 
 def probabilities(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0,
-                  top_p: float = 1.0) -> np.ndarray:
-    """The distribution the next token is drawn from, after temperature, top-k and top-p."""
-    check_settings(temperature, top_k, top_p)
+                  top_p: float = 1.0, min_p: float = 0.0) -> np.ndarray:
+    """The distribution the next token is drawn from, after temperature, top-k, top-p and
+    min-p."""
+    check_settings(temperature, top_k, top_p, min_p)
     z = np.asarray(logits, dtype=np.float64)
     if temperature <= 0:  # greedy: all mass on the argmax (the first one on ties)
         probs = np.zeros_like(z)
         np.put_along_axis(probs, z.argmax(axis=-1)[..., None], 1.0, axis=-1)
         return probs
-    probs = softmax(z / temperature)
+    # shifted first: (z - max z) <= 0 divided by any tau > 0 is at worst -inf, never inf - inf
+    with np.errstate(over="ignore"):  # (-inf is the intended result of an overflow here)
+        probs = softmax((z - z.max(axis=-1, keepdims=True)) / temperature)
     V = probs.shape[-1]
     if 0 < top_k < V:
         kth = np.partition(probs, V - top_k, axis=-1)[..., V - top_k, None]
@@ -84,7 +108,20 @@ def probabilities(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0,
         np.put_along_axis(keep, order, keep_sorted, axis=-1)
         probs = np.where(keep, probs, 0.0)
         probs /= probs.sum(axis=-1, keepdims=True)
+    if min_p > 0.0:  # (the most likely token always stays: its p is max p >= min_p * max p)
+        probs = np.where(probs >= min_p * probs.max(axis=-1, keepdims=True), probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
     return probs
+
+
+def fresh_seed() -> int:
+    """A seed drawn from the operating system's entropy (32 bits: short enough to type back)."""
+    return secrets.randbits(32)
+
+
+def resolved_seed(seed: int) -> int:
+    """`seed`, or a fresh one when it is below 0 (sample.seed = -1: a new seed each call)."""
+    return seed if seed >= 0 else fresh_seed()
 
 
 def draw(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray | int:

@@ -1,6 +1,7 @@
 """`/v1/inspect`: the mathematics of the served model on one prompt, as JSON (docs/page.md).
 
-    GET  /v1/inspect   the model's shape: layers, heads, context, position kind, chat or not
+    GET  /v1/inspect   the model's shape: layers, heads, context, position kind, chat or not,
+                       and the server's sampling defaults (the page starts from them)
     POST /v1/inspect   {"prompt": "text" | [ids]} or {"messages": [...]} (a chat model's
                        conversation through its chat template, sheepop's or the model's
                        own, with the assistant's turn opened), "top" (1..20, default 5),
@@ -66,14 +67,16 @@ POSITION_FORMULAS = {
 
 
 def describe(model: InferenceModel, name: str) -> dict[str, Any]:
-    m = model.config.model
+    m, s = model.config.model, model.config.sample
     chat = model.tokenizer is not None and can_chat(model.tokenizer)
     return {"object": "model.shape", "model": name, "engine": model.engine,
             "n_layer": m.n_layer, "n_head": m.n_head, "n_kv_head": m.kv_heads,
             "n_embd": m.n_embd, "context": m.block_size, "vocab_size": m.vocab_size,
             "pos_encoding": m.pos_encoding, "norm": m.norm, "ffn": m.ffn, "chat": chat,
             "tied": m.tie_weights,
-            "max_attention_cells": MAX_ATTENTION_CELLS}
+            "max_attention_cells": MAX_ATTENTION_CELLS,
+            # the server's sampling defaults (the run's [sample] and serve's flags): the page's
+            "sampling": {k: getattr(s, k) for k in ("temperature", "top_k", "top_p", "min_p")}}
 
 
 def _prompt_ids(body: dict, tokenizer: Tokenizer) -> list[int]:

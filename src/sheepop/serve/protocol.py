@@ -71,7 +71,7 @@ class Request:
     prompt_texts: list[str]
     max_tokens: list[int]          # one for each prompt
     n: int
-    sample: SampleConfig           # temperature, top_p, top_k, repetition_penalty
+    sample: SampleConfig           # temperature, top_p, top_k, min_p, repetition_penalty
     seed: int | None
     stop: list[str]
     end_ids: frozenset[int]        # tokens that end a choice (not shown)
@@ -249,6 +249,7 @@ def parse(body: Any, served: Served, chat: bool) -> Request:
         temperature=_number(body, "temperature", 0, 2, d.temperature),
         top_p=_number(body, "top_p", 0, 1, d.top_p, open_lo=True),
         top_k=_int(body, "top_k", 0, None, d.top_k),
+        min_p=_number(body, "min_p", 0, 1, d.min_p),  # (llama.cpp's and vLLM's field)
         repetition_penalty=_number(body, "repetition_penalty", 0, 10, d.repetition_penalty,
                                    open_lo=True))
     options = body.get("stream_options")

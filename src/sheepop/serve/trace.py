@@ -5,14 +5,14 @@
     "continuation"   token texts generated after it (each encoded and appended): a generated
                      token is traced like a prompt token
     "position"       the token t traced (default: the last), "layer" l (default 0)
-    "temperature", "top_k", "top_p", "repetition_penalty", "seed"   the sampling of z_t
+    "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed"   the sampling of z_t
     "full_vocab"     true: the whole z_t and p_t (n_vocab numbers each) come too
 
 The steps (sheepop.arch.trace) are computed from the model's weights in NumPy, on the
 scheduler's thread between two decode steps; the sampling of z_t is generation's own
 (sheepop.generation.sample): the tokens generation never emits (padding, BOS, unknown) set to
 -inf (p = softmax(z) is then /v1/inspect's p), the repetition penalty, p_tau = softmax(z / tau),
-top-k, top-p, and the draw u ~ U(0, 1)
+top-k, top-p, min-p, and the draw u ~ U(0, 1)
 from numpy.random.default_rng(seed), the first index where the CDF passes u.
 """
 
@@ -105,10 +105,11 @@ def sampling(z: np.ndarray, ids: list[int], t: int, never: list[int], settings: 
              text) -> dict[str, Any]:
     """The distributions of the next token after position t, as generation draws it: p (the
     model's, softmax z with the never-generated ids at -inf, as /v1/inspect and the API's
-    logprobs give it), p_tau (repetition penalty, temperature), p_k (top-k), p_final (top-p),
-    the draw, and the actual next token."""
-    tau, k, top_p, penalty, seed = (settings[n] for n in ("temperature", "top_k", "top_p",
-                                                         "repetition_penalty", "seed"))
+    logprobs give it), p_tau (repetition penalty, temperature), p_k (top-k), p_p (top-p),
+    p_final (min-p), the draw, and the actual next token."""
+    tau, k, top_p, min_p, penalty, seed = (
+        settings[n] for n in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                              "seed"))
     zz = np.asarray(z, dtype=np.float64).copy()
     zz[never] = -np.inf
     p = softmax(zz)
@@ -117,7 +118,8 @@ def sampling(z: np.ndarray, ids: list[int], t: int, never: list[int], settings: 
     zz = penalize_repeats(zz, seen, penalty)
     p_tau = probabilities(zz, tau, 0, 1.0)
     p_k = probabilities(zz, tau, k, 1.0)
-    p_final = probabilities(zz, tau, k, top_p)
+    p_p = probabilities(zz, tau, k, top_p)
+    p_final = probabilities(zz, tau, k, top_p, min_p)
     u = float(np.random.default_rng(seed).random())
     chosen = int(draw(p_final, np.random.default_rng(seed)))
     actual = ids[t + 1] if t + 1 < len(ids) else None
@@ -125,10 +127,12 @@ def sampling(z: np.ndarray, ids: list[int], t: int, never: list[int], settings: 
     order += [i for i in (chosen, actual) if i is not None and i not in order]
     rank = lambda i: int((p > p[i]).sum()) + 1  # noqa: E731
     rows = [{"id": i, "text": text(i), "z": float(z[i]), "p": float(p[i]),
-             "p_tau": float(p_tau[i]), "p_k": float(p_k[i]), "p_final": float(p_final[i]),
+             "p_tau": float(p_tau[i]), "p_k": float(p_k[i]), "p_p": float(p_p[i]),
+             "p_final": float(p_final[i]),
              "rank": rank(i)} for i in order]
     return {**settings, "banned": [{"id": i, "text": text(i)} for i in never], "rows": rows,
-            "kept_k": int((p_k > 0).sum()), "kept_p": int((p_final > 0).sum()),
+            "kept_k": int((p_k > 0).sum()), "kept_p": int((p_p > 0).sum()),
+            "kept_min_p": int((p_final > 0).sum()),
             "sum_k": float(p_k.sum()), "sum_final": float(p_final.sum()),
             "draw": {"u": u, "id": chosen, "text": text(chosen),
                      "cdf_before": float(p_final[:chosen].sum()),
@@ -177,6 +181,7 @@ def _settings(body: dict, model: InferenceModel) -> dict[str, Any]:
     return {"temperature": _number(body, "temperature", 1.0, 0.0, 100.0),
             "top_k": _integer(body, "top_k", 0, 0, model.config.model.vocab_size),
             "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0),
+            "min_p": _number(body, "min_p", 0.0, 0.0, 1.0),
             "repetition_penalty": _number(body, "repetition_penalty", 1.0, 1e-3, 100.0),
             "seed": _integer(body, "seed", 0, 0, 2 ** 32 - 1)}
 

@@ -76,7 +76,7 @@ export function generateView(state) {
     panel.replaceChildren(
       el("div", {}, `drawn ${JSON.stringify(entry.text)}: ` +
         (s ? `q = ${percent(Math.exp(s.logprob))} (T = ${settings.temperature}, top-k ${settings.top_k || "off"}, ` +
-             `top-p ${settings.top_p}); the model's p = ${percent(p)}` : `p = ${percent(p)}`)),
+             `top-p ${settings.top_p}, min-p ${settings.min_p || "off"}); the model's p = ${percent(p)}` : `p = ${percent(p)}`)),
       el("table", { "aria-label": "Alternatives" },
         el("thead", {}, el("tr", {}, el("th", {}, ""), el("th", {}, "q: drawn from"),
           el("th", {}, "p: the model"), el("th", {}, ""))),
@@ -114,7 +114,7 @@ export function generateView(state) {
   function request() {
     const number = (id) => Number($(id).value);
     const body = { stream: true, temperature: number("#temperature"), top_p: number("#top-p"),
-                   top_k: number("#top-k"), max_tokens: number("#max-tokens") };
+                   top_k: number("#top-k"), min_p: number("#min-p"), max_tokens: number("#max-tokens") };
     if (chat) {
       history.push({ role: "user", content: prompt.value });
       showConversation();
@@ -130,7 +130,7 @@ export function generateView(state) {
     if (controller) return;
     hide();
     const [path, body] = request();
-    const settings = { temperature: body.temperature, top_k: body.top_k, top_p: body.top_p };
+    const settings = { temperature: body.temperature, top_k: body.top_k, top_p: body.top_p, min_p: body.min_p };
     const generated = state.last.generated;  // the ids drawn: the inside view analyses them too
     answer.replaceChildren();
     if (!chat) answer.append(el("span", { class: "prompt-text" }, prompt.value));

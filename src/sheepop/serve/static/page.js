@@ -49,6 +49,9 @@ async function start() {
     return;
   }
   const s = state.shape;
+  for (const [key, id] of [["temperature", "#temperature"], ["top_k", "#top-k"], ["top_p", "#top-p"], ["min_p", "#min-p"]]) {
+    if (s.sampling && s.sampling[key] !== undefined) $(id).value = String(s.sampling[key]);  // the server's defaults
+  }
   $("#model-line").textContent = `${s.model}: ${s.n_layer} layers, ${s.n_head} heads, width ` +
     `${s.n_embd}, context ${s.context}, ${s.pos_encoding} positions, ${s.engine} engine` +
     (s.chat ? ", chat" : "");

@@ -6,6 +6,7 @@
 //   T         softmax(z / T)                                   (T = 0: all of q on the argmax)
 //   top-k     keep the k largest, renormalise                  (0: off; ties at the k-th kept)
 //   top-p     sort descending, keep the smallest prefix whose mass reaches p, renormalise
+//   min-p     keep the tokens with q_i >= m * max q, renormalise      (0: off)
 import { $, el, percent, shownToken } from "./common.js";
 
 const ROWS = 12;  // tokens listed: the likeliest after penalty and temperature, and the chosen one
@@ -33,8 +34,8 @@ function renormalised(p, keep) {
   return p.map((v, i) => (keep(i) ? v / total : 0));
 }
 
-// Every stage of the sampler on logits z: {p, tempered, topK, q} (Float64Array each, V long).
-export function stages(z, seen, { temperature, topK, topP, penalty }) {
+// Every stage of the sampler on logits z: {p, tempered, topK, topP, q} (Float64Array each).
+export function stages(z, seen, { temperature, topK, topP, minP = 0, penalty }) {
   const p = softmax(z);
   const penalised = Float64Array.from(z);
   if (penalty !== 1) for (const i of seen) penalised[i] = z[i] > 0 ? z[i] / penalty : z[i] * penalty;
@@ -43,7 +44,7 @@ export function stages(z, seen, { temperature, topK, topP, penalty }) {
     let best = 0;
     for (let i = 1; i < z.length; i++) if (penalised[i] > penalised[best]) best = i;
     tempered = new Float64Array(z.length); tempered[best] = 1;
-    return { p, tempered, topK: tempered, q: tempered };
+    return { p, tempered, topK: tempered, topP: tempered, q: tempered };
   }
   tempered = softmax(penalised, temperature);
   let afterK = tempered;
@@ -51,27 +52,34 @@ export function stages(z, seen, { temperature, topK, topP, penalty }) {
     const kth = Float64Array.from(tempered).sort()[z.length - topK];
     afterK = renormalised(tempered, (i) => tempered[i] >= kth);
   }
-  let q = afterK;
+  let afterP = afterK;
   if (topP < 1) {
     const order = [...afterK.keys()].sort((a, b) => afterK[b] - afterK[a] || a - b);
     const keep = new Uint8Array(z.length);
     let before = 0;
     for (const i of order) { if (before < topP) keep[i] = 1; before += afterK[i]; }
-    q = renormalised(afterK, (i) => keep[i] === 1);
+    afterP = renormalised(afterK, (i) => keep[i] === 1);
   }
-  return { p, tempered, topK: afterK, q };
+  let q = afterP;
+  if (minP > 0) {  // (the likeliest token always stays)
+    let peak = 0;
+    for (const v of afterP) if (v > peak) peak = v;
+    q = renormalised(afterP, (i) => afterP[i] >= minP * peak);
+  }
+  return { p, tempered, topK: afterK, topP: afterP, q };
 }
 
 // The panel: controls, and one row per token with p and each stage side by side.
 export function sampledPanel(state) {
   const table = $("#sampled"), summary = $("#sampled-summary");
   const inputs = { temperature: $("#s-temperature"), topK: $("#s-top-k"), topP: $("#s-top-p"),
-                   penalty: $("#s-penalty") };
+                   minP: $("#s-min-p"), penalty: $("#s-penalty") };
   let current = null;  // {z, seen, chosen, names, t}
 
   function settings() {
     return { temperature: Number(inputs.temperature.value), topK: Math.max(0, Math.round(Number(inputs.topK.value))),
-             topP: Math.min(1, Math.max(0.01, Number(inputs.topP.value))), penalty: Number(inputs.penalty.value) || 1 };
+             topP: Math.min(1, Math.max(0.01, Number(inputs.topP.value))),
+             minP: Math.min(1, Math.max(0, Number(inputs.minP.value) || 0)), penalty: Number(inputs.penalty.value) || 1 };
   }
 
   function draw() {
@@ -93,12 +101,13 @@ export function sampledPanel(state) {
       class: i === chosen ? "chosen" : "", "data-id": String(i), "data-p": st.p[i].toPrecision(9),
       "data-q": st.q[i].toPrecision(9) },
     el("td", {}, shownToken(text(i)) + (i === chosen ? "  ◀ drawn" : "")),
-    ...cells(st.p[i]), ...cells(st.tempered[i]), ...cells(st.topK[i]), ...cells(st.q[i])));
+    ...cells(st.p[i]), ...cells(st.tempered[i]), ...cells(st.topK[i]), ...cells(st.topP[i]), ...cells(st.q[i])));
     const head = el("tr", {}, el("th", { scope: "col" }, "token"),
       el("th", { scope: "col", colspan: "2" }, "p: the model"),
       el("th", { scope: "col", colspan: "2" }, s.penalty === 1 ? `softmax(z/${s.temperature})` : `penalty ${s.penalty}, T ${s.temperature}`),
       el("th", { scope: "col", colspan: "2" }, s.topK ? `top-k ${s.topK}` : "top-k off"),
-      el("th", { scope: "col", colspan: "2" }, `top-p ${s.topP}: q`));
+      el("th", { scope: "col", colspan: "2" }, `top-p ${s.topP}`),
+      el("th", { scope: "col", colspan: "2" }, s.minP ? `min-p ${s.minP}: q` : "min-p off: q"));
     table.replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
     summary.dataset.kept = String(kept);
     summary.dataset.sum = sum.toFixed(12);
@@ -121,6 +130,7 @@ export function sampledPanel(state) {
       inputs.temperature.value = $("#temperature").value;
       inputs.topK.value = $("#top-k").value;
       inputs.topP.value = $("#top-p").value;
+      inputs.minP.value = $("#min-p").value;
       draw();
     },
     clear() { current = null; table.replaceChildren(); summary.textContent = ""; },

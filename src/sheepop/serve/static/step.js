@@ -122,10 +122,11 @@ function samplingCards(data, more) {
     el("td", { class: "num", "data-p": String(r.p) }, pct(r.p)),
     el("td", { class: "num", "data-p": String(r.p_tau) }, pct(r.p_tau)),
     el("td", { class: "num", "data-p": String(r.p_k) }, pct(r.p_k)),
+    el("td", { class: "num", "data-p": String(r.p_p) }, pct(r.p_p)),
     el("td", { class: "num", "data-p": String(r.p_final) }, pct(r.p_final))));
   const table = el("div", { class: "scroll" }, el("table", { "data-testid": "step-sampling" },
     el("thead", {}, el("tr", {}, ...["token", "z", "p = softmax(z)", `p_τ (τ = ${s.temperature})`,
-      `top-k (k = ${s.top_k || "off"})`, `top-p (p = ${s.top_p})`].map((h) => el("th", {}, h)))),
+      `top-k (k = ${s.top_k || "off"})`, `top-p (p = ${s.top_p})`, `min-p (m = ${s.min_p || "off"})`].map((h) => el("th", {}, h)))),
     el("tbody", {}, ...rows)));
   const banned = s.banned.length ? ` Tokens never generated get z = −∞ before any of this (so p is the p of the Generate and Inside views): ${s.banned.map((b) => shownToken(b.text)).join(", ")}.` : "";
   const full = el("div", {});
@@ -146,9 +147,9 @@ function samplingCards(data, more) {
       el("p", { class: "hint" }, "largest: " + z.top.map((x) => `${shownToken(x.text)} ${fmt(x.z)}`).join(" · "))),
       button, full),
     card(15, "The probabilities, as generation draws them",
-      `p = softmax(z) ; p<sub>τ</sub> = softmax(z / τ) ; top-k keeps the k likeliest ; top-p keeps the smallest prefix whose sum reaches p<sub>top</sub> ; each renormalised`,
+      `p = softmax(z) ; p<sub>τ</sub> = softmax(z / τ) ; top-k keeps the k likeliest ; top-p keeps the smallest prefix whose sum reaches p<sub>top</sub> ; min-p keeps p<sub>i</sub> ≥ m max p ; each renormalised`,
       DOC.sampling,
-      el("p", { class: "hint" }, `Top-k keeps ${s.kept_k} tokens (their probabilities sum to ${fmt(s.sum_k)}), top-p then ${s.kept_p}.${banned} Change τ, k, p above: these columns follow.`),
+      el("p", { class: "hint" }, `Top-k keeps ${s.kept_k} tokens (their probabilities sum to ${fmt(s.sum_k)}), top-p then ${s.kept_p}, min-p then ${s.kept_min_p}.${banned} Change τ, k, p, m above: these columns follow.`),
       table),
     card(16, "The draw",
       `u ~ U[0, 1) from seed ${s.seed} ; the token is the first i (in vocabulary order) whose cumulative probability c<sub>i</sub> = p<sub>0</sub> + … + p<sub>i</sub> exceeds u`,
@@ -169,6 +170,7 @@ export function stepView(state) {
   const tau = num("step-temperature", "1", { min: "0", max: "100", step: "any" });
   const topK = num("step-top-k", "0", { min: "0", step: "1", title: "0: off" });
   const topP = num("step-top-p", "1", { min: "0.01", max: "1", step: "any" });
+  const minP = num("step-min-p", "0", { min: "0", max: "1", step: "any", title: "0: off" });
   const seed = num("step-seed", "0", { min: "0", step: "1" });
   const strip = el("div", { id: "step-tokens", role: "group", "aria-label": "Position" });
   const status = el("p", { class: "status", role: "status", id: "step-status" });
@@ -179,12 +181,12 @@ export function stepView(state) {
     el("form", { id: "step-form" }, el("label", { for: "step-prompt" }, "Text (the last prompt and its answer by default)"), text,
       el("div", { class: "buttons" }, el("button", { type: "submit" }, "Trace"))),
     el("div", { class: "controls" }, label("Layer", layer), label("Head", head), label("Temperature τ", tau),
-      label("Top-k", topK), label("Top-p", topP), label("Seed", seed)),
+      label("Top-k", topK), label("Top-p", topP), label("Min-p", minP), label("Seed", seed)),
     strip, status, steps);
 
   let body = null, data = null, position = null, asked = 0, seenLast = null;
   const settings = () => ({ temperature: Number(tau.value), top_k: Number(topK.value),
-    top_p: Number(topP.value), seed: Number(seed.value) });
+    top_p: Number(topP.value), min_p: Number(minP.value), seed: Number(seed.value) });
   const ask = (extra = {}) => api("/v1/trace", {
     ...body, ...(position === null ? {} : { position }), layer: Number(layer.value), ...settings(), ...extra });
 
@@ -243,7 +245,7 @@ export function stepView(state) {
   }
 
   head.addEventListener("change", () => { if (data) draw(); });
-  for (const input of [layer, tau, topK, topP, seed]) input.addEventListener("change", run);
+  for (const input of [layer, tau, topK, topP, minP, seed]) input.addEventListener("change", run);
   $("#step-form", root).addEventListener("submit", (e) => {
     e.preventDefault();
     const last = state.last;
@@ -254,7 +256,7 @@ export function stepView(state) {
 
   return {
     show() {  // the last prompt and the tokens generated after it, once
-      for (const [mine, theirs] of [[tau, "#temperature"], [topK, "#top-k"], [topP, "#top-p"]]) {
+      for (const [mine, theirs] of [[tau, "#temperature"], [topK, "#top-k"], [topP, "#top-p"], [minP, "#min-p"]]) {
         if (!data && $(theirs)) mine.value = $(theirs).value;
       }
       const last = state.last;
