@@ -150,4 +150,21 @@ def run_import(args: argparse.Namespace) -> int:
                                    else "")
     print(f"imported {arch.name} ({m.n_layer} layers, {heads}, width {m.n_embd}, context "
           f"{m.block_size}, vocabulary {m.vocab_size}) into {args.run_dir}")
+    _say_sampling(args.run_dir)
     return 0
+
+
+def _say_sampling(run_dir: str) -> None:
+    """What the model's generation_config.json set (the run's [sample]), and what it asked that
+    sheepop does not do, as the import recorded them."""
+    from sheepop.checkpoint import format as checkpoint
+    generation = checkpoint.load_config(run_dir).get("source", {}).get("generation_config")
+    if generation is None:
+        return
+    read = generation["read"]
+    if read:
+        listed = ", ".join(f"{k} {v}" for k, v in read.items())
+        print(f"sampling from the model's generation_config.json: {listed} (the run's "
+              f"[sample]; a flag of generate, chat or serve overrides it)")
+    for note in generation["notes"]:
+        print(f"sheepop: note: {note}", file=sys.stderr)

@@ -6,7 +6,8 @@ both ways, the weights both ways): GPT-2 (`sheepop.interop.gpt2`, GPT2LMHeadMode
 generation_config.json and the BPE tokenizer (`sheepop.interop.hf_files`), so
 `transformers.AutoModelForCausalLM.from_pretrained(out_dir)` and `AutoTokenizer` load it; import
 picks the architecture from config.json's `model_type` and writes a run directory that every
-sheepop command accepts.
+sheepop command accepts, its [sample] settings from generation_config.json when there is one
+(sheepop.interop.generation_config; recorded in config.json's source.generation_config).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference.load import read_run
 from sheepop.interop import gpt2, llama
+from sheepop.interop.generation_config import apply_generation_config, read_generation_config
 from sheepop.interop.hf_files import (
     read_hf_config,
     read_weights,
@@ -147,7 +149,13 @@ def import_hf(hf_dir: str | Path, run_dir: str | Path, overwrite: bool = False,
         raise UserError(f"{hf_dir}: the tokenizer has {tokenizer.vocab_size} ids but the model "
                         f"{cfg.model.vocab_size} (sheepop needs them equal)")
     cfg.data.tokenizer, cfg.data.vocab_size = tokenizer.kind, tokenizer.vocab_size
-    config = {**cfg.to_dict(), "source": {"format": arch.format, "path": str(hf_dir.resolve())}}
+    source: dict[str, Any] = {"format": arch.format, "path": str(hf_dir.resolve())}
+    generation = read_generation_config(hf_dir)
+    if generation is not None:  # the authors' sampling replaces sheepop's defaults
+        taken, notes = apply_generation_config(generation, cfg, tokenizer.eos_id,
+                                               str(hf_dir / "generation_config.json"))
+        source["generation_config"] = {"read": taken, "notes": notes}
+    config = {**cfg.to_dict(), "source": source}
     checkpoint.save_checkpoint(run_dir, weights, config, tokenizer.to_json())
     return cfg, arch
 
