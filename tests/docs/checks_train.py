@@ -16,7 +16,7 @@ from sheepop.generation.generate import generate
 from sheepop.generation.sample import draw, penalize_repeats, probabilities
 from sheepop.model.gpt import GPT as TorchGPT
 from sheepop.model.gpt import cross_entropy as torch_cross_entropy
-from sheepop.schedule import lr_at, lr_for
+from sheepop.schedule import lr_at, lr_for, wsd_lr_at
 from sheepop.scratch import layers as L
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import gpt_backward, gpt_forward, new_cache
@@ -113,6 +113,11 @@ def decay_flags(v):
 def schedule(v):
     args = [float(v[k]) for k in ("lr_max", "min_lr")] + [int(v["warmup"]), int(v["decay"])]
     return {"lr": [lr_at(step, *args) for step in v["steps"]]}
+
+
+def schedule_wsd(v):
+    args = [float(v[k]) for k in ("lr_max", "min_lr")] + [int(v["warmup"]), int(v["decay"])]
+    return {"lr": [wsd_lr_at(step, *args, float(v["cooldown"])) for step in v["steps"]]}
 
 
 def schedule_preset(v):
@@ -218,6 +223,7 @@ CHECKS = {
     "adamw": (("p", "grads", "lr", "beta1", "beta2", "eps", "wd"), adamw),
     "decay_groups": (("names",), decay_flags),
     "schedule": (("lr_max", "min_lr", "warmup", "decay", "steps"), schedule),
+    "schedule_wsd": (("lr_max", "min_lr", "warmup", "decay", "cooldown", "steps"), schedule_wsd),
     "schedule_preset": (("preset", "steps"), schedule_preset),
     "sampling": (("z",), sampling),
     "draw": (("probs", "u"), draw_tokens),

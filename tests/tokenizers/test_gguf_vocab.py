@@ -170,3 +170,15 @@ def test_smollm2_gives_the_ids_of_transformers_gguf_loader(smollm2_meta, smollm2
         assert tok.encode_for_model(text) == hf(text)["input_ids"]
     assert (hf.bos_token_id, hf.eos_token_id, hf.pad_token_id) == \
         (tok.bos_id, tok.eos_id, tok.pad_id)
+
+
+@pytest.mark.real_model
+def test_smollm2_metadata_is_written_back_as_it_came(smollm2_meta):
+    """Imported and exported again, SmolLM2's vocabulary keeps its llama.cpp name "smollm" and
+    every tokenizer field of the file, value for value."""
+    written = gguf_vocab(tokenizer_from_gguf(smollm2_meta, "SmolLM2.gguf"))
+    assert written["tokenizer.ggml.pre"] == "smollm"
+    for key, value in written.items():
+        if key in smollm2_meta:
+            assert value == smollm2_meta[key], key
+    assert set(smollm2_meta) - set(written) <= {"tokenizer.ggml.add_space_prefix"}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from sheepop.config.schema import TrainConfig
-from sheepop.schedule import lr_at
+from sheepop.schedule import lr_at, lr_for, wsd_lr_at
 from sheepop.train.engine_torch import TorchEngine
 from sheepop.train.loop import evaluation_record
 from sheepop.train.optimizers import decay_groups
@@ -23,6 +23,20 @@ def test_schedule_warmup_then_cosine():
     assert lr_at(60, 1.0, 0.1, 10, 110) == pytest.approx(0.55)  # half way: (1 + 0.1) / 2
     assert lr_at(110, 1.0, 0.1, 10, 110) == pytest.approx(0.1)
     assert lr_at(500, 1.0, 0.1, 10, 110) == pytest.approx(0.1)
+
+
+def test_schedule_warmup_stable_decay():
+    """lr_max after the warmup until the last ceil(0.2 * 100) = 20 steps, then a straight line
+    that reaches min_lr at step 100; lr_for chooses it by train.schedule."""
+    lrs = [wsd_lr_at(s, 1.0, 0.1, 10, 100, 0.2) for s in range(120)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[10:81] == [1.0] * 71
+    assert lrs[90] == pytest.approx(0.1 + 0.9 * 10 / 20)
+    assert all(a > b for a, b in zip(lrs[80:100], lrs[81:101]))  # strictly down, linearly
+    assert lrs[100:] == [0.1] * 20
+    cfg = TrainConfig(steps=100, lr=1.0, min_lr=0.1, warmup_steps=10, schedule="wsd")
+    assert [lr_for(s, cfg) for s in range(120)] == lrs
+    assert lr_for(50, TrainConfig(steps=100, lr=1.0, min_lr=0.1, warmup_steps=10)) < 1.0
 
 
 def test_no_weight_decay_on_biases_and_layernorm(small_cfg):

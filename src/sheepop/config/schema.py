@@ -33,6 +33,7 @@ ENGINES = ("torch", "numpy")
 INFERENCE_ENGINES = ("auto", *ENGINES)  # auto: sheepop.inference.load.choose_engine
 DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 OPTIMIZERS = ("adamw", "muon")
+SCHEDULES = ("cosine", "wsd")
 MUON_NS_DTYPES = ("auto", "bfloat16", "float32")
 # `sheepop generate --dtype`: how the weights are stored (bfloat16: and the KV cache; int8: the
 # linear layers' weights with per-channel scales; int4: in 4-bit groups; sheepop.arch.quantize)
@@ -120,7 +121,11 @@ class TrainConfig:
     lr: float = setting(1e-3, "peak learning rate")
     min_lr: float = setting(1e-4, "learning rate at the end of the cosine decay")
     warmup_steps: int = setting(100, "linear warmup steps")
-    decay_steps: int = setting(0, "step where the cosine reaches min_lr (0: train.steps)")
+    decay_steps: int = setting(0, "step where the decay reaches min_lr (0: train.steps)")
+    schedule: str = setting("cosine", "{choices}: after the warmup, a cosine to min_lr, or "
+                            "warmup-stable-decay (lr held, then a straight line to min_lr over "
+                            "the last train.cooldown of the steps)", SCHEDULES)
+    cooldown: float = setting(0.2, "wsd: the fraction of train.decay_steps spent decaying")
     weight_decay: float = setting(0.1, "AdamW decoupled weight decay (not on biases, LayerNorm)")
     beta1: float = setting(0.9, "AdamW beta1")
     beta2: float = setting(0.99, "AdamW beta2")
