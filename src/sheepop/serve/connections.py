@@ -16,9 +16,10 @@ below the file limit:
   is past the transport's high-water mark is disconnected (its job is cancelled, as when a
   client leaves);
 - past `max_connections` open connections a new one is answered 503 with Retry-After at once,
-  before its request is read, and closed; at most `max_refusing` such answers are in flight (each
-  holds a descriptor for up to REFUSAL_LINGER_S while the client reads it), past those a
-  connection is closed at once.
+  before its request is read, and closed; at most `max_refusing` such answers linger (each
+  holds a descriptor for up to REFUSAL_LINGER_S while the client reads it), past those the 503
+  is written and the connection closed at once (a burst of connections, accepted together
+  before any is counted, got no answer at all).
 
 Every answer of its own is OpenAI's JSON error shape, as the app's are (a head too large for
 h11's buffer gets 431, a malformed one 400, instead of uvicorn's plain text).
@@ -121,7 +122,8 @@ def guarded_protocol(lim: Limits) -> type[H11Protocol]:
             if self._refused:
                 self.transport = transport
                 if len(refusing) >= lim.max_refusing:
-                    transport.abort()
+                    transport.write(error_bytes(BUSY))
+                    transport.close()  # (at once: its descriptor is given back)
                     return
                 refusing.add(self)
                 transport.write(error_bytes(BUSY))

@@ -10,8 +10,10 @@ scheduler, and the command exits 0: a signal is how a server is meant to stop. A
 during that wait stops at once.
 
 Connections are bounded (sheepop.serve.connections): idle and slow clients are timed out, and
-past a number of open connections kept below the file limit a new one gets 503 at once. The
-event loop's own errors are logged once each, in one line.
+past a number of open connections kept below the file limit a new one gets 503 at once; at
+the file limit itself the connections waiting to be accepted get 503 too, from a descriptor kept
+in reserve (sheepop.serve.file_limit). The event loop's other errors are logged once each, in
+one line.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sheepop.errors import UserError
 from sheepop.serve.app import error_response
-from sheepop.serve.connections import Limits, OnceLog, guarded_protocol
+from sheepop.serve.connections import Limits, guarded_protocol
+from sheepop.serve.file_limit import AtFileLimit
 from sheepop.serve.scheduler import SHUTTING_DOWN
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -62,9 +65,10 @@ def address_of(sock: socket.socket) -> str:
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, ready: Callable[[], None]):
+    def __init__(self, config: uvicorn.Config, ready: Callable[[], None],
+                 loop_errors: AtFileLimit):
         super().__init__(config)
-        self.ready = ready
+        self.ready, self.loop_errors = ready, loop_errors
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -99,7 +103,7 @@ class _Server(uvicorn.Server):
             await self.lifespan.shutdown()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        asyncio.get_running_loop().set_exception_handler(OnceLog(logging.getLogger("uvicorn.error")))
+        asyncio.get_running_loop().set_exception_handler(self.loop_errors)
         await super().startup(sockets)
         if self.started:
             self.ready()
@@ -142,4 +146,8 @@ def run(app: Starlette, sock: socket.socket, shutdown_timeout: float,
                             access_log=access_log, lifespan="on",
                             timeout_graceful_shutdown=shutdown_timeout,
                             http=guarded_protocol(limits), timeout_keep_alive=limits.idle)
-    _Server(config, ready).run(sockets=[sock])
+    loop_errors = AtFileLimit(sock, logging.getLogger("uvicorn.error"))
+    try:
+        _Server(config, ready, loop_errors).run(sockets=[sock])
+    finally:
+        loop_errors.close()
