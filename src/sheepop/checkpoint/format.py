@@ -12,6 +12,7 @@ names are re-exported here, so `checkpoint.MODEL_FILE`, `checkpoint.recover` wor
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from sheepop.files import (
     parse_json,
     read_bytes,
     read_document,
+    shown,
 )
 
 FORMAT = "sheepop-run"
@@ -150,6 +152,7 @@ def load_trainer_state(run_dir: str | Path) -> tuple[dict[str, np.ndarray], dict
         raise UserError(f"{json_path} is not a JSON object")
     if type(state.get("step")) is not int or state["step"] < 0:
         raise UserError(f"{json_path}: \"step\" is not a step number")
+    _check_numbers(state, json_path)
     _, model_bytes = _read(run_dir, MODEL_FILE, "weights")
     trainer_path, trainer_bytes = _read(run_dir, TRAINER_FILE, "trainer state")
     if (state.get("model_sha256") != sha256_hex(model_bytes)
@@ -157,3 +160,28 @@ def load_trainer_state(run_dir: str | Path) -> tuple[dict[str, np.ndarray], dict
         raise UserError(f"checkpoint in {run_dir} is inconsistent (its files come from different "
                         "steps, probably a crash while saving); cannot resume from it")
     return parse_safetensors(trainer_bytes, trainer_path), state
+
+
+# trainer.json's other numbers: name -> (what it must be, the test). Python's JSON reads NaN and
+# Infinity, and a NaN best_val_loss was resumed as "best nan": no later loss is lower than it.
+_COUNT = ("a count >= 0", lambda v: type(v) is int and v >= 0)
+_NUMBERS = {
+    "adam_step": _COUNT, "evals_since_best": _COUNT,
+    "best_step": ("a step number or null", lambda v: v is None or _COUNT[1](v)),
+    "best_val_loss": ("a finite loss >= 0 or null",
+                      lambda v: v is None or _real(v) and 0 <= v < math.inf),
+    "grad_scale": ("a finite number > 0 or null",
+                   lambda v: v is None or _real(v) and 0 < v < math.inf),
+}
+
+
+def _real(value: Any) -> bool:
+    return type(value) in (int, float)
+
+
+def _check_numbers(state: dict[str, Any], json_path: Path) -> None:
+    """Each number trainer.json may hold is what a save writes, or one UserError line."""
+    for name, (what, ok) in _NUMBERS.items():
+        if name in state and not ok(state[name]):
+            raise UserError(f"{json_path}: \"{name}\" is {shown(state[name])}, not {what}; the "
+                            "checkpoint is damaged")
