@@ -131,7 +131,7 @@ def compare(module, run: Path, kind: str, work: Path) -> dict:
     from sheepop.inference.load import read_run
     path = work / f"{run.name}-{kind}.gguf"
     t0 = time.perf_counter()
-    sheepop("export", str(run), str(path), "--to", "gguf", "--gguf-type", kind)
+    sheepop("export", str(run), str(path), "--to", "gguf", "--gguf-type", kind, "--overwrite")
     row = {"model": run.name, "kind": kind, "mib": path.stat().st_size / 2**20,
            "export_s": time.perf_counter() - t0}
     _, tokenizer, _ = read_run(run)
@@ -152,8 +152,7 @@ def compare(module, run: Path, kind: str, work: Path) -> dict:
     probs = [softmax(z) for z in logits]
     del llm
     back = work / f"{run.name}-{kind}-imported"
-    if not (back / "model.safetensors").is_file():
-        sheepop("import", str(path), str(back))
+    sheepop("import", "--overwrite", str(path), str(back))
     for name, reference in (("vs_run", run), ("vs_file", back)):
         expected_logits = sheepop_logits(reference, ours)
         expected = [softmax(z) for z in expected_logits]

@@ -22,6 +22,7 @@ from sheepop.interop.gguf import import_gguf
 from sheepop.interop.gguf_export import export_gguf
 from sheepop.model import GPT
 from sheepop.tokenizers import train_tokenizer
+from sheepop.tokenizers.pretokenize import PATTERNS
 
 transformers = pytest.importorskip("transformers")
 
@@ -167,6 +168,25 @@ def test_the_command_line_and_what_it_refuses(tmp_path, bpe, untied_run, capsys)
         err = capsys.readouterr().err
         assert err.startswith("sheepop: error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "x.gguf").exists() and list((tmp_path / "adir").iterdir()) == []
+
+
+def test_the_file_names_the_split_as_llama_cpp_knows_it_or_is_refused(tmp_path, bpe,
+                                                                      untied_run, capsys):
+    """llama.cpp refuses a whole file whose tokenizer.ggml.pre it does not know ("gpt2" was
+    written): the default bpe (no token across a combining mark) is written as "gpt-2"; a bpe
+    that learned "e" + U+0301 as one token has no llama.cpp name and is refused in one line."""
+    run, _ = untied_run
+    assert bpe.pattern == PATTERNS["gpt2"]  # sheepop's default split
+    export_gguf(run, tmp_path / "m.gguf")
+    assert GGUFReader(tmp_path / "m.gguf").fields["tokenizer.ggml.pre"].contents() == "gpt-2"
+    marked = train_tokenizer("bpe", ["e\u0301crit " * 400 + TEXT], vocab_size=300)
+    scrambled_run(tmp_path / "marked", llama_cfg(marked.vocab_size), marked, seed=2)
+    out = tmp_path / "marked.gguf"
+    assert main(["export", str(tmp_path / "marked"), str(out), "--to", "gguf"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sheepop: error: this bpe tokenizer's token ") and \
+        "joins a combining mark to another character" in err and err.count("\n") == 1
+    assert not out.exists()
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, untied_run,
