@@ -59,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "brings its own)", **DEFAULTS)
     add_config_flag(p, "--vocab-size", "data.vocab_size", **DEFAULTS)
     add_config_flag(p, "--text-field", "data.text_field", metavar="FIELD", **DEFAULTS)
+    add_config_flag(p, "--val-data", "data.val_data", metavar="FILE",
+                    note="{key}; without it, data.val_fraction of DATA",
+                    preset=DEFAULTS["preset"])
+    add_config_flag(p, "--target-val-loss", "train.target_val_loss", metavar="LOSS", **DEFAULTS)
     add_config_switch(p, "--follow-links", "data.follow_links",
                       "raw-text DATA: also read what symbolic links leading outside it point to")
     add_config_switch(p, "--tensorboard", "train.tensorboard",

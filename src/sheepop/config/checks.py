@@ -69,6 +69,7 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (t.lr > 0 and t.min_lr >= 0, "train.lr must be positive and train.min_lr >= 0"),
         (t.warmup_steps >= 0 and t.decay_steps >= 0, "warmup/decay steps must be >= 0"),
         (0 < t.cooldown <= 1, f"train.cooldown must be in (0, 1], not {t.cooldown}"),
+        (t.target_val_loss >= 0, "train.target_val_loss must be >= 0 (0: off)"),
         (t.eval_batches >= 1, "train.eval_batches must be at least 1"),
         (0 <= t.beta1 < 1 and 0 <= t.beta2 < 1, "train.beta1 and beta2 must be in [0, 1)"),
         (t.eps > 0, "train.eps must be positive"),

@@ -160,6 +160,9 @@ class TrainConfig:
     tensorboard: bool = setting(False, "also write the metrics as TensorBoard events in "
                                 "RUN_DIR/tensorboard/ (needs: pip install 'sheepop[tensorboard]')")
     max_minutes: float = setting(0.0, "stop after this many minutes of training (0: no limit)")
+    target_val_loss: float = setting(0.0, "stop at the first evaluation whose val loss is at or "
+                                     "below this; the summary says at which step and second "
+                                     "(0: off)")
     threads: int = setting(0, "threads of torch and of the NumPy engine's BLAS (0: auto, the cores "
                               "the load average leaves idle; sheepop.threads)")
     fsdp: bool = setting(False, "under torchrun: shard weights, gradients and AdamW moments over "
@@ -176,6 +179,8 @@ class DataConfig:
     follow_links: bool = setting(False, "raw-text DATA: also read what symbolic links leading "
                                  "outside it point to (by default they are skipped and listed)")
     val_fraction: float = setting(0.1, "fraction of the tokens held out for validation")
+    val_data: str = setting("", "a file or folder of raw text to validate on, read with the "
+                            "run's tokenizer; all of DATA then trains (no val_fraction split)")
     sampling: str = setting("random", "{choices}: random windows, or chunks (stride, last chunk "
                             "padded)", SAMPLING_MODES)
     stride: int = setting(0, "chunks mode: step between window starts (0: block_size)")

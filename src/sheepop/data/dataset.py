@@ -5,7 +5,10 @@
   Parquet: read by sheepop.data.ingest, the readers `sheepop prepare` uses, capped at
   data.max_bytes), or nothing (the built-in standard-library corpus, sheepop.data.corpus): a
   tokenizer trained on it (or the run's own tokenizer when resuming), encoded with EOS between
-  documents, and split: the last `val_fraction` of the tokens is the validation split.
+  documents, and split: the last `val_fraction` of the tokens is the validation split;
+- with `data.val_data` (--val-data FILE), the validation tokens are that file's (raw text, the
+  run's tokenizer) and all of DATA trains: a held-out text that stays the same whatever DATA is,
+  the measure for "time to a target loss".
 
 `Dataset.source` is the record of what DATA was (sheepop.data.source), saved with the run's
 checkpoints so that `--resume` continues on the same data.
@@ -68,6 +71,21 @@ def raw_documents(path: str | Path | None, cfg: DataConfig) -> tuple[list[str], 
     return raw.texts, [f"data: {lines[0]}", *lines[1:]]
 
 
+def _with_val_data(train: np.ndarray, val: np.ndarray, tokenizer: Tokenizer, cfg: DataConfig,
+                   report: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(every training token, data.val_data's tokens): the held-out file replaces the split."""
+    texts, lines = raw_documents(cfg.val_data, cfg)
+    report.append("validation " + lines[0])
+    if unknown := tokenizer.unknown_pieces(texts):
+        report.append(f"note: the validation text has {sum(unknown.values()):,} characters "
+                      f"the run's tokenizer cannot write (e.g. {next(iter(unknown))!r})")
+    held_out = encode_documents(tokenizer, texts)
+    if len(held_out) < 2:
+        raise UserError(f"{cfg.val_data} encodes to {len(held_out)} tokens: too few to validate on")
+    whole = train if len(val) == 0 else np.concatenate([np.asarray(train), np.asarray(val)])
+    return whole, held_out
+
+
 def load_dataset(path: str | Path | None, cfg: DataConfig,
                  tokenizer: Tokenizer | None = None) -> Dataset:
     if path is not None and Path(path).is_dir() and (Path(path) / "meta.json").exists():
@@ -77,8 +95,10 @@ def load_dataset(path: str | Path | None, cfg: DataConfig,
             raise UserError(f"{path} was prepared with another tokenizer than this run's")
         report = [f"data: {path} (prepared: {len(prepared.train):,} train and "
                   f"{len(prepared.val):,} val tokens)"]
-        return Dataset(prepared.train, prepared.val, prepared.tokenizer, report,
-                       source.describe(path))
+        train, val = prepared.train, prepared.val
+        if cfg.val_data:
+            train, val = _with_val_data(train, val, prepared.tokenizer, cfg, report)
+        return Dataset(train, val, prepared.tokenizer, report, source.describe(path))
     texts, report = raw_documents(path, cfg)
     unknown = None
     if tokenizer is None:
@@ -89,7 +109,9 @@ def load_dataset(path: str | Path | None, cfg: DataConfig,
     tokens = encode_documents(tokenizer, texts)
     if len(tokens) == 0:
         raise UserError("the data encodes to no tokens")
-    train, val = split_tokens(tokens, cfg.val_fraction)
+    train, val = split_tokens(tokens, 0.0 if cfg.val_data else cfg.val_fraction)
+    if cfg.val_data:
+        train, val = _with_val_data(train, val, tokenizer, cfg, report)
     report.append(f"tokens: {len(train):,} train, {len(val):,} val")
     text_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
     return Dataset(train, val, tokenizer, report, source.describe(path), text_bytes, unknown)

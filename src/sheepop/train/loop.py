@@ -8,7 +8,9 @@ checkpoint, once the step after it is sound (sheepop.train.saving). Metrics go t
 sheepop.tokenizers.token_bytes), and with train.tensorboard to TensorBoard
 event files (sheepop.train.tensorboard); plots are drawn at the end. Each evaluation that lowers
 the val loss replaces the best model in best/, and train.keep_last keeps the newest checkpoints;
-train.early_stop_patience evaluations without a new best stop the run (sheepop.train.keeping).
+train.early_stop_patience evaluations without a new best stop the run (sheepop.train.keeping),
+and the first evaluation at or below train.target_val_loss stops it too: the summary says at
+which step and after how many seconds (the time to a target loss).
 While it trains the run shows a bar on a terminal, plain lines elsewhere
 (sheepop.train.progress). Ctrl-C,
 SIGTERM or SIGHUP lets the step in progress finish, then writes a checkpoint of it and stops cleanly
@@ -189,6 +191,7 @@ class Trainer(CheckpointSaving):
                             "give a larger --steps to continue it")
         loss = float("nan")
         interrupted, stopped_early = False, 0
+        reached: tuple[int, float] | None = None  # (step, seconds) of train.target_val_loss
         shown = Progress(self.progress if self.is_main else "off", t.steps, self.step,
                          t.log_interval, self.progress_stream, 60 * t.max_minutes)
         # Signals are recorded, not raised, from here to the end of the last save: a step is
@@ -226,6 +229,9 @@ class Trainer(CheckpointSaving):
                         # (the val loss is the same on every rank: all decide alike)
                         if t.early_stop_patience and self.agree(spent) and not last:
                             last, stopped_early = True, t.early_stop_patience
+                        if t.target_val_loss and self.last_val is not None and self.agree(
+                                self.last_val <= t.target_val_loss):
+                            last, reached = True, (self.step, time.perf_counter() - t0)
                     if self.step % t.log_interval == 0 or "val_loss" in record or last:
                         self._append_metrics(record)
                     if last:
@@ -254,7 +260,8 @@ class Trainer(CheckpointSaving):
                        stop.signum if interrupted else None, self.last_val_bpb,
                        has_val=self.eval_x is not None,
                        best_val=None if math.isinf(self.best.val) else self.best.val,
-                       best_step=self.best.step, stopped_early=stopped_early)
+                       best_step=self.best.step, stopped_early=stopped_early,
+                       target=t.target_val_loss or None, reached=reached)
 
 
 def significant(x: float) -> float:

@@ -26,9 +26,12 @@ class Summary:
     best_val: float | None = None  # the best val loss of the run (its model: best/)
     best_step: int | None = None
     stopped_early: int = 0  # the patience spent, when train.early_stop_patience stopped it
+    target: float | None = None  # train.target_val_loss (None: off)
+    reached: tuple[int, float] | None = None  # (step, seconds) when the val loss reached it
 
     def lines(self) -> list[str]:
         state = ("interrupted at" if self.interrupted else
+                 "reached the target at" if self.reached else
                  "stopped early at" if self.stopped_early else "finished")
         lines = [f"{state} step {self.steps} in {self.seconds:.0f} s, "
                  f"{self.tokens_per_sec:,.0f} tokens/s",
@@ -36,6 +39,10 @@ class Summary:
         if self.stopped_early:
             lines.append(f"stopped early: {plural(self.stopped_early, 'evaluation')} in a row "
                          "without a new best val loss (train.early_stop_patience)")
+        if self.target is not None:
+            lines.append(f"target val loss {self.target:g}: " + (
+                f"reached at step {self.reached[0]}, after {self.reached[1]:.1f} s of training"
+                if self.reached else "not reached"))
         if self.best_step is not None and self.best_val is not None:
             lines.append(f"best val loss {self.best_val:.4f} at step {self.best_step}, kept in "
                          f"{self.run_dir / checkpoint.BEST_DIR} (generate, chat, eval and "
