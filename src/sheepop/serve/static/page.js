@@ -3,7 +3,7 @@ import { $, api, KEY_STORE } from "./common.js";
 import { generateView } from "./generate.js";
 import { insideView } from "./inside.js";
 import { runsView } from "./runs.js";
-import { stepView } from "./step.js";  // issue 30: Step and Backprop
+import { stepView } from "./step.js";  // the Step and Backprop views
 import { backwardView } from "./backward.js";
 
 // What the views share: the model's shape and the last prompt generated from
