@@ -16,7 +16,26 @@ function ticks(lo, hi, count = 5) {
 const label = (v) => (Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-2)
   ? v.toExponential(1) : String(+v.toPrecision(4)));
 
-export function drawChart(canvas, readout, series, { xLabel = "step", yLabel = "", height = 260 } = {}) {
+// The y axis of values `ys`: {ticks, at(y)}, at(y) the height of y as a fraction of the plot (0:
+// bottom, 1: top). "linear"; or "log1p", y drawn at log10(1 + y), for quantities >= 0 where one
+// value dwarfs the others: the logit lens's KL is ~100 nats at the embedding and 0.1-10 after
+// it, which a linear axis draws as a flat line along 0 (its ticks: 0, 0.1, 0.3, 1, 3, 10, ...).
+export function yAxis(ys, scale = "linear") {
+  const log = scale === "log1p";
+  const f = log ? (y) => Math.log10(1 + Math.max(0, y)) : (y) => y;
+  let lo = Math.min(...ys.map(f)), hi = Math.max(...ys.map(f));
+  if (hi === lo) { lo -= Math.abs(lo) * 0.1 || 1; hi += Math.abs(hi) * 0.1 || 1; }
+  const pad = (hi - lo) * 0.05; lo -= pad; hi += pad;
+  if (log) lo = Math.max(lo, 0);
+  const candidates = [0];
+  for (let e = -1; e <= 8; e++) candidates.push(10 ** e, 3 * 10 ** e);
+  const marks = log ? candidates.map((v) => +v.toPrecision(3)).filter((v) => f(v) >= lo && f(v) <= hi)
+    : ticks(lo, hi);
+  return { ticks: marks, at: (y) => (f(y) - lo) / (hi - lo) };
+}
+
+export function drawChart(canvas, readout, series,
+  { xLabel = "step", yLabel = "", height = 260, yScale = "linear" } = {}) {
   series = series.map((s) => ({ ...s, points: s.points.filter((p) => p[1] !== null && p[1] !== undefined) }));
   const width = Math.max(240, canvas.parentElement.clientWidth - 2);
   const ctx = sizeCanvas(canvas, width, height);
@@ -30,16 +49,17 @@ export function drawChart(canvas, readout, series, { xLabel = "step", yLabel = "
     return;
   }
   const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
-  let [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  let [x0, x1] = [Math.min(...xs), Math.max(...xs)];
   if (x1 === x0) x1 = x0 + 1;
-  if (y1 === y0) { y0 -= Math.abs(y0) * 0.1 || 1; y1 += Math.abs(y1) * 0.1 || 1; }
-  const pad = (y1 - y0) * 0.05; y0 -= pad; y1 += pad;
+  const axis = yAxis(ys, yScale);
+  canvas.dataset.yScale = yScale;
+  canvas.dataset.yTicks = axis.ticks.map(label).join(" ");
   const m = { left: 58, right: 12, top: 24, bottom: 34 };
   const X = (x) => m.left + ((x - x0) / (x1 - x0)) * (width - m.left - m.right);
-  const Y = (y) => height - m.bottom - ((y - y0) / (y1 - y0)) * (height - m.top - m.bottom);
+  const Y = (y) => height - m.bottom - axis.at(y) * (height - m.top - m.bottom);
   ctx.strokeStyle = "#eaeef2"; ctx.lineWidth = 1;
   ctx.textAlign = "right"; ctx.textBaseline = "middle";
-  for (const v of ticks(y0, y1)) {
+  for (const v of axis.ticks) {
     ctx.beginPath(); ctx.moveTo(m.left, Y(v)); ctx.lineTo(width - m.right, Y(v)); ctx.stroke();
     ctx.fillText(label(v), m.left - 6, Y(v));
   }

@@ -53,7 +53,9 @@ export function drawLensChart(data, names, t) {
     { name: "KL(p_L || p_l)", color: "#e36209", dots: true, points: layers.map((l) => [l, lens.kl[l][t]]),
       describe: ([l, v]) => `${name(l)}: KL to the final distribution ${v.toFixed(4)} nats` },
   ];
-  drawChart($("#lens-nats"), readout, nats, { xLabel: "layer (0: embedding)", yLabel: "nats", height: 200 });
+  // log(1 + nats): the embedding's KL (~100 nats on SmolLM2) would flatten every later layer's
+  drawChart($("#lens-nats"), readout, nats,
+    { xLabel: "layer (0: embedding)", yLabel: "nats (log scale)", height: 200, yScale: "log1p" });
   const actual = t + 1 < names.length;
   const next = actual ? [{
     name: `p_l(${JSON.stringify(names[t + 1])})`, color: "#0b5cad", dots: true,
