@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from sheepop.cli.writing import replacing, writing
+    from sheepop.cli.writing import replacing, undone_on_failure, writing
     from sheepop.errors import UserError
     out = Path(args.out_dir)
     if args.to == GGUF:  # one file, written under a temporary name and renamed
@@ -86,7 +86,7 @@ def run_export(args: argparse.Namespace) -> int:
         if out.is_file() and not is_gguf(out):  # --overwrite replaces a model, nothing else
             raise UserError(f"refusing to overwrite {out}: it is not a GGUF file (choose "
                             "another name)")
-        with writing(out, "the export"):
+        with writing(out, "the export"), undone_on_failure(out.parent):
             return _run_export(args)
     with writing(out, "the export"), replacing(out, args.overwrite):
         return _run_export(args)

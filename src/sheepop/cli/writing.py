@@ -30,16 +30,51 @@ def writing(out: str | Path, what: str = "the output") -> Iterator[None]:
 MODEL_FILES = ("config.json", "model.safetensors")
 
 
+def _first_missing(folder: Path) -> Path | None:
+    """The highest of `folder` and the folders above it that does not exist: what
+    `folder.mkdir(parents=True)` creates (None: `folder` exists)."""
+    missing = None
+    for p in (folder, *folder.parents):
+        if os.path.lexists(p):
+            break
+        missing = p
+    return missing
+
+
+@contextlib.contextmanager
+def undone_on_failure(folder: str | Path) -> Iterator[None]:
+    """Run a block that may create `folder` (and the missing folders above it) and write into
+    it; when the block fails, what it created goes: the folders it made, or the files it put in
+    `folder` when `folder` was there and empty. A folder that held something is never touched
+    (a failed export left an empty OUT behind)."""
+    folder = Path(folder)
+    missing = _first_missing(folder)
+    was_empty = missing is None and folder.is_dir() and not any(folder.iterdir())
+    try:
+        yield
+    except BaseException:
+        if missing is not None:
+            shutil.rmtree(missing, ignore_errors=True)
+        elif was_empty:
+            for entry in folder.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+        raise
+
+
 @contextlib.contextmanager
 def replacing(out: str | Path, overwrite: bool) -> Iterator[None]:
-    """Write the directory `out` in the block: a missing or empty `out` is written as it is; a
-    non-empty one is refused without `overwrite`, and with it (a model directory only) moved
-    aside first, so that no file of the old output stays beside the new one (a tokenizer.json
-    the new export does not write), then deleted once the block succeeds, or put back when
-    it fails."""
+    """Write the directory `out` in the block: a missing or empty `out` is written as it is
+    (and what the block created removed when it fails: `undone_on_failure`); a non-empty one
+    is refused without `overwrite`, and with it (a model directory only) moved aside first, so
+    that no file of the old output stays beside the new one (a tokenizer.json the new export
+    does not write), then deleted once the block succeeds, or put back when it fails."""
     out = Path(out)
     if not out.is_dir() or not any(out.iterdir()):
-        yield
+        with undone_on_failure(out):
+            yield
         return
     held = sorted(p.name for p in out.iterdir())
     shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
