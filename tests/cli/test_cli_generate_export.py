@@ -51,7 +51,7 @@ def test_export_refusal_is_one_line_and_exit_2(run_dir, tmp_path, capsys):
     assert main(["export", str(tmp_path / "silu"), "--to", "hf-gpt2", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == ("sheepop: error: cannot export as GPT-2: model.activation=silu "
-                           "(GPT-2's are gelu_tanh, gelu, relu)")
+                           "(GPT-2's are gelu_tanh, gelu, relu, relu2)")
 
 
 def test_generate_with_stop_and_penalty_prints_what_stream_text_gives(run_dir, capsys):

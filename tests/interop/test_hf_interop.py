@@ -66,6 +66,21 @@ def test_import_matches_transformers_logits(tmp_path, bpe):
         import_gpt2(tmp_path / "hf", tmp_path / "run")
 
 
+def test_import_of_a_relu2_gpt2_matches_transformers(tmp_path, bpe):
+    """activation_function relu2 (transformers' max(x, 0)^2) is sheepop's model.activation
+    relu2: the same logits."""
+    hf = hf_model(bpe.vocab_size, seed=3, activation_function="relu2")
+    hf.save_pretrained(tmp_path / "hf")
+    from sheepop.tokenizers.gpt2 import export_gpt2 as vocab_merges
+    vocab_merges(bpe, tmp_path / "hf" / "vocab.json", tmp_path / "hf" / "merges.txt")
+    assert import_gpt2(tmp_path / "hf", tmp_path / "run").model.activation == "relu2"
+    ids = torch.randint(0, bpe.vocab_size, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = hf(ids).logits.numpy()
+    np.testing.assert_allclose(sheepop_logits(tmp_path / "run", ids), expected, atol=1e-4,
+                               rtol=0)
+
+
 def test_import_keeps_an_untied_head(tmp_path, bpe):
     hf = hf_model(bpe.vocab_size, seed=2, tie_word_embeddings=False)
     assert not torch.equal(hf.lm_head.weight, hf.transformer.wte.weight)

@@ -83,7 +83,7 @@ def test_layernorm_forward_values():
     np.testing.assert_allclose(y, (x - 3.0) / np.sqrt(3.5), rtol=1e-14)
 
 
-@pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "relu", "silu"])
+@pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "relu", "relu2", "silu"])
 def test_activations(name):
     rng = np.random.default_rng(5)
     x = rand(rng, 3, 4, 5) * 2

@@ -30,7 +30,7 @@ def bigger_weights(params: dict, rng: np.random.Generator) -> dict:
     return params
 
 
-@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu", "relu2"])
 def test_ffn(activation):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 3, 4))

@@ -142,7 +142,7 @@ def _linear(x: np.ndarray, w: Weights, name: str) -> np.ndarray:
 
 def activation(name: str, u: np.ndarray) -> np.ndarray:
     """phi(u) (docs/math/05-feed-forward.md): GELU exact x Phi(x) with Phi(x) = (1 + erf(x /
-    sqrt 2)) / 2, GELU-tanh, ReLU, SiLU x sigmoid(x)."""
+    sqrt 2)) / 2, GELU-tanh, ReLU, ReLU^2 max(x, 0)^2, SiLU x sigmoid(x)."""
     if name == "gelu":
         erf = np.frompyfunc(math.erf, 1, 1)
         cdf = 0.5 * (1.0 + erf(u.astype(np.float64) / math.sqrt(2.0)).astype(np.float64))
@@ -152,6 +152,8 @@ def activation(name: str, u: np.ndarray) -> np.ndarray:
         return 0.5 * u * (1.0 + np.tanh(c * (u + 0.044715 * u ** 3)))
     if name == "relu":
         return np.maximum(u, 0)
+    if name == "relu2":
+        return np.square(np.maximum(u, 0))
     if name == "silu":
         with np.errstate(over="ignore"):  # e^-u = inf below u ~ -88: sigmoid 0, its limit
             return u * (1.0 / (1.0 + np.exp(-u)))

@@ -39,7 +39,7 @@ MUON_NS_DTYPES = ("auto", "bfloat16", "float32")
 # linear layers' weights with per-channel scales; int4: in 4-bit groups; sheepop.arch.quantize)
 INFERENCE_DTYPES = ("float32", "bfloat16", "int8", "int4")
 POS_ENCODINGS = tuple(POSITION_KINDS)
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "relu2", "silu")
 NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.config.layer_kinds
 FFNS = tuple(FFN_SHAPES)
 TOKENIZER_KINDS = ("char", "word", "bpe", "digits", "pretrained")  # pretrained: imported only

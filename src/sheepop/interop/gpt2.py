@@ -53,8 +53,8 @@ _TOP = {"tok_emb.weight": "wte.weight", "pos_emb.weight": "wpe.weight",
 # Hugging Face activation names sheepop computes the same function for, and the name each of
 # sheepop's activations is exported as.
 HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                  "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
-EXPORTED_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}
+                  "gelu_fast": "gelu_tanh", "gelu": "gelu", "relu": "relu", "relu2": "relu2"}
+EXPORTED_ACTIVATION = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "relu2": "relu2"}
 # Position kinds GPT-2's wpe table holds: its own learned table, or the fixed sinusoidal one.
 EXPORTED_POSITIONS = ("learned", "sinusoidal")
 

@@ -20,6 +20,7 @@ ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),                        # x * Phi(x), Phi the normal CDF (erf)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
+    "relu2": lambda x: F.relu(x).square(),              # max(x, 0)^2 (Primer, modded-nanogpt)
     "silu": F.silu,                                     # x * sigmoid(x)
 }
 

@@ -38,7 +38,8 @@ class FFNCache(NamedTuple):
 
 def ffn_forward(x: np.ndarray, w_fc: np.ndarray, b_fc: np.ndarray | None, w_proj: np.ndarray,
                 b_proj: np.ndarray | None, activation: str) -> tuple[np.ndarray, FFNCache]:
-    """FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj, act one of gelu | gelu_tanh | relu."""
+    """FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj, act one of gelu | gelu_tanh | relu |
+    relu2."""
     h, fc_cache = linear_forward(x, w_fc, b_fc)
     a, act_cache = ACTIVATIONS[activation][0](h)
     del h  # GELU keeps x and Phi(x); ReLU only its mask

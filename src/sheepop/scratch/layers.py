@@ -134,6 +134,18 @@ def relu_backward(dout: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return dout * mask
 
 
+def relu2_forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ReLU^2(x) = max(x, 0)^2 (Primer, So et al. 2021; modded-nanogpt's MLP); the cache is
+    r = max(x, 0)."""
+    r = np.maximum(x, 0)
+    return r * r, r
+
+
+def relu2_backward(dout: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """d/dx max(x, 0)^2 = 2 max(x, 0): continuous at 0 (where ReLU's is not), so 0 there."""
+    return dout * (2 * r)
+
+
 def silu_forward(x: np.ndarray) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """SiLU(x) = x * sigmoid(x) (the "swish"; docs/derivations/swiglu.md); the cache is x and
     sigmoid(x)."""
@@ -163,6 +175,7 @@ ACTIVATIONS = {
     "silu": (silu_forward, silu_backward),
     "gelu_tanh": (gelu_tanh_forward, gelu_tanh_backward),
     "relu": (relu_forward, relu_backward),
+    "relu2": (relu2_forward, relu2_backward),
 }
 
 
