@@ -86,8 +86,8 @@ def test_one_p_everywhere_and_the_distribution_each_token_was_drawn_from(plain_s
     top-k 3 it is 3 tokens that sum to 1, and the token drawn is one of them."""
     prompt, T, k = "abc de", 0.8, 3
     r = call(plain_server.url, "POST", "/v1/completions", {
-        "prompt": prompt, "max_tokens": 6, "temperature": T, "top_k": k, "logprobs": 5,
-        "seed": 3})
+        "prompt": prompt, "max_tokens": 6, "temperature": T, "top_k": k, "top_p": 1,
+        "min_p": 0, "logprobs": 5, "seed": 3})  # (top-k alone: the server's defaults cut more)
     assert r.status == 200, r.text
     lp = r.json()["choices"][0]["logprobs"]
     generated = [s["id"] for s in lp["sampled"]]

@@ -77,11 +77,13 @@ def canvas_pixels(pg, testid: str) -> str:
 
 
 def generate(pg, prompt: str = PROMPT, max_tokens: int = 24, temperature: str = "1",
-             top_k: str = "0") -> None:
+             top_k: str = "0", top_p: str = "1", min_p: str = "0") -> None:
     pg.get_by_test_id("prompt").fill(prompt)
     pg.fill("#max-tokens", str(max_tokens))
     pg.fill("#temperature", temperature)
     pg.fill("#top-k", top_k)
+    pg.fill("#top-p", top_p)  # (the page starts at the server's defaults: 0.95, 0.05)
+    pg.fill("#min-p", min_p)
     pg.get_by_test_id("generate").click()
     pg.wait_for_function("document.querySelector('#generate-status').textContent"
                          ".includes('tokens in')")
@@ -210,17 +212,18 @@ def test_the_sampled_distribution_is_the_samplers_and_follows_its_controls(page,
             "[data-testid=sampled] tbody tr",
             "rows => rows.map(r => [r.dataset.id, r.dataset.p, r.dataset.q])")}
 
-    def check(temperature: float, k: int, penalty: float = 1.0) -> None:
-        assert int(summary.get_attribute("data-kept")) == k
+    def check(temperature: float, k: int, penalty: float = 1.0, min_p: float = 0.0,
+              kept: int | None = None) -> None:
+        assert int(summary.get_attribute("data-kept")) == (k if kept is None else kept)
         assert abs(float(summary.get_attribute("data-sum")) - 1) < 1e-9
         seen = np.zeros(len(z), dtype=bool)
         seen[ids[:t + 1]] = True
-        q = probabilities(penalize_repeats(z, seen, penalty), temperature, k, 1.0)
+        q = probabilities(penalize_repeats(z, seen, penalty), temperature, k, 1.0, min_p)
         p = probabilities(z.astype(np.float64))
         for i, (shown_p, shown_q) in rows().items():
             assert math.isclose(shown_q, q[i], abs_tol=1e-9), (i, shown_q, q[i])
             assert math.isclose(shown_p, p[i], abs_tol=1e-9)
-        if k <= 12:  # every kept token is listed
+        if (k if kept is None else kept) <= 12:  # every kept token is listed
             assert sum(q for _, q in rows().values()) == pytest.approx(1, abs=1e-8)
 
     check(0.8, 3)
@@ -239,6 +242,14 @@ def test_the_sampled_distribution_is_the_samplers_and_follows_its_controls(page,
     page.fill("#s-penalty", "1.5")
     page.dispatch_event("#s-penalty", "input")
     check(1.5, len(z) - len(answer["never_generate"]), 1.5)
+    # min-p 0.3 (issue 41): q keeps the tokens at least 0.3 times as likely as the likeliest
+    page.fill("#s-min-p", "0.3")
+    page.dispatch_event("#s-min-p", "input")
+    seen = np.zeros(len(z), dtype=bool)
+    seen[ids[:t + 1]] = True
+    kept = int((probabilities(penalize_repeats(z, seen, 1.5), 1.5, 0, 1.0, 0.3) > 0).sum())
+    assert 1 <= kept < len(z) - len(answer["never_generate"])
+    check(1.5, 0, 1.5, 0.3, kept)
     page.screenshot(path=str(shots / "page-sampled.png"), full_page=True)
 
 

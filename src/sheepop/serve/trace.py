@@ -179,7 +179,8 @@ def to_json(x: TokenTrace, model: InferenceModel, settings: dict, full_vocab: bo
 
 def _settings(body: dict, model: InferenceModel) -> dict[str, Any]:
     return {"temperature": _number(body, "temperature", 1.0, 0.0, 100.0),
-            "top_k": _integer(body, "top_k", 0, 0, model.config.model.vocab_size),
+            # (k past the vocabulary keeps every token, as in generation: the page sends 40)
+            "top_k": _integer(body, "top_k", 0, 0, 2 ** 31 - 1),
             "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0),
             "min_p": _number(body, "min_p", 0.0, 0.0, 1.0),
             "repetition_penalty": _number(body, "repetition_penalty", 1.0, 1e-3, 100.0),
