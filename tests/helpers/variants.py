@@ -13,11 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from sheepop.config.finetune import LORA_TARGETS
+from sheepop.config.layer_kinds import GATE_ACTIVATION
 from sheepop.config.schema import FFNS, NORMS, POS_ENCODINGS
 
 ROPE = {"pos_encoding": "rope"}
 RMSNORM = {"norm": "rmsnorm"}
-SWIGLU = {"ffn": "swiglu"}
+SWIGLU = {"ffn": "swiglu", "activation": GATE_ACTIVATION["swiglu"]}  # (what its gate computes)
 LLAMA = {**ROPE, **RMSNORM, **SWIGLU, "bias": False, "tie_weights": False}
 ALL_LORA_TARGETS = LORA_TARGETS  # an adapter on every layer kind LoRA knows
 

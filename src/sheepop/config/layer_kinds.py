@@ -28,6 +28,12 @@ FFN_SHAPES = {"mlp": {"matrices": 2, "biases": 1}, "swiglu": {"matrices": 3, "bi
 the output projection's bias of width d is always one): mlp's fc and proj; swiglu's gate, up
 and proj."""
 
+GATE_ACTIVATION = {"swiglu": "silu"}
+"""The activation a gated feed-forward kind computes whatever model.activation says (that
+setting is mlp's): swiglu's gate is silu. An importer of a gated model writes it as the model's
+activation, so that the run's config.json says what runs (SmolLM2 imported read 'gelu', the
+default)."""
+
 
 def default_ffn_width(kind: str, d: int) -> int:
     """The hidden width f when model.d_ff is 0. mlp: 4d (GPT-2). swiglu: its three matrices at

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sheepop.config.layer_kinds import GATE_ACTIVATION
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 
@@ -140,7 +141,7 @@ def model_config_from_gguf(meta: Mapping[str, Any], where: str, vocab_rows: int)
         raise UserError(f"{where}: the metadata lacks {arch}.attention.layer_norm_rms_epsilon")
     return ModelConfig(**common, pos_encoding="rope",
                        rope_theta=float(f.get("rope.freq_base", DEFAULT_THETA)),
-                       norm="rmsnorm", ffn="swiglu",
+                       norm="rmsnorm", ffn="swiglu", activation=GATE_ACTIVATION["swiglu"],
                        ln_eps=float(f["attention.layer_norm_rms_epsilon"]), bias=False,
                        tie_weights=True, head_bias=False)
 

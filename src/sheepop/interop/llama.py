@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from sheepop.config.layer_kinds import GATE_ACTIVATION
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import shown
@@ -199,7 +200,8 @@ def model_fields_from_hf(hf: dict[str, Any], where: str) -> dict[str, Any]:
             "n_kv_head": 0 if kv is None or int(kv) == n_head else int(kv),  # 0: n_head
             "d_ff": int(hf["intermediate_size"]), "dropout": 0.0,
             "pos_encoding": "rope", "rope_theta": _rope_theta(hf, where),
-            "norm": "rmsnorm", "ffn": "swiglu", "ln_eps": float(hf.get("rms_norm_eps", 1e-6)),
+            "norm": "rmsnorm", "ffn": "swiglu", "activation": GATE_ACTIVATION["swiglu"],
+            "ln_eps": float(hf.get("rms_norm_eps", 1e-6)),
             "bias": False, "tie_weights": bool(hf.get("tie_word_embeddings", False)),
             "head_bias": False,
         }
