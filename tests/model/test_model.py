@@ -70,6 +70,34 @@ def test_residual_projections_are_scaled_at_init():
     assert model.blocks[0].attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.05)
 
 
+@pytest.mark.parametrize("ffn", ["mlp", "swiglu"])
+def test_zero_init_proj_starts_every_block_as_the_identity(ffn):
+    """model.zero_init_proj: attn.proj and ffn.proj start at 0 in both engines (the NumPy
+    engine's init_params too), so the logits are the embedding's through ln_f and the head, and
+    the first backward reaches nothing before the projections."""
+    from sheepop.scratch.init import init_params
+    cfg = ModelConfig(vocab_size=50, block_size=8, n_layer=2, n_head=4, n_embd=32, ffn=ffn,
+                      pos_encoding="rope", zero_init_proj=True)  # (rope: nothing added to x)
+    torch.manual_seed(0)
+    model = GPT(cfg)
+    arrays = init_params(cfg, 0)
+    for name, p in model.named_parameters():
+        projection = name.endswith(("attn.proj.weight", "ffn.proj.weight"))
+        assert bool(torch.all(p == 0)) == projection or name.endswith("bias"), name
+        assert bool(np.all(arrays[name] == 0)) == projection or name.endswith("bias"), name
+    x = torch.randint(0, 50, (2, 8))
+    logits, loss = model(x, x)
+    table = model.tok_emb.table()
+    expected = model.head(model.ln_f(torch.nn.functional.embedding(x, table)), table)
+    assert torch.allclose(logits, expected, atol=1e-6, rtol=0)
+    loss.backward()
+    for name, p in model.named_parameters():
+        if name.startswith("blocks.") and not name.endswith(("proj.weight", "proj.bias")):
+            assert p.grad is None or bool(torch.all(p.grad == 0)), name
+        if name.endswith("proj.weight"):
+            assert float(p.grad.abs().max()) > 0, name
+
+
 def test_kv_cache_logits_equal_full_forward(small_cfg):
     torch.manual_seed(1)
     model = GPT(small_cfg).eval()

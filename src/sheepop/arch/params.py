@@ -2,12 +2,15 @@
 
     gains (ln1, ln2, ln_f .weight)           1
     biases                                   0
-    residual projections (attn.proj,         N(0, (0.02 / sqrt(2 n_layer))^2)
-      ffn.proj .weight)
+    residual projections (attn.proj,         N(0, (0.02 / sqrt(2 n_layer))^2), or 0 with
+      ffn.proj .weight)                        model.zero_init_proj
     every other weight (embeddings, linear)  N(0, 0.02^2)
 
 Each block adds two residual branches to the stream; scaling their output projections by
 1/sqrt(2 n_layer) keeps the variance of the residual stream from growing with depth (GPT-2).
+Zero projections (modded-nanogpt's) go further: every block starts as the identity, and the
+first step's gradient reaches only the projections (dA = dY W_proj = 0 for the rest), which
+then open each branch as far as the loss asks.
 Weight decay applies to matrices only (ndim >= 2): never to biases or norm gains.
 """
 
@@ -24,13 +27,15 @@ GAINS = ("ln1.weight", "ln2.weight", "ln_f.weight")
 RESIDUAL_PROJECTIONS = ("attn.proj.weight", "ffn.proj.weight")
 
 
-def init_rule(name: str, n_layer: int) -> tuple[str, float]:
+def init_rule(name: str, n_layer: int, zero_proj: bool = False) -> tuple[str, float]:
     """("ones" | "zeros" | "normal", standard deviation) for the parameter called `name`."""
     if name.endswith(GAINS):
         return "ones", 0.0
     if name.endswith("bias"):
         return "zeros", 0.0
     if name.endswith(RESIDUAL_PROJECTIONS):
+        if zero_proj:
+            return "zeros", 0.0
         return "normal", INIT_STD / math.sqrt(2 * n_layer)
     return "normal", INIT_STD
 

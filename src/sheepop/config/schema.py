@@ -89,6 +89,9 @@ class ModelConfig:
     bias: bool = setting(True, "biases in the attention and FFN linear layers")
     tie_weights: bool = setting(True, "share the token embedding with the output head")
     head_bias: bool = setting(False, "a bias on the output head")
+    zero_init_proj: bool = setting(False, "start the residual branches' output projections "
+                                   "(attn.proj, ffn.proj) at zero: each block begins as the "
+                                   "identity (modded-nanogpt)")
 
     @property
     def ffn_dim(self) -> int:

@@ -110,7 +110,7 @@ class GPT(nn.Module):
         """Every parameter by the shared rule (sheepop.arch.params): gains 1, biases 0,
         weights N(0, 0.02), residual projections N(0, 0.02 / sqrt(2 n_layer))."""
         for name, p in self.named_parameters():
-            kind, std = init_rule(name, self.cfg.n_layer)
+            kind, std = init_rule(name, self.cfg.n_layer, self.cfg.zero_init_proj)
             if kind == "ones":
                 nn.init.ones_(p)
             elif kind == "zeros":

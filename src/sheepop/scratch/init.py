@@ -55,7 +55,7 @@ def init_params(cfg: ModelConfig, seed: int = 0, dtype: type = np.float32
     rng = np.random.default_rng(seed)
     params = {}
     for name, shape in param_shapes(cfg).items():
-        kind, std = init_rule(name, cfg.n_layer)
+        kind, std = init_rule(name, cfg.n_layer, cfg.zero_init_proj)
         if kind == "ones":
             value = np.ones(shape)
         elif kind == "zeros":

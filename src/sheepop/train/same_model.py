@@ -26,7 +26,9 @@ _WORDS = {"n_layer": "layer", "n_head": "head", "n_kv_head": "key/value head",
 def changes(run: ModelConfig, asked: ModelConfig) -> list[str]:
     """'the run has 4 layers, the config asks for 6 (model.n_layer)' for each model field that
     differs, except those a resumed run may change."""
-    free = {"dropout"} | ({"block_size"} if run.pos_encoding != "learned" else set())
+    free = {"dropout", "zero_init_proj"}  # (an initialisation: nothing of a trained model)
+    if run.pos_encoding != "learned":
+        free.add("block_size")
     out = []
     for f in dataclasses.fields(ModelConfig):
         derived = f.name in ("d_ff", "n_kv_head") and getattr(run, f.name) == getattr(
