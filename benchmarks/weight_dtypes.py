@@ -20,6 +20,11 @@ prints:
   written after SmolLM2 was trained): windows of `--window` tokens, the first `--bpb-tokens`
   of the text, scored by the same model as `sheepop eval` does (loss_sum, TargetBytes).
 
+- peak memory: the peak resident set (the kernel's ru_maxrss, through os.wait4) of a fresh
+  `sheepop generate RUN --dtype D --max-new-tokens --peak-tokens` process per dtype, greedy,
+  the torch engine, and float32 on the NumPy engine too (`auto`'s choice there), loading
+  included: what a user's command holds at its worst (`--peak-tokens 0` skips it).
+
 The weights are SmolLM2's GGUF (Q4_1 blocks) dequantized to float32 by `sheepop import`: that
 float32 model is the reference the other two are compared with. Targets (issue 31): bfloat16
 within 0.002 bits/byte of float32, int8 within 0.01; each decode at >= 0.8 of its own bound.
@@ -30,6 +35,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -101,6 +107,29 @@ def decode_seconds(lm, ids: list[int], new: int) -> tuple[float, list[int]]:
     return time.perf_counter() - t0, out
 
 
+def peak_rss(run: Path, dtype: str, engine: str, new_tokens: int, threads_used: int) -> int:
+    """Bytes: the peak resident set of one `sheepop generate` of `new_tokens` greedy tokens,
+    the process's own (os.wait4 reports that child's ru_maxrss, in KiB on Linux)."""
+    command = [sys.executable, "-m", "sheepop", "generate", str(run), "--prompt", PROMPT,
+               "--max-new-tokens", str(new_tokens), "--temperature", "0", "--dtype", dtype,
+               "--engine", engine, "--device", "cpu", "--threads", str(threads_used)]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        sys.exit(f"{' '.join(command)} failed: {child.stderr.read().decode()[-2000:]}")
+    return usage.ru_maxrss * 1024
+
+
+def print_peaks(run: Path, dtypes: list[str], new_tokens: int, threads_used: int) -> None:
+    print(f"\npeak resident memory of `sheepop generate --max-new-tokens {new_tokens}` "
+          f"(greedy, {threads_used} thread(s)), one fresh process each:")
+    rows = [("float32", "numpy")] + [(d, "torch") for d in dtypes]
+    for dtype, engine in rows:
+        peak = peak_rss(run, dtype, engine, new_tokens, threads_used)
+        print(f"{dtype:<9} {engine:<6} {peak / 1e9:.3f} GB")
+
+
 def bits_per_byte_of(model, x: np.ndarray, y: np.ndarray, n_bytes: int) -> float:
     total = sum(model.loss_sum(x[i:i + 1], y[i:i + 1])[0] for i in range(len(x)))
     return bits_per_byte(total, n_bytes)
@@ -118,6 +147,9 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=512)
     ap.add_argument("--bandwidth-mib", type=int, default=512)
     ap.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
+    ap.add_argument("--peak-tokens", type=int, default=200,
+                    help="tokens each peak-memory process generates (0: no peak memory)")
+    ap.add_argument("--only-peaks", action="store_true", help="measure peak memory only")
     args = ap.parse_args()
 
     run = args.run
@@ -128,6 +160,11 @@ def main() -> None:
         from sheepop.interop.gguf import import_gguf
         run = Path(tempfile.mkdtemp(prefix="sheepop-bench-")) / "smollm2"
         import_gguf(gguf, run)
+    print(f"machine: {machine.summary()}")
+    if args.peak_tokens:
+        print_peaks(run, args.dtypes, args.peak_tokens, args.threads[0])
+    if args.only_peaks:
+        return
     config, tokenizer, weights = read_run(run)
     if gguf is not None and "int4" in args.dtypes:
         equal, total = blocks_recovered(gguf, weights)
@@ -136,7 +173,6 @@ def main() -> None:
     models = {d: build(config, weights, tokenizer, "torch", "cpu", d) for d in args.dtypes}
     nbytes = {d: weight_bytes_read(m.lm.model) for d, m in models.items()}
 
-    print(f"machine: {machine.summary()}")
     ids = tokenizer.encode(PROMPT * 4)[:args.prompt_tokens]
     for n in args.threads:
         threads.apply(n)

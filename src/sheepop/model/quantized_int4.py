@@ -65,16 +65,18 @@ class Int4Linear(nn.Module):
 
 def quantize_int4(model: GPT) -> GPT:
     """Every block's linear layer in 4-bit groups, the head in int8 (in place; returned)."""
-    linears = [(n, m) for n, m in model.blocks.named_modules() if isinstance(m, nn.Linear)]
-    for name, module in linears:
-        out, width = module.weight.shape
+    shapes = {n: m.weight.shape for n, m in model.blocks.named_modules()
+              if isinstance(m, nn.Linear)}
+    for name, (out, width) in shapes.items():
         if out % 16 or width % GROUP:
             raise UserError(f"4-bit weights: blocks.{name} is {out} x {width}; the kernel "
                             f"takes outputs in multiples of 16 and inputs in multiples of "
                             f"{GROUP}")
-    for name, module in linears:
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.blocks.get_submodule(parent_name), child,
-                Int4Linear(module.weight, module.bias))
+    for name in shapes:  # by name: a float32 layer is freed once replaced, if nothing else
+        parent_name, _, child = name.rpartition(".")  # holds it (sheepop.inference.load)
+        parent = model.blocks.get_submodule(parent_name)
+        module = getattr(parent, child)
+        setattr(parent, child, Int4Linear(module.weight, module.bias))
+        del module
     model.head = Int8Head.of(model.head, model.tok_emb.table())
     return model
