@@ -13,6 +13,7 @@ from variants import ALL_LORA_TARGETS, llama
 from sheepop.arch.lora import LoraConfig, merge
 from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
+from sheepop.config.model_size import param_count
 from sheepop.finetune.run import finetune
 from sheepop.inference import load as inference
 from sheepop.tokenizers.chat import CHAT_SPECIALS
@@ -93,6 +94,19 @@ def test_lora_saves_only_adapters_and_loads_through_its_base(base, tmp_path, eng
 
 def tiny_width(base) -> int:
     return inference.read_run(base / "base")[0].model.n_embd
+
+
+def test_lora_counts_the_model_as_chat_does_and_its_adapters_beside_it(base, tmp_path, capsys):
+    """finetune said 'model: N parameters' with the adapters inside N, chat N without them."""
+    assert main(["finetune", str(base / "base"), "--data", str(base / "chats.jsonl"), "--out",
+                 str(tmp_path / "lora"), "--lora-rank", "2", "--steps", "1", "--no-progress",
+                 *(a for s in SETTINGS for a in ("--set", s))]) == 0
+    out, err = capsys.readouterr()
+    model = inference.load(tmp_path / "lora", "numpy")
+    chat_count = param_count(model.config.model)  # what chat's banner says
+    assert f"model: {chat_count:,} parameters (" in out + err
+    saved = sum(w.size for w in checkpoint.load_weights(tmp_path / "lora").values())
+    assert f": {saved:,} adapter parameters (" in out + err  # what the run saved: adapters
 
 
 def test_lora_can_keep_the_new_tokens_frozen(base, tmp_path, capsys):

@@ -21,7 +21,7 @@ import numpy as np
 from sheepop import files, threads
 from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
-from sheepop.config.model_size import describe_kv_cache
+from sheepop.config.model_size import describe_kv_cache, param_count
 from sheepop.config.schema import Config, TrainConfig, resolve_vocab_size
 from sheepop.data import source as data_source
 from sheepop.data.dataset import Dataset, load_dataset
@@ -196,14 +196,16 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(run_dir / "metrics.jsonl", start)
-    log(f"model: {engine.num_params():,} parameters ({plural(cfg.model.n_layer, 'layer')}, "
+    model = param_count(cfg.model)  # the model's own, as generate and chat count it
+    log(f"model: {model:,} parameters ({plural(cfg.model.n_layer, 'layer')}, "
         f"{plural(cfg.model.n_head, 'head')}, width {cfg.model.n_embd}, context "
         f"{cfg.model.block_size}), "
         f"{describe_kv_cache(cfg.model)}; {engine.description}")
-    if lora is not None:
-        trainable, total = engine.trainable_params(), engine.num_params()
+    if lora is not None:  # the adapters beside the model's parameters, never among them
+        adapters = engine.num_params() - model
         log(f"LoRA rank {lora.rank}, alpha {lora.alpha:g} on {', '.join(lora.targets)}: "
-            f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%)")
+            f"{adapters:,} adapter parameters ({100 * adapters / model:.2f}% of the model's), "
+            f"{engine.trainable_params():,} trained")
     trainer = Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress,
                       sampler, eval_data)
     if source is not None:
