@@ -29,6 +29,7 @@ KINDS = {  # every layer kind the trace follows
     "learned": dict(pos_encoding="learned", head_bias=True, activation="gelu_tanh"),
     "relu": dict(pos_encoding="none", activation="relu", tie_weights=False),
     "llama": llama(rope_theta=100.0, **gqa(4, 2)),
+    "modern": dict(pos_encoding="learned", activation="relu2", bias=False, logit_softcap=2.0),
 }
 
 
@@ -127,6 +128,9 @@ def test_the_steps_add_up_as_the_docs_write_them(tokenizer, kind):
     # the final norm reads the last block's output at t; the logits are its product with the head
     head_w = w.get("head.weight", w["tok_emb.weight"])
     z = x.final_norm.y @ head_w.T + w.get("head.bias", 0)
+    if m.logit_softcap:  # then capped: c tanh(z / c)
+        z = m.logit_softcap * np.tanh(z / m.logit_softcap)
+        assert np.abs(z).max() < m.logit_softcap
     np.testing.assert_allclose(x.logits, z, atol=1e-5)
 
 

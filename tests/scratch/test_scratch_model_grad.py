@@ -105,6 +105,7 @@ MODEL_VARIANTS = [
     {**ROPE, **gqa(2, 1), "bias": False},                          # rope + MQA
     {**RMSNORM, **SWIGLU},                                         # with biases
     llama(**gqa(4, 2)),                                            # Llama-shaped
+    {"logit_softcap": 2.0, "activation": "relu2"},                 # the modern recipe's
 ]
 
 

@@ -25,6 +25,7 @@ KINDS = {  # the layer kinds each change what inspect reads
     "gpt": dict(pos_encoding="sinusoidal"),
     "learned": dict(pos_encoding="learned", head_bias=True),
     "llama": llama(n_kv_head=1),
+    "capped": dict(pos_encoding="learned", activation="relu2", logit_softcap=1.5),  # the lens too
 }
 
 
@@ -188,7 +189,7 @@ def test_the_positional_encoding_in_use(tokenizer, engine, kind):
     assert x.positions_kind == m.pos_encoding
     if kind == "gpt":
         expected, width = m.sinusoid_scale * sinusoidal_table(T, m.n_embd), m.n_embd
-    elif kind == "learned":
+    elif m.pos_encoding == "learned":
         expected, width = w["pos_emb.weight"][:T], m.n_embd
     else:  # rope: t * theta^(-2i/d_k)
         expected = np.arange(T)[:, None] * rope_frequencies(m.head_dim, m.rope_theta)[None]

@@ -15,7 +15,7 @@ the weights alone (engine-independent: the engines' own forward passes are not r
     FFN        mlp: u = y W_fc^T + b_fc, phi(u), f = phi(u) W_proj^T + b_proj
                swiglu: g = y W_gate^T, u = y W_up^T, silu(g) * u, then W_proj  (05-feed-forward)
     x2_t       = x1_t + f_t = h^(l+1)_t                                       (07-transformer)
-    z_t        = Norm_f(h^(L)_t) W_head^T (+ b_head)                           (07.3)
+    z_t        = Norm_f(h^(L)_t) W_head^T (+ b_head), then c tanh(z_t / c)    (07.3)
 
 The whole prompt runs through every layer (the keys and values of the other positions are
 needed), in float32 as the engines compute; only the chosen position and layer are kept, with
@@ -262,5 +262,7 @@ def trace_token(w: Weights, cfg: ModelConfig, ids: list[int], position: int, lay
     z = hf[t] @ head.T  # only position t: at 49k tokens the head is a quarter of the work
     if "head.bias" in w:
         z = z + w["head.bias"]
+    if cfg.logit_softcap:  # c tanh(z / c) (sheepop.scratch.softcap)
+        z = cfg.logit_softcap * np.tanh(z / cfg.logit_softcap)
     return TokenTrace(ids, t, layer, tokens[t], None if positions is None else positions[t],
                       stream_norms=norms, final_norm=final, logits=z, **kept)

@@ -29,6 +29,7 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
                for name, value, _ in values if isinstance(value, float)]
     checks += [
         (m.vocab_size >= 0, "model.vocab_size must be >= 0 (0: taken from the tokenizer)"),
+        (m.logit_softcap >= 0, "model.logit_softcap must be >= 0 (0: off)"),
         (m.n_layer >= 1, "model.n_layer must be at least 1"),
         (m.n_head >= 1, "model.n_head must be at least 1"),
         (m.n_embd >= 1, "model.n_embd must be at least 1"),

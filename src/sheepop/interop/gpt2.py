@@ -82,6 +82,8 @@ def check_gpt2_shaped(cfg: ModelConfig) -> None:
          f"are {', '.join(EXPORTED_ACTIVATION)})"),
         (cfg.tie_weights, "model.tie_weights=false (GPT-2's head is the token embedding)"),
         (not cfg.head_bias, "model.head_bias=true (GPT-2's head has no bias)"),
+        (not cfg.logit_softcap, f"model.logit_softcap={cfg.logit_softcap:g} (GPT-2's logits "
+         "are not capped)"),
         (cfg.bias, "model.bias=false (GPT-2 has biases in every linear layer)"),
         (cfg.norm == "layernorm", f"model.norm={cfg.norm} (GPT-2 uses layernorm)"),
         (cfg.ffn == "mlp", f"model.ffn={cfg.ffn} (GPT-2's feed-forward is the two-layer mlp)"),

@@ -77,6 +77,8 @@ def check_llama_shaped(cfg: ModelConfig) -> None:
         (cfg.ffn == "swiglu", f"model.ffn={cfg.ffn} (Llama's feed-forward is swiglu)"),
         (not cfg.bias, "model.bias=true (Llama has no biases)"),
         (not cfg.head_bias, "model.head_bias=true (Llama's head has no bias)"),
+        (not cfg.logit_softcap, f"model.logit_softcap={cfg.logit_softcap:g} (Llama's logits "
+         "are not capped)"),
     ]
     for ok, setting in problems:
         if not ok:

@@ -6,6 +6,7 @@
     h  = h + Drop(Attn(Norm1(h)))      for each block (attention.py, norm.py)
     h  = h + Drop(FFN(Norm2(h)))       (ffn.py)
     logits = Norm_f(h) W_head^T (+ b_head)       W_head = E when tied
+    logits = c tanh(logits / c)                  with model.logit_softcap = c (softcap)
 
 Each layer kind is one unit chosen by the config; parameter names match the NumPy engine
 (sheepop.scratch) and the checkpoint format exactly. Initialisation follows the shared rule
@@ -75,6 +76,12 @@ class TokenEmbedding(nn.Embedding):
 
     def table(self) -> torch.Tensor:
         return self.weight
+
+
+def softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
+    """Logit soft-capping c tanh(z / c), z itself when cap is 0 (its backward is autograd's:
+    dz = dy (1 - tanh^2(z / c)); the NumPy engine's unit, sheepop.scratch.softcap, writes it)."""
+    return cap * torch.tanh(z / cap) if cap else z
 
 
 class Head(nn.Module):
@@ -164,7 +171,7 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         if last_only:
             x = x[:, -1:, :]
-        logits = self.head(x, table)
+        logits = softcap(self.head(x, table), self.cfg.logit_softcap)
         loss = cross_entropy(logits, targets) if targets is not None else None
         if attention_of is not None:
             return logits, loss, attentions

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from sheepop.arch.inspect import Trace
+from sheepop.model.gpt import softcap
 from sheepop.model.lm import TorchLM
 
 
@@ -48,7 +49,8 @@ def trace(lm: TorchLM, ids: Sequence[int], layers: Collection[int]) -> Trace:
     def lens(h: np.ndarray) -> np.ndarray:
         with torch.inference_mode():
             x = torch.from_numpy(h).to(device=lm.device, dtype=dtype)
-            return _numpy(model.head(model.ln_f(x), model.tok_emb.table()))
+            return _numpy(softcap(model.head(model.ln_f(x), model.tok_emb.table()),
+                                  model.cfg.logit_softcap))
 
     return Trace({i: _numpy(a[0]) for i, a in attention.items()},
                  [_numpy(h[0]) for h in residuals], lens,

@@ -5,6 +5,7 @@
                                                 rotation attention applies (RoPE)
     h  = block_i(h)                             i = 0 .. n_layer-1 (see block.py)
     logits = Norm_f(h) W_head^T (+ b_head)      W_head = E when the head is tied
+    logits = c tanh(logits / c)                 with model.logit_softcap = c (softcap.py)
     L = mean cross-entropy over targets != -1
 
 The backward pass runs the same chain in reverse; with a tied head the embedding table receives
@@ -48,6 +49,7 @@ from sheepop.scratch.layers import (
 )
 from sheepop.scratch.norm import norm_backward, norm_forward
 from sheepop.scratch.positions import positions_backward, positions_draw, positions_forward
+from sheepop.scratch.softcap import softcap_backward, softcap_forward
 
 Params = dict[str, np.ndarray]
 
@@ -81,6 +83,7 @@ class GPTCache(NamedTuple):
     blocks: list
     ln_f: Any
     head: Any
+    softcap: np.ndarray | None  # tanh(z / c), model.logit_softcap (None: off)
     tied: bool
     loss: CrossEntropyCache | None
     cfg: ModelConfig
@@ -141,11 +144,12 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         h = h[:, -1:, :]
     h, ln_f = norm_forward(cfg.norm, h, params, "ln_f.", cfg.ln_eps)
     logits, head = linear_forward(h, w_head, b_head)
+    logits, capped = softcap_forward(logits, cfg.logit_softcap)
     loss, loss_cache = (None, None) if targets is None else cross_entropy_forward(
         logits, np.asarray(targets))
     tied = "head.weight" not in params
-    return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, tied, loss_cache,
-                                  cfg)
+    return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, capped, tied,
+                                  loss_cache, cfg)
 
 
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
@@ -168,6 +172,7 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
         if cache.loss is None:
             raise ValueError("gpt_backward needs a forward with targets, or dlogits")
         dlogits = cross_entropy_backward(dloss, cache.loss)
+    dlogits = softcap_backward(dlogits, cache.softcap)
     dh, dw_head, new["head.bias"] = linear_backward(dlogits, cache.head)
     dh, ln_f_grads = norm_backward(cache.cfg.norm, dh, cache.ln_f, "ln_f.")
     new.update(ln_f_grads)

@@ -21,6 +21,7 @@ from sheepop.scratch.layers import linear_forward
 from sheepop.scratch.lm import NumpyLM
 from sheepop.scratch.norm import norm_forward
 from sheepop.scratch.positions import POSITIONS
+from sheepop.scratch.softcap import softcap_forward
 
 
 def trace(lm: NumpyLM, ids: Sequence[int], layers: Collection[int]) -> Trace:
@@ -44,7 +45,8 @@ def trace(lm: NumpyLM, ids: Sequence[int], layers: Collection[int]) -> Trace:
 
     def lens(h: np.ndarray) -> np.ndarray:
         normed, _ = norm_forward(cfg.norm, h, params, "ln_f.", cfg.ln_eps)
-        return linear_forward(normed, w_head, b_head)[0]
+        logits = linear_forward(normed, w_head, b_head)[0]
+        return softcap_forward(logits, cfg.logit_softcap)[0]
 
     embed = POSITIONS[cfg.pos_encoding].embed_forward
     positions = None if embed is None else embed(params, cfg, slice(0, T), lm.dtype)[0]
