@@ -81,7 +81,7 @@ def child_cli(argv: list[str], timeout: float = 60) -> tuple[int, str, float]:
 
 CONFIG_CASES = [
     ("activation", set_model(activation="evil"),
-     "model.activation must be one of gelu, gelu_tanh, relu, silu, not 'evil'"),
+     "model.activation must be one of gelu, gelu_tanh, relu, relu2, silu, not 'evil'"),
     ("activation-list", set_model(activation=["evil"]), "model.activation expects str"),
     ("dropout", set_model(dropout=2), "model.dropout must be in [0, 1)"),
     ("n_layer", set_model(n_layer=-1), "model.n_layer must be at least 1"),

@@ -106,6 +106,8 @@ MODEL_VARIANTS = [
     {**RMSNORM, **SWIGLU},                                         # with biases
     llama(**gqa(4, 2)),                                            # Llama-shaped
     {"logit_softcap": 2.0, "activation": "relu2"},                 # the modern recipe's
+    {**ROPE, **gqa(4, 2), "qk_norm": True},                        # QK-norm, then RoPE
+    {"qk_norm": True, "n_head": 2},                                # QK-norm alone
 ]
 
 

@@ -25,6 +25,7 @@ MODEL_VARIANTS = [
     {"n_head": 1, "bias": False, "activation": "gelu_tanh"},
     {"n_head": 4, "activation": "relu", "n_layer": 3},
     {"activation": "relu2", "bias": False, "logit_softcap": 2.0},  # the modern recipe's
+    {**ROPE, **gqa(4, 2), "qk_norm": True, "bias": False},
     {**RMSNORM, "bias": False},
     # The modern decoder, in the combinations that matter (issue 14).
     {**ROPE, **gqa(4, 1)},                                    # rope + MQA

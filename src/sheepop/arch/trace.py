@@ -183,9 +183,11 @@ def _attention(y: np.ndarray, w: Weights, prefix: str, cfg: ModelConfig, t: int 
     qkv = _linear(y, w, prefix + "attn.qkv").reshape(T, H + 2 * Hkv, dk).transpose(1, 0, 2)
     q_pre, k_pre, v = qkv[:H], qkv[H:H + Hkv], qkv[H + Hkv:]
     q, k = q_pre, k_pre
+    if cfg.qk_norm:  # each head's vector over d_k RMS-normalised, no gain (scratch/qk_norm.py)
+        q, k = (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + cfg.ln_eps) for x in (q, k))
     if cfg.pos_encoding == "rope":
         angles = np.arange(T, dtype=np.float64)[:, None] * rope_frequencies(dk, cfg.rope_theta)
-        q, k = _rotate(q_pre, angles), _rotate(k_pre, angles)
+        q, k = _rotate(q, angles), _rotate(k, angles)
     group = H // Hkv
     kv = np.arange(H) // group                              # the key/value head of each head
     allowed = np.tril(np.ones((T, T), dtype=bool))          # M = 0 on and below the diagonal

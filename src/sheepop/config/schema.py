@@ -89,6 +89,8 @@ class ModelConfig:
     bias: bool = setting(True, "biases in the attention and FFN linear layers")
     tie_weights: bool = setting(True, "share the token embedding with the output head")
     head_bias: bool = setting(False, "a bias on the output head")
+    qk_norm: bool = setting(False, "RMS-normalise (no gain) each head's queries and keys before "
+                            "RoPE: every score within +-sqrt(d_k) (modded-nanogpt)")
     logit_softcap: float = setting(0.0, "cap the logits smoothly below c: c tanh(z / c) "
                                    "(0: off; Gemma 2 uses 30, modded-nanogpt 15)")
     zero_init_proj: bool = setting(False, "start the residual branches' output projections "

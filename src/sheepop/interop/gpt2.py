@@ -82,6 +82,7 @@ def check_gpt2_shaped(cfg: ModelConfig) -> None:
          f"are {', '.join(EXPORTED_ACTIVATION)})"),
         (cfg.tie_weights, "model.tie_weights=false (GPT-2's head is the token embedding)"),
         (not cfg.head_bias, "model.head_bias=true (GPT-2's head has no bias)"),
+        (not cfg.qk_norm, "model.qk_norm=true (GPT-2 does not normalise queries and keys)"),
         (not cfg.logit_softcap, f"model.logit_softcap={cfg.logit_softcap:g} (GPT-2's logits "
          "are not capped)"),
         (cfg.bias, "model.bias=false (GPT-2 has biases in every linear layer)"),

@@ -77,6 +77,7 @@ def check_llama_shaped(cfg: ModelConfig) -> None:
         (cfg.ffn == "swiglu", f"model.ffn={cfg.ffn} (Llama's feed-forward is swiglu)"),
         (not cfg.bias, "model.bias=true (Llama has no biases)"),
         (not cfg.head_bias, "model.head_bias=true (Llama's head has no bias)"),
+        (not cfg.qk_norm, "model.qk_norm=true (Llama does not normalise queries and keys)"),
         (not cfg.logit_softcap, f"model.logit_softcap={cfg.logit_softcap:g} (Llama's logits "
          "are not capped)"),
     ]

@@ -44,6 +44,9 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.use_sdpa = True  # False: the explicit masked-softmax path (same output)
+        # model.qk_norm: each head's q and k RMS-normalised (no gain) before RoPE, so every
+        # score lies within +-sqrt(d_k) (sheepop.scratch.qk_norm derives it)
+        self.qk_norm_eps = cfg.ln_eps if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, positions: Positions | None = None, pos: Pos = None,
                 cache: KVCache | None = None, layer: int = 0,
@@ -55,6 +58,8 @@ class CausalSelfAttention(nn.Module):
         H, H_kv, d_k = self.n_head, self.n_kv_head, self.head_dim
         heads = self.qkv(x).view(B, T, H + 2 * H_kv, d_k).transpose(1, 2)
         qk, v = heads.split((H + H_kv, H_kv), dim=1)
+        if self.qk_norm_eps is not None:
+            qk = F.rms_norm(qk, (d_k,), eps=self.qk_norm_eps)
         if positions is not None:  # queries and keys turn by the same angles: one rotation
             qk = positions.rotate(qk, pos)
         q, k = qk.split((H, H_kv), dim=1)

@@ -49,6 +49,7 @@ from sheepop.scratch.layers import (
 )
 from sheepop.scratch.norm import norm_backward, norm_forward
 from sheepop.scratch.positions import positions_backward, positions_draw, positions_forward
+from sheepop.scratch.qk_norm import with_qk_norm
 from sheepop.scratch.softcap import softcap_backward, softcap_forward
 
 Params = dict[str, np.ndarray]
@@ -123,6 +124,8 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     tok, w_head, b_head = token_tables(params)
     h, emb = embedding_forward(idx, tok)
     h, rotate, pos_cache = positions_forward(h, params, cfg, idx, pos, cache, rng)
+    if cfg.qk_norm:  # queries and keys normalised, then turned (sheepop.scratch.qk_norm)
+        rotate = with_qk_norm(rotate, cfg.ln_eps)
     past = cache.query_offset(T) if cache is not None else 0
     mask = None
     if key_mask is not None or past + T > cfg.block_size:
