@@ -59,7 +59,8 @@ CONTENDERS = [
     ("gpt", "tiny", [], "the `tiny` preset"),
     ("gpt+rope", "tiny", ["model.pos_encoding=rope"], "rotary positions"),
     ("gpt+rmsnorm", "tiny", ["model.norm=rmsnorm"], "RMSNorm"),
-    ("gpt+swiglu", "tiny", ["model.ffn=swiglu", "model.d_ff=384"], "SwiGLU, d_ff 384"),
+    ("gpt+swiglu", "tiny", ["model.ffn=swiglu", "model.activation=silu", "model.d_ff=384"],
+     "SwiGLU, d_ff 384"),
     ("gpt+gqa", "tiny", ["model.n_kv_head=2"], "2 key/value heads of 4"),
     ("llama", "tiny-llama", [], "the `tiny-llama` preset"),
 ]

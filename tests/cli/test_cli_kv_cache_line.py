@@ -44,8 +44,10 @@ def test_train_and_generate_print_the_kv_cache_per_token(tmp_path, capsys, tiny_
         # context (here all 16 positions at once: the first chunk is 64; tests/inference/
         # test_kv_growth.py), 16 x 1,536 bytes in float32.
         held = "24.0 KiB" if dtype == "float32" else "12.0 KiB"
-        assert err == (f"sheepop: model: {n:,} parameters (3 layers, context 16), {kv_text}; "
-                       f"{engine} engine, {dtype}\n"
-                       f"sheepop: KV cache: 16 of 16 positions allocated, {held} (peak {held}; "
-                       f"the whole context: {held})\n")
+        model, cache, speed = err.splitlines()
+        assert model == (f"sheepop: model: {n:,} parameters (3 layers, context 16), {kv_text}; "
+                         f"{engine} engine, {dtype}")
+        assert cache == (f"sheepop: KV cache: 16 of 16 positions allocated, {held} (peak "
+                         f"{held}; the whole context: {held})")
+        assert speed.startswith("sheepop: speed: prompt ")  # (tests/cli/test_cli_speed.py)
         assert out.startswith("the ") and len(out) > len("the \n")  # 20 tokens past context 16

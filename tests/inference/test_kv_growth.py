@@ -101,7 +101,8 @@ def test_the_capacity_follows_the_tokens_not_the_context_of_8192(engine):
     assert (lm.cache.length, lm.cache.capacity) == (24, 64)
     assert lm.cache.nbytes == 64 * PER_TOKEN == 8192  # against 8,192 * 128 = 1 MiB
     assert PER_TOKEN == kv_cache_bytes_per_token(model_cfg())
-    sampled = SampleConfig(max_new_tokens=2000, temperature=1.0, seed=0)
+    sampled = SampleConfig(max_new_tokens=2000, temperature=1.0, seed=0, top_k=0, top_p=1.0,
+                           min_p=0.0)
     tokens = [s.token for s in generate(lm, [1, 2, 3, 4, 5], sampled)]
     assert len(tokens) == 2000 and len(set(tokens[-500:])) >= 5  # not stuck on one token
     cache = lm.cache
@@ -144,7 +145,8 @@ def test_past_the_context_a_grown_cache_rolls_or_refills_as_a_preallocated_one(e
     this tiny model's greedy tokens soon repeat one or two tokens.)"""
     cfg = model_cfg(pos, block_size=100)
     lm = make_lm(engine, cfg)
-    sc = SampleConfig(max_new_tokens=250, temperature=1.0, seed=4)
+    sc = SampleConfig(max_new_tokens=250, temperature=1.0, seed=4, top_k=0, top_p=1.0,
+                      min_p=0.0)  # the whole distribution: many tokens
 
     def tokens(use_cache: bool = True) -> list[int]:
         return [s.token for s in generate(lm, [3, 1, 4], sc, use_cache=use_cache)]
@@ -218,5 +220,6 @@ def test_sheepop_generate_prints_the_bytes_it_allocated(engine, tmp_path, capsys
                  "100", "--engine", engine, "--device", "cpu"]) == 0
     err = capsys.readouterr().err.splitlines()
     # 2 + 99 tokens in 128 columns (64, then 128) of 128 bytes; the context: 8,192 x 128 bytes
-    assert err[-1] == ("sheepop: KV cache: 128 of 8,192 positions allocated, 16.0 KiB "
+    assert err[-2] == ("sheepop: KV cache: 128 of 8,192 positions allocated, 16.0 KiB "
                        "(peak 24.0 KiB; the whole context: 1.0 MiB)")
+    assert err[-1].startswith("sheepop: speed: prompt 2 tokens")  # then the speed, last

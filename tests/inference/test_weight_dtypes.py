@@ -153,8 +153,7 @@ def test_the_compiled_int8_product_is_the_kernels_formula():
 @pytest.fixture(scope="module")
 def small():
     cfg = Config()
-    cfg.model = ModelConfig(vocab_size=61, block_size=64, n_layer=2, n_embd=64,
-                            activation="silu", dropout=0.0,
+    cfg.model = ModelConfig(vocab_size=61, block_size=64, n_layer=2, n_embd=64, dropout=0.0,
                             **llama(tie_weights=True, **gqa(4, 2)))
     torch.manual_seed(3)
     return cfg, GPT(cfg.model).numpy_weights()

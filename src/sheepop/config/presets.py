@@ -24,7 +24,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "tiny-llama": {
         "model": {"n_layer": 4, "n_head": 4, "n_kv_head": 2, "n_embd": 128, "d_ff": 384,
                   "block_size": 128, "dropout": 0.0, "pos_encoding": "rope", "norm": "rmsnorm",
-                  "ffn": "swiglu", "bias": False, "tie_weights": False},
+                  "ffn": "swiglu", "activation": "silu", "bias": False, "tie_weights": False},
         "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "min_lr": 2e-4,
                   "warmup_steps": 100, "eval_interval": 250, "eval_batches": 10,
                   "checkpoint_interval": 500},
@@ -49,7 +49,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "llama-small": {
         "model": {"n_layer": 12, "n_head": 12, "n_kv_head": 4, "n_embd": 768, "d_ff": 2048,
                   "block_size": 1024, "dropout": 0.0, "pos_encoding": "rope", "norm": "rmsnorm",
-                  "ffn": "swiglu", "bias": False, "tie_weights": False, "ln_eps": 1e-6},
+                  "ffn": "swiglu", "activation": "silu", "bias": False, "tie_weights": False,
+                  "ln_eps": 1e-6},
         "train": {"steps": 5000, "batch_size": 12, "grad_accum": 40, "lr": 6e-4, "min_lr": 6e-5,
                   "warmup_steps": 200, "beta2": 0.95, "eval_interval": 500},
         "data": {"tokenizer": "bpe", "vocab_size": 32000},
