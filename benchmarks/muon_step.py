@@ -1,0 +1,82 @@
+"""Muon's step against AdamW's, in both engines: the orthogonalisation's cost.
+
+    python benchmarks/muon_step.py                 # the speedrun's shape (4 x 128, block 64)
+    python benchmarks/muon_step.py --shape tiny-llama --iters 30
+
+Each iteration times one optimizer step (forward, backward, clipping, update) of each contender
+on the same batch, the order alternating, so a burst of load lands on all; the figure is the
+median step time and Muon's over AdamW's, per engine. Target (issue 42): Muon's step <= 1.15x
+AdamW's. torch's Muon runs its Newton-Schulz iteration in bfloat16 where the CPU has bf16
+instructions and in float32 elsewhere (train.muon_ns_dtype = auto); `--ns-dtype` forces one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import machine
+import numpy as np
+import torch
+
+from sheepop.config.build import build_config
+from sheepop.train.engine_numpy import NumpyEngine
+from sheepop.train.engine_torch import TorchEngine
+
+SHAPES = {
+    "speedrun": ["model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.block_size=64",
+                 "train.batch_size=12", "model.vocab_size=100"],
+    "tiny-llama": ["model.n_layer=4", "model.n_head=4", "model.n_kv_head=2", "model.n_embd=128",
+                   "model.d_ff=384", "model.block_size=128", "model.pos_encoding=rope",
+                   "model.norm=rmsnorm", "model.ffn=swiglu", "model.activation=silu",
+                   "model.bias=false", "model.tie_weights=false", "train.batch_size=16",
+                   "model.vocab_size=100"],
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=SHAPES, default="speedrun")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ns-dtype", choices=["auto", "bfloat16", "float32"], default="auto")
+    ap.add_argument("--engines", default="torch,numpy")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(machine.summary())
+    contenders = {}
+    for engine in args.engines.split(","):
+        for optimizer in ("adamw", "muon"):
+            cfg = build_config(None, None, [*SHAPES[args.shape], "train.device=cpu",
+                                            "train.dtype=float32", "model.dropout=0",
+                                            f"train.optimizer={optimizer}",
+                                            f"train.muon_ns_dtype={args.ns_dtype}"])
+            kind = TorchEngine if engine == "torch" else NumpyEngine
+            contenders[f"{engine} {optimizer}"] = kind(cfg.model, cfg.train)
+    m = build_config(None, None, SHAPES[args.shape])
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 100, (m.train.batch_size, m.model.block_size))
+    batch = [(x, np.roll(x, -1, axis=1))]
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for name in names:  # one warm-up step each
+        contenders[name].train_step(batch, 1e-3)
+    for i in range(args.iters):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            t0 = time.perf_counter()
+            contenders[name].train_step(batch, 1e-3)
+            times[name].append(time.perf_counter() - t0)
+    for engine in args.engines.split(","):
+        adamw = statistics.median(times[f"{engine} adamw"]) * 1e3
+        muon = statistics.median(times[f"{engine} muon"]) * 1e3
+        extra = ""
+        if engine == "torch":
+            kind = type(contenders["torch muon"].optimizers[1]).__name__
+            extra = f" ({kind})"
+        print(f"{engine}: AdamW {adamw:.1f} ms, Muon {muon:.1f} ms{extra}: "
+              f"{muon / adamw:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
