@@ -80,3 +80,13 @@ def test_train_with_val_data_and_a_target_from_the_command_line(tmp_path, capsys
     out = capsys.readouterr()
     assert any(line.startswith("validation data: ") and line.endswith(f"from {held_out}; "
                "skipped: none") for line in (out.out + out.err).splitlines())
+
+
+def test_a_relative_val_data_is_recorded_absolute(tmp_path, monkeypatch):
+    (tmp_path / "train.txt").write_text(TRAIN_TEXT)
+    (tmp_path / "val.txt").write_text(VAL_TEXT)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "train.txt", "--out", "run", "--steps", "2", "--val-data", "val.txt",
+                 *TINY]) == 0
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["data"]["val_data"] == str(tmp_path / "val.txt")

@@ -172,6 +172,8 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
     elif resume and (record := saved_record(run_dir)) is not None:
         cfg = with_record(cfg, record)  # kept in the checkpoints to come
     cfg.validate()
+    if cfg.data.val_data:  # recorded absolute, so --resume finds it from any folder
+        cfg.data.val_data = str(Path(cfg.data.val_data).absolute())
     if resume:  # before the data is read: a changed model is refused in words
         check_same_model(run_dir, cfg.model)
     data = dataset if dataset is not None else load_dataset(data_path, cfg.data, tokenizer)
