@@ -77,8 +77,10 @@ def test_int8_round_trip_is_within_half_a_scale_per_element():
 # widths 16 and 576 (SmolLM2's): the kernel for up to 8 rows; 8, 24, 40 and 184 (multiples of 8,
 # not of 16: garbage or a crash from torch's AVX-512 path), 36 (interleaved) and 42 (plain
 # columns): the dequantized product on every CPU
-@pytest.mark.parametrize("width", [16, 576, 8, 24, 40, 184, 36, 42])
-def test_int8_linear_computes_its_formula_in_both_paths(width, monkeypatch, record_property):
+@pytest.mark.parametrize("width,outputs", [(16, 32), (576, 32), (8, 32), (24, 32), (40, 32),
+                                           (184, 32), (36, 32), (42, 32), (16, 24), (40, 24)])
+def test_int8_linear_computes_its_formula_in_both_paths(width, outputs, monkeypatch,
+                                                        record_property):
     """Every call of torch's int8 kernel meets the condition it has on every CPU torch may
     dispatch it to (aten/src/ATen/native/cpu/int8mm_kernel.cpp: its AVX-512 path reads 16
     columns a step with aligned loads and no tail), so the test fails on an AVX2 machine too
@@ -91,13 +93,14 @@ def test_int8_linear_computes_its_formula_in_both_paths(width, monkeypatch, reco
 
     def checked(x, q, s):
         assert x.shape[1] % 16 == 0 and x.is_contiguous(), (capability, x.shape)
+        assert q.shape[0] % 16 == 0, (capability, q.shape)  # the outputs, 16 at a time
         assert x.data_ptr() % 32 == 0 and q.data_ptr() % 16 == 0, capability
         calls.append(x.shape[0])
         return kernel(x, q, s)
 
     monkeypatch.setattr(torch.ops.aten, "_weight_int8pack_mm", checked)
     torch.manual_seed(0)
-    base = torch.nn.Linear(width, 24)
+    base = torch.nn.Linear(width, outputs)
     layer = Int8Linear.from_weight(base.weight, base.bias)
     q, s = quantize_rows(base.weight.detach().numpy())
     assert layer.interleaved == (width % 4 == 0)
@@ -116,7 +119,7 @@ def test_int8_linear_computes_its_formula_in_both_paths(width, monkeypatch, reco
         assert ((got - want).abs() <= bound).all(), (capability, rows)
     paths = f"{capability}: kernel for rows {calls}" if calls else f"{capability}: dequantized"
     record_property("int8_paths", paths)
-    assert calls == ([1, 8] if width % 16 == 0 else []), paths
+    assert calls == ([1, 8] if width % 16 == 0 and outputs % 16 == 0 else []), paths
 
 
 def test_interleaved_columns_put_each_quarter_in_its_own_byte_of_a_word():
