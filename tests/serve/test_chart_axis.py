@@ -40,5 +40,18 @@ def test_the_lens_kl_after_the_embedding_fills_the_log_axis_not_its_floor():
 
 
 @pytest.mark.skipif(NODE is None, reason="needs Node.js")
+def test_the_log_axis_ticks_leave_room_for_their_labels():
+    """A short range (a small model's KL, 0-10 nats) put 0, 0.1 and 0.3 within 11% of the
+    height: their labels overlapped. Kept ticks are an eighth of the height apart."""
+    for values in (KL, [10.2, 1.6, 0.02], [0.5, 0.2, 0.0]):
+        marks = axis(values, "log1p")["ticks"]
+        assert marks[0] == 0 and len(marks) >= 2, (values, marks)
+        # the ticks' heights (added to the values they can only widen the range, which shrinks
+        # the gaps: the check is the stricter for it)
+        spots = axis(values + marks, "log1p")["at"][len(values):]
+        assert all(b - c >= 0.12 for c, b in zip(spots, spots[1:])), (values, marks, spots)
+
+
+@pytest.mark.skipif(NODE is None, reason="needs Node.js")
 def test_the_lens_chart_asks_for_the_log_axis():
     assert 'yScale: "log1p"' in (STATIC / "lens.js").read_text(encoding="utf-8")

@@ -29,9 +29,13 @@ export function yAxis(ys, scale = "linear") {
   if (log) lo = Math.max(lo, 0);
   const candidates = [0];
   for (let e = -1; e <= 8; e++) candidates.push(10 ** e, 3 * 10 ** e);
+  const at = (y) => (f(y) - lo) / (hi - lo);
+  // log: 0, 0.1 and 0.3 crowd the bottom on a short range: a tick keeps an eighth of the
+  // height from the last one kept, so no two labels overlap
   const marks = log ? candidates.map((v) => +v.toPrecision(3)).filter((v) => f(v) >= lo && f(v) <= hi)
+    .filter(function (v) { const keep = !(at(v) - this.last < 0.125); if (keep) this.last = at(v); return keep; }, { last: -1 })
     : ticks(lo, hi);
-  return { ticks: marks, at: (y) => (f(y) - lo) / (hi - lo) };
+  return { ticks: marks, at };
 }
 
 export function drawChart(canvas, readout, series,
