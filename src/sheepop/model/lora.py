@@ -20,6 +20,9 @@ gradients reach only the new tokens' rows.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -48,9 +51,10 @@ class NewRowsEmbedding(TokenEmbedding):
         super().__init__(base.num_embeddings, base.embedding_dim, _weight=base.weight)
         self.weight = base.weight
         self.new_rows = nn.Parameter(base.weight[-n:].detach().clone())
+        self.active = True  # False: the base table (`adapters_off`)
 
     def table(self) -> torch.Tensor:
-        return _replace_last(self.weight, self.new_rows)
+        return _replace_last(self.weight, self.new_rows) if self.active else self.weight
 
     def merged(self) -> TokenEmbedding:
         with torch.no_grad():
@@ -71,8 +75,11 @@ class NewRowsHead(Head):
             self.new_rows = nn.Parameter(base.weight[-n:].detach().clone())
         if base.bias is not None:
             self.new_bias = nn.Parameter(base.bias[-n:].detach().clone())
+        self.active = True  # False: the base head (`adapters_off`)
 
     def forward(self, x: torch.Tensor, tied_weight: torch.Tensor) -> torch.Tensor:
+        if not self.active:
+            return F.linear(x, tied_weight if self.weight is None else self.weight, self.bias)
         w = tied_weight if self.weight is None else _replace_last(self.weight, self.new_rows)
         b = None if self.bias is None else _replace_last(self.bias, self.new_bias)
         return F.linear(x, w, b)
@@ -103,8 +110,11 @@ class LoRALinear(nn.Module):
         like = dict(dtype=base.weight.dtype, device=base.weight.device)
         self.lora_A = nn.Parameter(torch.zeros(rank, in_features, **like))
         self.lora_B = nn.Parameter(torch.zeros(out_features, rank, **like))
+        self.active = True  # False: the base layer alone (`adapters_off`)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.active:
+            return F.linear(x, self.weight, self.bias)
         return F.linear(x, self.weight, self.bias) + self.scale * F.linear(
             F.linear(x, self.lora_A), self.lora_B)
 
@@ -142,6 +152,25 @@ def add_lora(model: nn.Module, lora: LoraConfig, adapters: dict[str, np.ndarray]
             p.requires_grad_(is_adapter(name))
     model.lora = lora
     return model
+
+
+@contextlib.contextmanager
+def adapters_off(model: nn.Module) -> Iterator[nn.Module]:
+    """The base model inside the block: every adapter skipped (y = x W^T + b) and the new
+    tokens' base rows used, so its outputs are those of the model the adapters started from
+    (B = 0): a reference that never moves while the adapters train. The adapters are back after
+    the block, even when it raises."""
+    units = [m for m in model.modules()
+             if isinstance(m, (LoRALinear, NewRowsEmbedding, NewRowsHead))]
+    if not units:
+        raise ValueError("adapters_off needs a model with LoRA adapters")
+    for unit in units:
+        unit.active = False
+    try:
+        yield model
+    finally:
+        for unit in units:
+            unit.active = True
 
 
 def adapter_weights(model: nn.Module) -> dict[str, np.ndarray]:

@@ -230,8 +230,9 @@ class GPT:
                  rng: np.random.Generator | None) -> tuple[np.ndarray, float | None, Any]:
         return gpt_forward(self.params, self.cfg, idx, targets, rng)
 
-    def backward_pass(self, cache: Any, dloss: float) -> Params:
-        return gpt_backward(cache, self.grads, dloss)
+    def backward_pass(self, cache: Any, dloss: float, dlogits: np.ndarray | None = None
+                      ) -> Params:
+        return gpt_backward(cache, self.grads, dloss, dlogits)
 
     def num_params(self) -> int:
         """Every parameter (a wrapping unit's included)."""
@@ -251,12 +252,13 @@ class GPT:
         """The mean loss, without dropout and without keeping the activations."""
         return self.forward_pass(idx, targets, None)[1]
 
-    def backward(self, dloss: float = 1.0) -> Params:
-        """Add dloss * dL/dparams of the last forward into `self.grads` and return them."""
+    def backward(self, dloss: float = 1.0, dlogits: np.ndarray | None = None) -> Params:
+        """Add dloss * dL/dparams of the last forward into `self.grads` and return them; with
+        `dlogits` (dL/dlogits of any loss, e.g. sheepop.scratch.logprob's) from those."""
         if self._cache is None:
-            raise RuntimeError("backward() needs a forward() with targets first")
+            raise RuntimeError("backward() needs a forward() first")
         cache, self._cache = self._cache, None  # free the activations as soon as possible
-        return self.backward_pass(cache, dloss)
+        return self.backward_pass(cache, dloss, dlogits)
 
     def zero_grad(self) -> None:
         for g in self.grads.values():

@@ -178,8 +178,16 @@ class LoraGPT(GPT):
                      ) -> tuple[np.ndarray, float | None, LoraCache]:
         return lora_forward(self.params, self.cfg, idx, targets, rng, lora=self.lora)
 
-    def backward_pass(self, cache: LoraCache, dloss: float) -> Params:
-        return lora_backward(cache, self.grads, dloss)
+    def backward_pass(self, cache: LoraCache, dloss: float, dlogits: np.ndarray | None = None
+                      ) -> Params:
+        return lora_backward(cache, self.grads, dloss, dlogits)
+
+    def base_logits(self, idx: np.ndarray) -> np.ndarray:
+        """The logits of the base model, the adapters off (W, not W + s B A; the new tokens'
+        rows as the base run's tables hold them): a reference that never moves while the
+        adapters train. An evaluation: no dropout, no cache kept."""
+        base = {name: w for name, w in self.params.items() if not is_adapter(name)}
+        return gpt_forward(base, self.cfg, idx)[0]
 
     def load_adapters(self, adapters: dict[str, np.ndarray], where: str = "adapters") -> None:
         """Copy LoRA adapters in, after checking them against the model's LoraConfig."""

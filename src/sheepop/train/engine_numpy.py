@@ -23,8 +23,10 @@ from sheepop.arch.params import uses_muon
 from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.scratch.adamw import AdamW, clip_grad_norm
 from sheepop.scratch.gpt import GPT, uses_rng
+from sheepop.scratch.logprob import token_logprob_backward, token_logprob_forward
 from sheepop.scratch.lora import LoraGPT
 from sheepop.scratch.muon import Muon
+from sheepop.train.logprobs import LossOfLogprobs
 
 
 def resolve_dtype(name: str) -> type:
@@ -94,11 +96,47 @@ class NumpyEngine:
             _, loss = self.model.forward(x, y, rng)
             loss_sum += loss * n
             self.model.backward(n / total)
+        return loss_sum / total, self._update(lr)
+
+    def _update(self, lr: float) -> float:
+        """Clip the accumulated gradients and step the optimizers; the norm before clipping."""
         norm = clip_grad_norm(self.model.grads, self.cfg.grad_clip)
         self.optimizer.step(self.model.grads, lr)
         if self.muon is not None:
             self.muon.step(self.model.grads, self.cfg.muon_lr * lr / self.cfg.lr)
-        return loss_sum / total, norm
+        return norm
+
+    def token_logprobs(self, x: np.ndarray, y: np.ndarray, adapters_off: bool = False
+                       ) -> np.ndarray:
+        """log pi(y_t | x_<=t) (B, T) float64, 0 where y is IGNORE_INDEX; no dropout, nothing
+        kept for a backward. `adapters_off`: the base model's under LoRA
+        (sheepop.scratch.lora.LoraGPT.base_logits), the reference that stays put while the
+        adapters train."""
+        if adapters_off:
+            if not isinstance(self.model, LoraGPT):
+                raise ValueError("adapters_off needs a model with LoRA adapters")
+            logits = self.model.base_logits(x)
+        else:
+            logits = self.model.forward_pass(x, None, None)[0]
+        return token_logprob_forward(logits, y)[0]
+
+    def logprob_step(self, batches: list[tuple[np.ndarray, np.ndarray]], lr: float,
+                     loss_of: LossOfLogprobs) -> tuple[float, float]:
+        """One optimizer step on a loss of the per-token log-probabilities
+        (sheepop.train.logprobs): for each batch, logp by the forward pass, (L_i, g) =
+        loss_of(i, logp), then the hand-written backward from dL/dz_t = g_t (onehot(y_t) -
+        softmax(z_t)) (sheepop.scratch.logprob). Returns (sum of the L_i, gradient norm before
+        clipping)."""
+        rng = self.rng if uses_rng(self.model_cfg) else None
+        self.model.zero_grad()
+        total = 0.0
+        for i, (x, y) in enumerate(batches):
+            logits, _ = self.model.forward(x, None, rng)
+            logp, cache = token_logprob_forward(logits, y)
+            loss, dlogp = loss_of(i, logp)
+            self.model.backward(dlogits=token_logprob_backward(dlogp, cache))
+            total += float(loss)
+        return total, self._update(lr)
 
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         """(sum of token losses, number of counted targets) on one batch, no dropout."""

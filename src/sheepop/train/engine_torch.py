@@ -26,7 +26,10 @@ from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.errors import UserError
 from sheepop.model.device import resolve_device
 from sheepop.model.gpt import GPT, cross_entropy
+from sheepop.model.logprob import token_logprobs
 from sheepop.model.lora import adapter_weights, add_lora
+from sheepop.model.lora import adapters_off as without_adapters
+from sheepop.train.logprobs import LossOfLogprobs
 from sheepop.train.optimizers import build_optimizers, set_lr
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -137,6 +140,11 @@ class TorchEngine:
         set_lr(self.optimizers, lr, self.cfg)
         count = total_count or int(sum((y != IGNORE_INDEX).sum() for _, y in micro_batches))
         loss = sum(self.micro_losses(micro_batches, max(count, 1)))
+        return float(loss) / max(count, 1), self._update()
+
+    def _update(self) -> float:
+        """Clip the accumulated gradients, step every optimizer, zero the gradients; the
+        gradient norm before clipping."""
         for opt in self.optimizers:
             self.scaler.unscale_(opt)
         clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else math.inf
@@ -147,7 +155,39 @@ class TorchEngine:
         self.scaler.update()
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
-        return float(loss) / max(count, 1), float(norm)
+        return float(norm)
+
+    def token_logprobs(self, x: np.ndarray, y: np.ndarray, adapters_off: bool = False
+                       ) -> np.ndarray:
+        """log pi(y_t | x_<=t) (B, T) float64, 0 where y is IGNORE_INDEX; no dropout, no
+        gradient. `adapters_off`: the base model's under LoRA (sheepop.model.lora.adapters_off),
+        the reference that stays put while the adapters train."""
+        self.model.eval()
+        off = without_adapters(self.model) if adapters_off else contextlib.nullcontext()
+        with torch.inference_mode(), self._autocast(), off:
+            logits, _ = self.model(self._tensor(x))
+            logp = token_logprobs(logits, self._tensor(y))
+        return logp.double().cpu().numpy()
+
+    def logprob_step(self, batches: list[tuple[np.ndarray, np.ndarray]], lr: float,
+                     loss_of: LossOfLogprobs) -> tuple[float, float]:
+        """One optimizer step on a loss of the per-token log-probabilities
+        (sheepop.train.logprobs): for each batch, logp by the forward pass, (L_i, g) =
+        loss_of(i, logp), then autograd's backward of sum g * logp (dL_i through the model).
+        Returns (sum of the L_i, gradient norm before clipping)."""
+        self.model.train()
+        set_lr(self.optimizers, lr, self.cfg)
+        total, last = 0.0, len(batches) - 1
+        for i, (x, y) in enumerate(batches):
+            with self.no_sync() if i < last else contextlib.nullcontext():
+                with self._autocast():
+                    logits, _ = self.forward(self._tensor(x))
+                    logp = token_logprobs(logits, self._tensor(y))
+                loss, dlogp = loss_of(i, logp.detach().double().cpu().numpy())
+                g = torch.from_numpy(np.asarray(dlogp)).to(self.device, logp.dtype)
+                self.scaler.scale((logp * g).sum() * self.loss_multiplier).backward()
+            total += float(loss)
+        return total, self._update()
 
     def eval_loss(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         """(sum of token losses, number of counted targets) on one batch, no dropout."""
