@@ -1,5 +1,5 @@
-"""Fixtures shared by the test folders (one test folder per source package; docs/architecture.md,
-"Tests").
+"""Fixtures shared by the test folders (a test folder for most source packages;
+docs/architecture.md, "Tests").
 
 Every helper that more than one test file needs lives here, once: a small model configuration
 (`small_cfg`) and its torch model (`small_lm`), torch on one thread (`one_torch_thread`, made
