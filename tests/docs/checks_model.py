@@ -20,6 +20,7 @@ from sheepop.scratch.ffn import ffn_forward
 from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import param_shapes
 from sheepop.scratch.norm import layernorm_forward, rmsnorm_forward
+from sheepop.softmax import softmax
 
 
 def t64(a) -> torch.Tensor:
@@ -37,7 +38,7 @@ def softmax_saturation(v):
     da[0] = 1.0
     out = {}
     for name, s in (("unscaled", dots), ("scaled", dots * scale)):
-        a = att.softmax_forward(s.copy())
+        a = softmax(s.copy())
         close(torch.softmax(t64(s), -1), a, 1e-12)
         out[f"a_{name}"], out[f"ds_{name}"] = a, att.softmax_backward(da, a)
     return out
@@ -183,7 +184,7 @@ def forward_pass(v):
     x2, _ = block_forward(h0[None], params, "blocks.0.", cfg)
     return {"h0": h0, "attn_out": attn_out, "x1": h0 + attn_out, "ffn_out": x2[0] - h0 - attn_out,
             "x2": x2[0], "hf": cache.ln_f.xhat[0], "logits": logits[0],
-            "probs_last": att.softmax_forward(logits[0, -1].copy())}
+            "probs_last": softmax(logits[0, -1].copy())}
 
 
 def _positions(cfg: ModelConfig) -> np.ndarray:

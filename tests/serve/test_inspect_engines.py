@@ -11,13 +11,13 @@ import torch
 from serve_helpers import weights
 from variants import llama
 
-from sheepop.arch.inspect import softmax
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference.load import build, inspect
 from sheepop.model import GPT
 from sheepop.positional import place_rope_frequencies, rope_frequencies, sinusoidal_table
 from sheepop.scratch import gpt_forward
+from sheepop.softmax import softmax
 from sheepop.tokenizers import train_tokenizer
 
 TEXT = "the cat sat on the mat. "

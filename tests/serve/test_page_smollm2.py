@@ -18,7 +18,8 @@ import pytest
 from chromium import launch, needs_chromium
 from serve_helpers import ServerProcess, call
 
-from sheepop.arch.inspect import distribution, softmax
+from sheepop.arch.inspect import distribution
+from sheepop.softmax import softmax
 
 CAPITAL = "The capital of France is"
 PAGE_PROMPT = "The capital of France is Paris. The capital of Germany is"
@@ -35,7 +36,7 @@ def test_the_lens_top_k_equals_a_full_softmax_and_sort_on_a_49k_vocabulary():
     ids = [5, 49_151, 0, 17, 9, 4]
     rows, _ = distribution(logits.copy(), np.array(ids[1:] + [-1]), 5)
     top, following = rows.top, rows.following
-    p = softmax(logits)
+    p = softmax(logits.astype(np.float64))
     order = np.argsort(-p, axis=-1, kind="stable")[:, :5]
     np.testing.assert_array_equal(top.ids, order)
     assert top.ids[2, :3].tolist() == [7, 123, 40_000] and top.ids[4].tolist() == [0, 1, 2, 3, 4]

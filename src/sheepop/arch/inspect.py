@@ -92,14 +92,6 @@ class Inspection:
     position_columns: int          # the table's full width (d, or d_k / 2 for rope)
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """p_i = exp(z_i - max z) / sum_j exp(z_j - max z) over the last axis, in float64."""
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """The ids of the k largest scores of each row, largest first (ties: the smaller id first).
 

@@ -55,9 +55,9 @@ from sheepop.generation.sample import (
     probabilities,
     quiet_overflow,
     resolved_seed,
-    softmax,
     top_tokens,
 )
+from sheepop.softmax import softmax
 
 # Past the context, absolute positions drop the oldest block_size // 4 tokens at once by default:
 # the refill then comes once per T / 4 tokens, which kept past-context generation at 0.70-1.01x
@@ -112,7 +112,7 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
         logits[never] = -np.inf
     z = logits if seen is None else penalize_repeats(logits, seen, cfg.repetition_penalty)
     if cfg.temperature <= 0:
-        return int(np.argmax(z)), (softmax(z) if want_probs else None)
+        return int(np.argmax(z)), (softmax(np.asarray(z, np.float64)) if want_probs else None)
     probs = probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)
     return draw(probs, rng), probs
 

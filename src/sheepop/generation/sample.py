@@ -43,13 +43,7 @@ from typing import Any
 import numpy as np
 
 from sheepop.errors import UserError
-
-
-def softmax(z: np.ndarray) -> np.ndarray:
-    """softmax(z)_i = exp(z_i - max z) / sum_j exp(z_j - max z) (shifted for stability)."""
-    z = np.asarray(z, dtype=np.float64)
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+from sheepop.softmax import softmax
 
 
 def penalize_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np.ndarray:

@@ -20,6 +20,7 @@ import numpy as np
 
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.gpt import gpt_backward, gpt_forward
+from sheepop.softmax import softmax
 
 
 @dataclass
@@ -38,8 +39,7 @@ def backward_step(weights: dict[str, np.ndarray], cfg: ModelConfig, ids: list[in
     y = np.asarray([ids[1:]], dtype=np.int64)
     logits, loss, cache = gpt_forward(weights, cfg, x, y)
     z = logits[0].astype(np.float64)
-    p = np.exp(z - z.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
+    p = softmax(z)
     dz = p.copy()
     dz[np.arange(len(ids) - 1), y[0]] -= 1.0
     dz /= len(ids) - 1
