@@ -28,9 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "chat template (an imported chat model's), the loss counts the "
                     "assistant's tokens, and either every weight "
                     "trains or, with --lora-rank, only low-rank adapters W + (alpha/r) B A on "
-                    "the chosen layers. --demo generates the built-in instruction set, "
-                    "pretrains a small base model and compares the base, LoRA and full "
-                    "fine-tuning on held-out items (docs/finetune.md).",
+                    "the chosen layers. --method dpo learns a preference instead, from pairs "
+                    '{"prompt" (or "messages"), "chosen", "rejected"}: the DPO loss against '
+                    "the model before training (docs/derivations/dpo.md). --demo generates "
+                    "the built-in instruction set, pretrains a small base model and compares "
+                    "the base, LoRA and full fine-tuning on held-out items (docs/finetune.md).",
         formatter_class=HelpFormatter)
     p.add_argument("base_run", nargs="?", metavar="BASE_RUN", help="a run directory to start "
                    "from (not needed with --resume or --demo)")
@@ -45,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "with --lora-rank: keep the embedding (and head) rows of the chat tokens "
                       "added to the vocabulary frozen at their initial values", value=False)
     add_config_flag(p, "--train-on", "finetune.train_on")
+    add_config_flag(p, "--method", "finetune.method")
+    add_config_flag(p, "--beta", "finetune.beta")
     add_config_flag(p, "--steps", "train.steps", note="{key}; default 300")
     add_config_flag(p, "--engine", "train.engine")
     add_config_flag(p, "--seed", "train.seed")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from sheepop.config.setting import setting
 
 TRAIN_ON = ("assistant", "all")  # the tokens the loss counts (sheepop.tokenizers.chat)
+METHODS = ("sft", "dpo")  # imitation of conversations; preference pairs (sheepop.finetune.dpo)
 # The layers that can get a LoRA adapter, by the short names a user types (sheepop.arch.lora).
 LORA_TARGETS = ("qkv", "proj", "fc", "down")
 
@@ -18,6 +19,12 @@ class FinetuneConfig:
     """How `sheepop finetune` trains on conversations (recorded in its run's finetune.json)."""
     train_on: str = setting("assistant", "which tokens the loss counts: the assistant's, or all of "
                             "them", TRAIN_ON)
+    method: str = setting("sft", "what the data teaches: sft, imitation of conversations; dpo, "
+                          "a preference between two answers (JSON Lines {prompt | messages, "
+                          "chosen, rejected}; docs/finetune.md)", METHODS)
+    beta: float = setting(0.1, "dpo: beta of -log sigma(beta [(log pi(c) - log pi_ref(c)) - "
+                          "(log pi(r) - log pi_ref(r))]), how far the policy may move from the "
+                          "reference for a preference (> 0; docs/derivations/dpo.md)")
 
 
 @dataclass

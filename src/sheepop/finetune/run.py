@@ -37,13 +37,16 @@ from sheepop.data.chat import read_conversations
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, read_document, write_document
+from sheepop.finetune.dpo import dpo_trainer
+from sheepop.finetune.pairs import read_pairs
 from sheepop.finetune.sampler import ChatSampler, fixed_batches
 from sheepop.inference.load import grown_for, read_run
 from sheepop.tokenizers.chat import has_model_template, with_chat_tokens
 
 RUN_FILE = "finetune.json"
 RUN_DOCUMENT = DocumentFormat("sheepop-finetune-run", 1, "sheepop fine-tuning run file")
-NEW_SECTIONS = ("train", "sample", *FINETUNE_SECTIONS)  # what a new fine-tune's settings set
+# what a new fine-tune's settings set ([rl]: sheepop rl's)
+NEW_SECTIONS = ("train", "sample", *(s for s in FINETUNE_SECTIONS if s != "rl"))
 RESUME_SECTIONS = ("train", "sample")  # and a resumed one's: the rest is the run's
 
 # Fine-tuning starts from trained weights, so it needs fewer steps and a shorter warmup than
@@ -117,7 +120,6 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
     targets, train_new_tokens). `lora` is the same as values lora.rank, lora.alpha and
     lora.targets (for a caller holding a LoraConfig). On `resume` the fine-tuning's own
     settings are the run's: train.* and sample.* may change."""
-    from sheepop.train.start import setup
     run_dir = Path(run_dir)
     values = values or {}
     if resume:
@@ -155,6 +157,28 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
             log(f"base: {base_run}; the tokenizer gained {added} chat token"
                 f"{'s' if added != 1 else ''} ({tokenizer.vocab_size} ids)")
     cfg.validate()
+    t = cfg.train
+    if cfg.finetune.method == "dpo":
+        pairs = read_pairs(data_path, tokenizer, cfg.model.block_size, train_on)
+        log(f"preference pairs: {len(pairs):,} in {data_path}")
+        train_pairs, val_pairs = split_examples(pairs, cfg.data.val_fraction, t.seed)
+        trainer = dpo_trainer(cfg, train_pairs, val_pairs, tokenizer, weights, adapters,
+                              run_dir, resume, log, progress)
+    else:
+        trainer = _sft_trainer(cfg, data_path, tokenizer, weights, adapters, train_on, run_dir,
+                               resume, log, progress)
+    opts.save(run_dir)
+    if adapters is not None:
+        adapters.save(run_dir)  # before the first checkpoint: the adapters are nothing without it
+    return trainer.run()
+
+
+def _sft_trainer(cfg: Config, data_path: str, tokenizer: Any, weights: dict[str, np.ndarray],
+                 adapters: LoraConfig | None, train_on: str, run_dir: Path, resume: bool, log,
+                 progress: bool):
+    """The shared trainer on the conversations of `data_path`: loss on the tokens `train_on`
+    names, evaluated on a held-out share of them."""
+    from sheepop.train.start import setup
     chats = read_conversations(data_path, tokenizer, cfg.model.block_size, train_on)
     for line in chats.report():
         log(line)
@@ -166,13 +190,9 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
     flat = np.concatenate([x for x, _ in train]).astype(np.int64)
     dataset = Dataset(flat, np.zeros(0, np.int64), tokenizer,
                       [f"conversations: {len(train):,} train, {len(val):,} held out"])
-    trainer = setup(None, cfg, run_dir, resume=resume, log=log, progress=progress,
-                    dataset=dataset, sampler=sampler, eval_data=eval_data,
-                    initial_weights=weights, lora=adapters)
-    opts.save(run_dir)
-    if adapters is not None:
-        adapters.save(run_dir)  # before the first checkpoint: the adapters are nothing without it
-    return trainer.run()
+    return setup(None, cfg, run_dir, resume=resume, log=log, progress=progress,
+                 dataset=dataset, sampler=sampler, eval_data=eval_data,
+                 initial_weights=weights, lora=adapters)
 
 
 def lora_config(settings: LoraSettings, base_run: str, added: int) -> LoraConfig | None:

@@ -124,6 +124,7 @@ def setup(data_path: str | None, cfg: Config, run_dir: str | Path, resume: bool 
     checkpoint holds the adapters: a resumed LoRA run needs the same `initial_weights`).
     `init_from`: a run directory whose model, tokenizer and weights the new run starts from,
     with a new optimizer at step 0 (sheepop.train.init_from; `cfg` from `init_config`).
+    `trainer_class`: a `Trainer` whose evaluation is a task's own (DPO's held-out pairs).
     """
     run_dir = Path(run_dir)
     source = None
@@ -150,8 +151,8 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
            wrap_engine: Callable[[Engine], Engine] | None = None, sampler=None,
            eval_data: tuple[np.ndarray, np.ndarray] | None = None,
            initial_weights: dict[str, np.ndarray] | None = None,
-           lora: LoraConfig | None = None, init_from: Source | None = None
-           ) -> Trainer:
+           lora: LoraConfig | None = None, init_from: Source | None = None,
+           trainer_class: type[Trainer] = Trainer) -> Trainer:
     source = init_from
     weights, tokenizer, arrays, state = initial_weights, None, None, None
     if resume:
@@ -208,8 +209,8 @@ def _setup(data_path: str | None, cfg: Config, run_dir: Path, resume: bool, log,
         log(f"LoRA rank {lora.rank}, alpha {lora.alpha:g} on {', '.join(lora.targets)}: "
             f"{adapters:,} adapter parameters ({100 * adapters / model:.2f}% of the model's), "
             f"{engine.trainable_params():,} trained")
-    trainer = Trainer(cfg, data, run_dir, engine, start, state, log, is_main, progress,
-                      sampler, eval_data)
+    trainer = trainer_class(cfg, data, run_dir, engine, start, state, log, is_main, progress,
+                            sampler, eval_data)
     if source is not None:
         evaluate_start(trainer, source, log)
     return trainer
