@@ -94,7 +94,7 @@ def main() -> None:
     args = ap.parse_args()
     print(machine.summary())
     from sheepop.inference.load import load, never_generated
-    from sheepop.tokenizers.chat import chat_ids, turn_end
+    from sheepop.tokenizers.chat_format import chat_ids, turn_end
     run = args.run
     if run is None:
         gguf, why = smollm2_gguf()

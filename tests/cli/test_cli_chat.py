@@ -24,7 +24,7 @@ from sheepop.generation.text_stream import stream_text
 from sheepop.inference.load import load
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
-from sheepop.tokenizers.chat import render_chat, with_chat_tokens
+from sheepop.tokenizers.chat_format import render_chat, with_chat_tokens
 from sheepop.train.keeping import save_best
 from sheepop.train.signals import Stopped
 

@@ -20,7 +20,7 @@ from sheepop.cli.common import run_config
 from sheepop.config.schema import Config, ModelConfig, SampleConfig
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import train_tokenizer
-from sheepop.tokenizers.chat import with_chat_tokens
+from sheepop.tokenizers.chat_format import with_chat_tokens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: see tests/conftest.py
 SEED_LINE = re.compile(r"^sheepop: seed (\d+) \(the same text again: --seed \1\)$", re.M)

@@ -20,7 +20,7 @@ from sheepop.generation.generate import generate
 from sheepop.inference.load import load
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import train_tokenizer
-from sheepop.tokenizers.chat import END, render_chat, with_chat_tokens
+from sheepop.tokenizers.chat_format import END, render_chat, with_chat_tokens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: see tests/conftest.py
 NEW = 12

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from sheepop.arch import IGNORE_INDEX, PAD_ID
-from sheepop.data import chat as chat_data
-from sheepop.data.chat import chat_batches, pad_examples, read_conversations
+from sheepop.data import conversations as chat_data
+from sheepop.data.conversations import chat_batches, pad_examples, read_conversations
 from sheepop.errors import UserError
 from sheepop.tokenizers import train_tokenizer
-from sheepop.tokenizers.chat import encode_chat, with_chat_tokens
+from sheepop.tokenizers.chat_format import encode_chat, with_chat_tokens
 
 
 @pytest.fixture(scope="module")

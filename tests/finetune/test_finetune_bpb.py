@@ -14,11 +14,11 @@ import math
 import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
-from sheepop.data.chat import read_conversations
+from sheepop.data.conversations import read_conversations
 from sheepop.finetune.sampler import fixed_batches
 from sheepop.finetune.tasks import write_demo_data
 from sheepop.tokenizers import train_tokenizer
-from sheepop.tokenizers.chat import with_chat_tokens
+from sheepop.tokenizers.chat_format import with_chat_tokens
 from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte
 
 

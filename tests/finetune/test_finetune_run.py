@@ -16,7 +16,7 @@ from sheepop.cli import main
 from sheepop.config.model_size import param_count
 from sheepop.finetune.run import finetune
 from sheepop.inference import load as inference
-from sheepop.tokenizers.chat import CHAT_SPECIALS
+from sheepop.tokenizers.chat_format import CHAT_SPECIALS
 
 CHATS = [{"messages": [{"role": "user", "content": f"what comes after {n}?"},
                        {"role": "assistant", "content": f"{n + 1}"}]} for n in range(30)]
@@ -246,8 +246,8 @@ def test_a_base_with_its_own_chat_template_trains_on_the_assistants_tokens(tmp_p
 
     from sheepop.arch import IGNORE_INDEX
     from sheepop.config.schema import Config, ModelConfig
-    from sheepop.data.chat import read_conversations
-    from sheepop.tokenizers.chat import chat_ids, turn_end
+    from sheepop.data.conversations import read_conversations
+    from sheepop.tokenizers.chat_format import chat_ids, turn_end
     tok = chatml_tokenizer()
     cfg = Config()
     cfg.model = ModelConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=1, n_head=2,

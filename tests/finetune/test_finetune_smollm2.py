@@ -15,13 +15,13 @@ import pytest
 from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.schema import SampleConfig
-from sheepop.data.chat import pad_examples, read_conversations
+from sheepop.data.conversations import pad_examples, read_conversations
 from sheepop.finetune.demo import answers
 from sheepop.finetune.run import finetune
 from sheepop.finetune.tasks import Item
 from sheepop.generation.generate import generate_batch_ids
 from sheepop.inference.load import load
-from sheepop.tokenizers.chat import chat_ids, turn_end
+from sheepop.tokenizers.chat_format import chat_ids, turn_end
 
 pytestmark = pytest.mark.real_model
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from sheepop.data.chat import read_conversations
+from sheepop.data.conversations import read_conversations
 from sheepop.finetune.run import base_model, finetune, split_examples
 from sheepop.finetune.sampler import ChatSampler
 

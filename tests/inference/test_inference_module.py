@@ -115,7 +115,7 @@ def test_evaluation_in_chunks_of_positions_is_one_pass_over_each_window(
     import torch
     import torch.nn.functional as F
 
-    from sheepop.generation import lm as cached_lm
+    from sheepop.generation import cached_lm as cached_lm
     from sheepop.model.gpt import GPT as TorchGPT
 
     monkeypatch.setattr(cached_lm, "CHUNK_ROWS", rows)
@@ -157,7 +157,7 @@ def test_a_prompt_in_passes_of_a_few_positions_gives_the_logits_of_one_pass(
     after one prompt, after each left-padded prompt of a batch (their positions and padding
     sliced to each pass), after a server's joining prompts and at every position of an echoed
     prompt equal those of one pass without a cache."""
-    from sheepop.generation import lm as cached_lm
+    from sheepop.generation import cached_lm as cached_lm
     from sheepop.generation.running_batch import RunningBatch
 
     lm = build(config, GPT(config.model).numpy_weights(), tokenizer, engine, "cpu").lm

@@ -18,7 +18,7 @@ from sheepop.generation.sample import probabilities
 from sheepop.generation.text_stream import stream_text
 from sheepop.inference.load import load, never_generated
 from sheepop.tokenizers import IncrementalDecoder
-from sheepop.tokenizers.chat import chat_ids, turn_end
+from sheepop.tokenizers.chat_format import chat_ids, turn_end
 
 pytestmark = pytest.mark.real_model
 

@@ -39,7 +39,7 @@ from sheepop.model.quantized import (
 )
 from sheepop.model.quantized_int4 import Int4Linear, quantize_int4
 from sheepop.tokenizers import train_tokenizer
-from sheepop.tokenizers.chat import with_chat_tokens
+from sheepop.tokenizers.chat_format import with_chat_tokens
 
 TEXT = "the cat sat on the mat. the dog sat on the log.\n" * 8
 

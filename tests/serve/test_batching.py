@@ -17,7 +17,7 @@ import pytest
 from openai import OpenAI
 from serve_helpers import KEY, InProcess, call, reference, wait_until
 
-from sheepop.tokenizers.chat import chat_ids
+from sheepop.tokenizers.chat_format import chat_ids
 
 PROMPTS = ["a", "bc", "hig fed", "k.k", "abcdefgh", "  ", "ji", "e\ne", "dcba", "g",
            "fff", "hk", "c a b", "ijk.", "b", "gaga"]

@@ -16,7 +16,7 @@ from serve_helpers import KEY, ServerProcess, call
 
 from sheepop.generation.sample import probabilities
 from sheepop.scratch import gpt_forward
-from sheepop.tokenizers.chat import chat_ids
+from sheepop.tokenizers.chat_format import chat_ids
 
 TESTIDS = ["prompt", "generate", "view-generate", "view-inside", "view-runs", "layer", "head",
            "attention", "logit-lens", "loss-chart", "alternatives"]

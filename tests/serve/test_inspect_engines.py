@@ -143,9 +143,9 @@ def test_each_layers_rank_entropy_and_kl_to_the_final_distribution(tokenizer, en
     x = inspect(model, ids, k=3, logits_at=[2])
     never = model.lm.never_generate
     if engine == "numpy":
-        from sheepop.scratch.inspect import trace
+        from sheepop.scratch.capture import trace
     else:
-        from sheepop.model.inspect import trace
+        from sheepop.model.capture import trace
     t = trace(model.lm, ids, layers=())
     logits = [np.array(t.lens(h), dtype=np.float64) for h in t.residuals]
     final = sampled_softmax(logits[-1], never)

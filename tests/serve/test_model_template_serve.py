@@ -18,7 +18,7 @@ from sheepop.config.schema import Config, ModelConfig, SampleConfig
 from sheepop.generation.text_stream import stream_text
 from sheepop.inference.load import load
 from sheepop.tokenizers import IncrementalDecoder
-from sheepop.tokenizers.chat import chat_ids
+from sheepop.tokenizers.chat_format import chat_ids
 
 MESSAGES = [{"role": "system", "content": "Be brief."},
             {"role": "user", "content": "What is the capital of France?"}]

@@ -6,7 +6,7 @@ without it, as tests/serve/test_page_browser.py is). Screenshots go to $SHEEPOP_
 (default: a temporary folder); `page-smollm2.png` is docs/images/page-smollm2.png.
 
 The first test is not the real model's: the lens's top-k and probabilities (a partition and k + 1
-exponentials a row, sheepop.arch.inspect.distribution) against a full softmax and a stable
+exponentials a row, sheepop.arch.inspection.distribution) against a full softmax and a stable
 argsort over a vocabulary of that size."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from chromium import launch, needs_chromium
 from serve_helpers import ServerProcess, call
 
-from sheepop.arch.inspect import distribution
+from sheepop.arch.inspection import distribution
 from sheepop.softmax import softmax
 
 CAPITAL = "The capital of France is"

@@ -14,7 +14,7 @@ from openai import OpenAI
 from serve_helpers import ServerProcess
 
 from sheepop.cli.chat import escape
-from sheepop.tokenizers.chat import chat_ids, turn_end
+from sheepop.tokenizers.chat_format import chat_ids, turn_end
 
 pytestmark = pytest.mark.real_model
 

@@ -12,7 +12,7 @@ from tok_samples import PROSE
 from sheepop.arch import IGNORE_INDEX
 from sheepop.errors import UserError
 from sheepop.tokenizers import load, loads, train_tokenizer
-from sheepop.tokenizers.chat import (
+from sheepop.tokenizers.chat_format import (
     CHAT_SPECIALS,
     CHAT_TEMPLATE,
     encode_chat,

@@ -13,7 +13,7 @@ from chatml import SMOLLM2_TEMPLATE, TEXT, chatml_tokenizer, hf_twin
 from sheepop.arch import IGNORE_INDEX
 from sheepop.errors import UserError
 from sheepop.tokenizers import train_tokenizer
-from sheepop.tokenizers.chat import (
+from sheepop.tokenizers.chat_format import (
     can_chat,
     chat_ids,
     encode_chat,

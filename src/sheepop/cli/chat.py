@@ -1,9 +1,9 @@
 """`sheepop chat RUN_DIR`: talk to a chat model, one turn after the other.
 
 The conversation so far is the prompt of each answer, rendered by the run's chat template
-(sheepop.tokenizers.chat: sheepop's own for a run made by `sheepop finetune`, the model's own for
-an imported model such as SmolLM2): the system message, the earlier turns, the new user message,
-then the generation prompt; the answer streams until the model writes the end of its turn
+(sheepop.tokenizers.chat_format: sheepop's own for a run made by `sheepop finetune`, the model's
+own for an imported model such as SmolLM2): the system message, the earlier turns, the new user
+message, then the generation prompt; the answer streams until the model writes the end of its turn
 (sheepop's <|end|>, SmolLM2's <|im_end|>: `turn_end`), which is not shown. When the prompt would
 leave the answer less than `reserve` tokens of context, the oldest turns are dropped (never the
 system message), and stay dropped.
@@ -106,7 +106,7 @@ class Chat:
 
     def __init__(self, model: Any, sample: SampleConfig, system: str, show_prompt: bool,
                  note: TextIO, show_speed: bool = False):
-        from sheepop.tokenizers.chat import turn_end
+        from sheepop.tokenizers.chat_format import turn_end
         self.model, self.sample, self.show_prompt, self.note = model, sample, show_prompt, note
         self.show_speed = show_speed
         self.after_answer: list[str] = []  # notes for after the answer's line (Ctrl-C, speed)
@@ -129,7 +129,7 @@ class Chat:
 
     def prompt(self, user: str) -> list[int]:
         """The prompt ids for the answer to `user`, oldest turns dropped to fit."""
-        from sheepop.tokenizers.chat import fit_context
+        from sheepop.tokenizers.chat_format import fit_context
         self.messages.append({"role": "user", "content": user})
         try:
             ids, dropped = fit_context(self.tokenizer, self.conversation(), self.limit)
@@ -250,7 +250,7 @@ def interactive(chat: Chat, stdin: TextIO, out: TextIO, note: TextIO) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sheepop.inference.load import load
-    from sheepop.tokenizers.chat import can_chat, require_chat_tokens
+    from sheepop.tokenizers.chat_format import can_chat, require_chat_tokens
     sample = run_config(args.run_dir, [], None, flag_values(args), only=("sample",)
                         ).validate().sample
     model = load(model_dir(args), args.engine, args.device, args.dtype)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from sheepop.config.setting import setting
 
-TRAIN_ON = ("assistant", "all")  # the tokens the loss counts (sheepop.tokenizers.chat)
+TRAIN_ON = ("assistant", "all")  # the tokens the loss counts (sheepop.tokenizers.chat_format)
 METHODS = ("sft", "dpo")  # imitation of conversations; preference pairs (sheepop.finetune.dpo)
 # The layers that can get a LoRA adapter, by the short names a user types (sheepop.arch.lora).
 LORA_TARGETS = ("qkv", "proj", "fc", "down")

@@ -30,7 +30,7 @@ from sheepop.finetune.run import base_model, finetune
 from sheepop.finetune.tasks import read_items, score, write_demo_data
 from sheepop.generation.generate import generate_batch_ids
 from sheepop.inference.load import build, load
-from sheepop.tokenizers.chat import chat_ids, turn_end
+from sheepop.tokenizers.chat_format import chat_ids, turn_end
 
 N_TRAIN, N_HELDOUT = 20_000, 300
 BASE_MINUTES, MINUTES = 5.0, 10.0

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
-from sheepop.data.chat import pad_examples
+from sheepop.data.conversations import pad_examples
 from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, read_document, write_document
 from sheepop.finetune.dpo_loss import dpo_loss, reward_accuracy
@@ -153,6 +153,13 @@ class DpoTrainer(Trainer):
     the reference)."""
 
     held_out: np.ndarray | None = None
+
+    def run(self):
+        summary = super().run()
+        if self.held_out is not None:
+            self.log(f"held-out pairs: reward accuracy {reward_accuracy(self.held_out):.3f}, "
+                     f"reward margin {self.held_out.mean():.4f} ({len(self.held_out)} pairs)")
+        return summary
 
     def evaluate(self) -> tuple[float, float | None] | None:
         if self.eval_x is None:

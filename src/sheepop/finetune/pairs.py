@@ -1,7 +1,7 @@
 """Preference pairs for DPO: JSON Lines in, a chosen and a rejected example per line out.
 
 One pair a line, the prompt in either of the conversation forms fine-tuning reads
-(sheepop.data.chat) and the two answers as strings:
+(sheepop.data.conversations) and the two answers as strings:
 
     {"prompt": "...", "chosen": "...", "rejected": "..."}
     {"messages": [{"role": ..., "content": ...}, ...], "chosen": "...", "rejected": "..."}
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from sheepop.arch import IGNORE_INDEX
-from sheepop.data.chat import MAX_FILE_BYTES, Example
+from sheepop.data.conversations import MAX_FILE_BYTES, Example
 from sheepop.errors import UserError
 from sheepop.files import open_regular
 from sheepop.tokenizers import Tokenizer
-from sheepop.tokenizers.chat import encode_chat, message_problem, require_chat_tokens
+from sheepop.tokenizers.chat_format import encode_chat, message_problem, require_chat_tokens
 
 Pair = tuple[Example, Example]  # (chosen, rejected)
 

@@ -33,7 +33,7 @@ from sheepop.checkpoint import format as checkpoint
 from sheepop.config.build import build_config
 from sheepop.config.finetune import LoraSettings
 from sheepop.config.schema import FINETUNE_SECTIONS, Config
-from sheepop.data.chat import read_conversations
+from sheepop.data.conversations import read_conversations
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
 from sheepop.files import DocumentFormat, read_document, write_document
@@ -41,7 +41,7 @@ from sheepop.finetune.dpo import dpo_trainer
 from sheepop.finetune.pairs import read_pairs
 from sheepop.finetune.sampler import ChatSampler, fixed_batches
 from sheepop.inference.load import grown_for, read_run
-from sheepop.tokenizers.chat import has_model_template, with_chat_tokens
+from sheepop.tokenizers.chat_format import has_model_template, with_chat_tokens
 
 RUN_FILE = "finetune.json"
 RUN_DOCUMENT = DocumentFormat("sheepop-finetune-run", 1, "sheepop fine-tuning run file")

@@ -1,8 +1,8 @@
 """Batches of conversations for the shared trainer: padded, drawn at random, resumable.
 
-Each example is one conversation as (x, y) (sheepop.data.chat): x the token ids, y the next
+Each example is one conversation as (x, y) (sheepop.data.conversations): x the token ids, y the next
 token where it counts in the loss and IGNORE_INDEX elsewhere. A batch pads every example to the
-longest one in it (x with the pad id, y with IGNORE_INDEX: sheepop.data.chat.pad_examples),
+longest one in it (x with the pad id, y with IGNORE_INDEX: sheepop.data.conversations.pad_examples),
 so no conversation attends to another and the padding costs nothing in the loss
 (docs/finetune.md says why padding rather than packing). The sampler's state is its RNG
 state, like the shared `WindowSampler`'s, so a resumed run draws exactly the batches the
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sheepop.data.chat import Example, pad_examples
+from sheepop.data.conversations import Example, pad_examples
 from sheepop.data.windows import RandomSampler
 
 

@@ -1,7 +1,7 @@
 """What the generation loops (sheepop.generation.generate) ask of a model: the next-token logits
 of the last position as NumPy, with or without its KV cache, for one sequence
 (`LanguageModel`) or several left-padded ones at once (`BatchLanguageModel`).
-`sheepop.generation.lm.CachedLM` implements both for either engine."""
+`sheepop.generation.cached_lm.CachedLM` implements both for either engine."""
 
 from __future__ import annotations
 

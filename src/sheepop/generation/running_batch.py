@@ -46,7 +46,7 @@ import numpy as np
 
 from sheepop.arch.batch import left_pad
 from sheepop.arch.kv_cache import KVCache, grown, shrunk
-from sheepop.generation.lm import CachedLM
+from sheepop.generation.cached_lm import CachedLM
 
 ROW_STATE = ("digit_run",)  # (B, ...) values a KVCache carries for each row, besides K, V
 

@@ -4,14 +4,14 @@
     build(config, weights, tokenizer, ...)          weights in memory (a task, a test, a server)
 
 Both return an `InferenceModel`: the run's `Config`, its tokenizer, and `lm`, the engine's
-`CachedLM` (sheepop.generation.lm) that the generation loops (sheepop.generation.generate)
+`CachedLM` (sheepop.generation.cached_lm) that the generation loops (sheepop.generation.generate)
 drive, one sequence or a batch, with the KV cache. The tokens a model must never generate (padding,
 BOS, unknown) are set here from the tokenizer, so every caller, single, batched, streamed or through
 the Python API, gets the same rule. The command line, the progression task and (later) the server
 all come through here; the trainer is the only other module that builds an engine's model.
 
 `inspect(model, ids)` looks inside it on one prompt: attention weights, logit lens, next-token
-distributions, positions (sheepop.arch.inspect; the server's page shows them).
+distributions, positions (sheepop.arch.inspection; the server's page shows them).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from sheepop import threads
-from sheepop.arch.inspect import Inspection, inspection
+from sheepop.arch.inspection import Inspection, inspection
 from sheepop.arch.lora import LoraConfig, adapter_shapes, merge
 from sheepop.arch.vocab import grow_vocabulary
 from sheepop.checkpoint import format as checkpoint
@@ -33,7 +33,7 @@ from sheepop.checkpoint.check import check_weights_file
 from sheepop.config.model_size import param_count
 from sheepop.config.schema import INFERENCE_DTYPES, Config, ModelConfig
 from sheepop.errors import UserError
-from sheepop.generation.lm import CachedLM
+from sheepop.generation.cached_lm import CachedLM
 from sheepop.inference.engine_choice import Choice, choose
 from sheepop.tokenizers import Tokenizer
 from sheepop.tokenizers import loads as load_tokenizer
@@ -251,16 +251,16 @@ def inspect(model: InferenceModel, ids: Sequence[int], k: int = 5,
             layers: Sequence[int] | None = None) -> Inspection:
     """The attention weights of `layers` (default: every layer), the logit lens (`lens`) and
     the next-token distributions (top `k`) of one prompt of at most block_size tokens,
-    computed by the model's own engine (sheepop.arch.inspect); the final logits of the
+    computed by the model's own engine (sheepop.arch.inspection); the final logits of the
     positions `logits_at`."""
     ids = list(ids)
     if not 1 <= len(ids) <= model.config.model.block_size:
         raise UserError(f"a prompt to inspect holds 1 to {model.config.model.block_size} "
                         f"tokens (the context), not {len(ids)}")
     if model.engine == "numpy":
-        from sheepop.scratch.inspect import trace
+        from sheepop.scratch.capture import trace
     else:
-        from sheepop.model.inspect import trace
+        from sheepop.model.capture import trace
     with np.errstate(over="ignore", invalid="ignore"):  # the caller tests the result (422)
         asked = set(range(model.config.model.n_layer) if layers is None else layers)
         return inspection(trace(model.lm, ids, asked), model.config.model, ids, k, lens,

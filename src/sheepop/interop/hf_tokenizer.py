@@ -51,7 +51,7 @@ def _special_names(tok: Tokenizer) -> dict[str, Any]:
               if i not in named]
     if others:
         config["additional_special_tokens"] = others
-    if tok.chat_template is not None:  # the model's own, or sheepop.tokenizers.chat's
+    if tok.chat_template is not None:  # the model's own, or sheepop.tokenizers.chat_format's
         config["chat_template"] = tok.chat_template
     return config
 
@@ -107,7 +107,7 @@ def _with_template_file(hf_dir: Path, config: Any) -> Any:
 
 def _sheepop_template(tok: Tokenizer, config: Any) -> None:
     """sheepop's own chat template, when tokenizer_config.json holds exactly that one."""
-    from sheepop.tokenizers.chat import CHAT_TEMPLATE
+    from sheepop.tokenizers.chat_format import CHAT_TEMPLATE
     if isinstance(config, dict) and config.get("chat_template") == CHAT_TEMPLATE:
         tok.chat_template = CHAT_TEMPLATE
 

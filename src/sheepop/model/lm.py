@@ -1,8 +1,8 @@
 """The torch engine's side of the generation loops: `TorchLM`, the arithmetic of a `CachedLM`.
 
-The bookkeeping of caches and left-padded batches is shared (sheepop.generation.lm); this class runs
-the forward pass under `torch.inference_mode`, with an optional `torch.compile`, a chosen dtype,
-and the weight layout that makes a single-token step fastest on the CPU.
+The bookkeeping of caches and left-padded batches is shared (sheepop.generation.cached_lm); this
+class runs the forward pass under `torch.inference_mode`, with an optional `torch.compile`, a
+chosen dtype, and the weight layout that makes a single-token step fastest on the CPU.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
-from sheepop.generation.lm import CachedLM
+from sheepop.generation.cached_lm import CachedLM
 from sheepop.model.gpt import GPT
 
 

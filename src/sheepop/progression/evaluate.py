@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sheepop.generation.lm import CachedLM
+from sheepop.generation.cached_lm import CachedLM
 from sheepop.progression.stream import SPACE_ID, digits_value, term_digits
 from sheepop.progression.task import TaskOptions
 

@@ -1,7 +1,7 @@
 """The NumPy engine's side of the generation loops: `NumpyLM`, the arithmetic of a `CachedLM`.
 
-The bookkeeping of caches and left-padded batches is shared (sheepop.generation.lm); the logits come
-from the one forward pass of the engine, `gpt_forward`, with its KV cache.
+The bookkeeping of caches and left-padded batches is shared (sheepop.generation.cached_lm); the
+logits come from the one forward pass of the engine, `gpt_forward`, with its KV cache.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
 from sheepop.config.schema import ModelConfig
-from sheepop.generation.lm import CachedLM
+from sheepop.generation.cached_lm import CachedLM
 from sheepop.scratch.gpt import gpt_forward, new_cache
 from sheepop.scratch.init import check_weights
 

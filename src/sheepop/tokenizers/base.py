@@ -16,7 +16,7 @@ here, once; the checks each kind's reader makes of a file's fields in
 File format, one JSON object:
     {"format": "sheepop-tokenizer", "version": 1, "kind": "...",
      "special_tokens": {"<|bos|>": 0, ...}, ...what the kind adds,
-     "chat_template": "..."}   (only once chat tokens were added: sheepop.tokenizers.chat)
+     "chat_template": "..."}   (only once chat tokens were added: sheepop.tokenizers.chat_format)
 
 Special tokens can be added to a trained tokenizer (`with_special_tokens`): they take new ids
 at the end of the vocabulary, so every existing id keeps its meaning (and a model's rows stay
@@ -60,7 +60,7 @@ class Tokenizer(ABC):
         self._special_by_id: dict[int, str] = {i: t for t, i in self.special_tokens.items()}
         self._specials = SpecialMatcher(self.special_tokens)
         self.chat_template: str | None = None
-        """Jinja text of the chat template (sheepop.tokenizers.chat), or None."""
+        """Jinja text of the chat template (sheepop.tokenizers.chat_format), or None."""
 
     # ----- what a kind implements -------------------------------------------------------------
 

@@ -120,7 +120,7 @@ def _ids_and_byte_offsets(tokenizer: Tokenizer, text: str
 
 def shipped_fit_context(tokenizer: Tokenizer, messages: Sequence[Message], limit: int
                         ) -> tuple[list[int], int]:
-    """As sheepop.tokenizers.chat.fit_context, for any template: whole turns dropped, oldest
+    """As sheepop.tokenizers.chat_format.fit_context, for any template: whole turns dropped, oldest
     first (the system message, first, and the last turn kept), each candidate rendered whole."""
     head = 1 if messages[0]["role"] == "system" else 0
     cuts = [head] + [k for k in range(head + 1, len(messages)) if messages[k]["role"] == "user"]

@@ -1,4 +1,4 @@
-"""The NumPy engine's side of looking inside a model (sheepop.arch.inspect): one forward pass
+"""The NumPy engine's side of looking inside a model (sheepop.arch.inspection): one forward pass
 over the prompt, through a KV cache of its own (so no layer's cache outlives its layer), that
 keeps the residual stream and the attention weights of the layers asked.
 
@@ -14,7 +14,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from sheepop.arch.inspect import Trace
+from sheepop.arch.inspection import Trace
 from sheepop.scratch.block import BlockCache
 from sheepop.scratch.gpt import gpt_forward, new_cache, token_tables
 from sheepop.scratch.layers import linear_forward

@@ -6,8 +6,8 @@ One conversation a line, in either of the two forms the ecosystem uses:
     {"prompt": "...", "completion": "..."}      (= a user turn and the assistant's answer)
 
 Each conversation becomes one example (x, y) through the tokenizer's chat template, sheepop's
-or the model's own (sheepop.tokenizers.chat.encode_chat): x the ids, y the next token where it
-counts in the loss (the assistant's tokens) and IGNORE_INDEX elsewhere. A line that gives no
+or the model's own (sheepop.tokenizers.chat_format.encode_chat): x the ids, y the next token where
+it counts in the loss (the assistant's tokens) and IGNORE_INDEX elsewhere. A line that gives no
 example is skipped and recorded with its line number (1-based) and the reason: not valid JSON,
 not a JSON object, neither form, an unknown role, missing or non-string content, an empty
 conversation, a system message after the first, a special token's name inside a message, a
@@ -42,7 +42,7 @@ from sheepop.data.ingest.jsonl import GZIP_MAGIC, ZSTD_MAGIC
 from sheepop.errors import UserError
 from sheepop.files import open_regular
 from sheepop.tokenizers import Tokenizer
-from sheepop.tokenizers.chat import encode_chat, message_problem, require_chat_tokens
+from sheepop.tokenizers.chat_format import encode_chat, message_problem, require_chat_tokens
 
 Example = tuple[np.ndarray, np.ndarray]
 

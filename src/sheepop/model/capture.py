@@ -1,10 +1,10 @@
-"""The torch engine's side of looking inside a model (sheepop.arch.inspect): one forward pass
+"""The torch engine's side of looking inside a model (sheepop.arch.inspection): one forward pass
 over the prompt that keeps the residual stream and the attention weights of the layers asked.
 
     A_l = softmax(Q K^T / sqrt(d_k) + M)     GPT.forward(attention_of=layers): the explicit
                                              masked-softmax path, those layers' weights kept
-    h_0 .. h_{L-1}, h_L                      the inputs of each block and of the final norm
-                                             (forward pre-hooks: the model is not changed)
+    h_0, h_1 .. h_L                          block 0's input, then each block's output
+                                             (forward hooks: the model is not changed)
     lens(h) = Norm_f(h) W_head^T (+ b)       the model's own final norm and head
     never                                    the ids its sampler never draws
 """
@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 import numpy as np
 import torch
 
-from sheepop.arch.inspect import Trace
+from sheepop.arch.inspection import Trace
 from sheepop.model.gpt import softcap
 from sheepop.model.lm import TorchLM
 
@@ -31,8 +31,12 @@ def trace(lm: TorchLM, ids: Sequence[int], layers: Collection[int]) -> Trace:
     model = lm.model
     idx = torch.tensor([list(ids)], dtype=torch.long, device=lm.device)
     residuals: list[torch.Tensor] = []
-    keep = lambda module, args: residuals.append(args[0])  # noqa: E731
-    hooks = [m.register_forward_pre_hook(keep) for m in (*model.blocks, model.ln_f)]
+    # h_0 (block 0's input), then each block's output: with model.unet_skips a block's input is
+    # not the output before it (the skip is added between), and h_l is the stream leaving
+    # block l in both engines (sheepop.scratch.capture: gpt_forward's `observe`)
+    hooks = [model.blocks[0].register_forward_pre_hook(lambda m, args: residuals.append(args[0]))]
+    hooks += [b.register_forward_hook(lambda m, args, out: residuals.append(out[0]))
+              for b in model.blocks]
     try:
         with torch.inference_mode():
             _, _, attention = model(idx, attention_of=layers)
