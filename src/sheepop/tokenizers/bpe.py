@@ -206,27 +206,41 @@ class BPETokenizer(Tokenizer):
                 isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p)
                 for p in pairs):
             raise bad_file(where, "bpe 'merges' must be a list of [left, right] string pairs")
-        by_id = {i: t for t, i in specials.items()}
-        if any(not 0 <= i < len(names) or names[i] != t for t, i in specials.items()):
-            raise bad_file(where, "a special token's id does not hold that token in 'tokens'")
-        tokens: list[bytes | None] = []
-        for i, name in enumerate(names):
-            tokens.append(None if i in by_id else str_to_token(name))
-            if i not in by_id and tokens[-1] is None:
-                raise bad_file(where, f"token {i} ({name!r}) is not a byte-level token")
-        ids = {t: i for i, t in enumerate(tokens) if t is not None}
-        if len(ids) + len(specials) != len(tokens):
-            raise bad_file(where, "two tokens have the same bytes")
-        if any(bytes([b]) not in ids for b in range(256)):
-            raise bad_file(where, "the 256 single-byte tokens are not all present")
-        merges = []
-        for left, right in pairs:
-            a, b = ids.get(str_to_token(left) or b""), ids.get(str_to_token(right) or b"")
-            if a is None or b is None or tokens[a] + tokens[b] not in ids:  # type: ignore
-                raise bad_file(where, f"merge {left!r} {right!r} does not join two tokens "
-                                      "into a token of the vocabulary")
-            merges.append((a, b))
-        return cls(tokens, merges, specials, pattern)
+        tokens, ids = _read_tokens(names, specials, where)
+        return cls(tokens, _read_merges(pairs, tokens, ids, where), specials, pattern)
+
+
+def _read_tokens(names: list[str], specials: dict[str, int], where: str
+                 ) -> tuple[list[bytes | None], dict[bytes, int]]:
+    """The file's tokens as bytes (None at a special token's id) and the id of each: every
+    name a byte-level token, none twice, the 256 single bytes all there."""
+    by_id = {i: t for t, i in specials.items()}
+    if any(not 0 <= i < len(names) or names[i] != t for t, i in specials.items()):
+        raise bad_file(where, "a special token's id does not hold that token in 'tokens'")
+    tokens: list[bytes | None] = []
+    for i, name in enumerate(names):
+        tokens.append(None if i in by_id else str_to_token(name))
+        if i not in by_id and tokens[-1] is None:
+            raise bad_file(where, f"token {i} ({name!r}) is not a byte-level token")
+    ids = {t: i for i, t in enumerate(tokens) if t is not None}
+    if len(ids) + len(specials) != len(tokens):
+        raise bad_file(where, "two tokens have the same bytes")
+    if any(bytes([b]) not in ids for b in range(256)):
+        raise bad_file(where, "the 256 single-byte tokens are not all present")
+    return tokens, ids
+
+
+def _read_merges(pairs: list[list[str]], tokens: list[bytes | None], ids: dict[bytes, int],
+                 where: str) -> list[tuple[int, int]]:
+    """The merges as id pairs, each joining two tokens into a token of the vocabulary."""
+    merges = []
+    for left, right in pairs:
+        a, b = ids.get(str_to_token(left) or b""), ids.get(str_to_token(right) or b"")
+        if a is None or b is None or tokens[a] + tokens[b] not in ids:  # type: ignore
+            raise bad_file(where, f"merge {left!r} {right!r} does not join two tokens "
+                                  "into a token of the vocabulary")
+        merges.append((a, b))
+    return merges
 
 
 # ----- encoding in worker processes ---------------------------------------------------------

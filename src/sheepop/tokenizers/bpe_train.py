@@ -212,18 +212,7 @@ def _merge_loop(words: list[list[int]], counts: list[int], n_tokens: int,
                 on_merge: Callable[[int], None] | None) -> list[Merge]:
     vocab = _Vocab()
     t = vocab.tokens
-    pair_count: dict[Merge, int] = defaultdict(int)
-    # The words that may contain each pair, as lists (a set costs ~4x the memory). A word's
-    # notes for a pair are made in a row (a repeat of the last entry is skipped), so a word is
-    # listed twice only when a merge reuses an existing id; its second visit finds no pair
-    # left to merge and changes nothing.
-    where: dict[Merge, list[int]] = defaultdict(list)
-    for wi, (word, n) in enumerate(zip(words, counts)):
-        for pair in zip(word, word[1:]):
-            pair_count[pair] += n
-            noted = where[pair]
-            if not noted or noted[-1] != wi:
-                noted.append(wi)
+    pair_count, where = _count_pairs(words, counts)
     heap = [(-c, t[a], t[b], a, b) for (a, b), c in pair_count.items()]
     heapq.heapify(heap)
 
@@ -271,17 +260,42 @@ def _merge_loop(words: list[list[int]], counts: list[int], n_tokens: int,
             merged = _merge_counting(word, a, b, new, counts[wi], delta, where, wi)
             if merged is not None:
                 words[wi] = merged
-        for pair, d in delta.items():
-            if d == 0:
-                continue
-            c = pair_count[pair] + d
-            if c > 0:
-                pair_count[pair] = c
-                if d > 0:  # a grown count needs a fresh entry; shrunk ones are fixed lazily
-                    heapq.heappush(heap, (-c, t[pair[0]], t[pair[1]], pair[0], pair[1]))
-            else:  # gone from every word: so are its word list's entries
-                del pair_count[pair]
-                where.pop(pair, None)
+        _apply_delta(delta, pair_count, where, heap, t)
         if on_merge is not None:
             on_merge(len(merges))
     return merges
+
+
+def _count_pairs(words: list[list[int]], counts: list[int]
+                 ) -> tuple[dict[Merge, int], dict[Merge, list[int]]]:
+    """Each adjacent pair's count over the words (weighted by the words' counts), and the
+    words that may contain it, as lists (a set costs ~4x the memory). A word's notes for a
+    pair are made in a row (a repeat of the last entry is skipped), so a word is listed twice
+    only when a merge reuses an existing id; its second visit finds no pair left to merge and
+    changes nothing."""
+    pair_count: dict[Merge, int] = defaultdict(int)
+    where: dict[Merge, list[int]] = defaultdict(list)
+    for wi, (word, n) in enumerate(zip(words, counts)):
+        for pair in zip(word, word[1:]):
+            pair_count[pair] += n
+            noted = where[pair]
+            if not noted or noted[-1] != wi:
+                noted.append(wi)
+    return pair_count, where
+
+
+def _apply_delta(delta: dict[Merge, int], pair_count: dict[Merge, int],
+                 where: dict[Merge, list[int]], heap: list, t: list[bytes]) -> None:
+    """One merge's changes to the pair counts: a grown count gets a fresh heap entry (shrunk
+    ones are fixed lazily when popped), a pair gone from every word loses its word list."""
+    for pair, d in delta.items():
+        if d == 0:
+            continue
+        c = pair_count[pair] + d
+        if c > 0:
+            pair_count[pair] = c
+            if d > 0:
+                heapq.heappush(heap, (-c, t[pair[0]], t[pair[1]], pair[0], pair[1]))
+        else:
+            del pair_count[pair]
+            where.pop(pair, None)

@@ -91,63 +91,79 @@ class _Walker:
             (root, shown_root, "", frozenset(), False)]
         while stack:
             folder, shown, rel, ancestors, outside = stack.pop()
-            try:
-                st = os.stat(folder)
-                key = (st.st_dev, st.st_ino)
-                real_folder = os.path.realpath(folder)
-                if real_folder in self.avoid:
-                    continue
-                if key in ancestors:
-                    self.skip(shown, "symlink loop", f"leads back to {self._seen_dirs[key]}")
-                    continue
-                if key in self._seen_dirs:
-                    self.skip(shown, "folder already read", f"as {self._seen_dirs[key]}")
-                    continue
-                self._seen_dirs[key] = shown
-                with os.scandir(folder) as it:
-                    entries = sorted(it, key=lambda e: e.name)
-            except OSError as e:
-                self.skip(shown, "unreadable", e.strerror or str(e))
+            opened = self._open(folder, shown, ancestors)
+            if opened is None:
                 continue
+            key, real_folder, entries = opened
             below = ancestors | {key}
-            subfolders = []
-            for entry in entries:
-                entry_rel = f"{rel}{entry.name}"
-                entry_shown = os.path.join(shown, printable(entry.name))
-                if self.exclude and matches(entry_rel, self.exclude):
-                    self.out.excluded += 1
-                    continue
-                if entry.name.startswith(".") and not self.hidden:
-                    self.skip(entry_shown, "hidden")
-                    continue
-                real = None  # where the entry really is, when that may be outside the inputs
-                if outside or entry.is_symlink():
-                    real = os.path.realpath(os.path.join(real_folder, entry.name))
-                    if self.inside(real):
-                        real = None
-                    elif not self.follow_links:
-                        self.skip(entry_shown, "link outside the inputs",
-                                  f"to {printable(real)} (--follow-links reads it)")
-                        continue
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=True)
-                    entry_stat = None if is_dir else entry.stat(follow_symlinks=True)
-                except FileNotFoundError:
-                    self.skip(entry_shown, "broken symlink")
-                    continue
-                except OSError as e:
-                    self.skip(entry_shown, "unreadable", e.strerror or str(e))
-                    continue
-                if is_dir:
-                    subfolders.append((entry.path, entry_shown, entry_rel + "/", below,
-                                       real is not None))
-                elif self.include and not matches(entry_rel, self.include):
-                    self.out.excluded += 1
-                elif entry_stat is not None:
-                    self.add_file(entry.path, entry_shown, entry_stat)
-                    if real is not None:
-                        self.out.outside[entry_shown] = printable(real)
-            stack.extend(reversed(subfolders))
+            subfolders = [sub for entry in entries
+                          if (sub := self._entry(entry, rel, shown, real_folder, outside))]
+            stack.extend((path, sub_shown, sub_rel, below, through_link)
+                         for path, sub_shown, sub_rel, through_link in reversed(subfolders))
+
+    def _open(self, folder: str, shown: str, ancestors: frozenset
+              ) -> tuple[tuple[int, int], str, list[os.DirEntry]] | None:
+        """The folder's (device, inode), real path and sorted entries; None (and the reason
+        recorded) for a folder to avoid, a link back to an ancestor, one already read or one
+        that cannot be read."""
+        try:
+            st = os.stat(folder)
+            key = (st.st_dev, st.st_ino)
+            real_folder = os.path.realpath(folder)
+            if real_folder in self.avoid:
+                return None
+            if key in ancestors:
+                self.skip(shown, "symlink loop", f"leads back to {self._seen_dirs[key]}")
+                return None
+            if key in self._seen_dirs:
+                self.skip(shown, "folder already read", f"as {self._seen_dirs[key]}")
+                return None
+            self._seen_dirs[key] = shown
+            with os.scandir(folder) as it:
+                return key, real_folder, sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            self.skip(shown, "unreadable", e.strerror or str(e))
+            return None
+
+    def _entry(self, entry: os.DirEntry, rel: str, shown: str, real_folder: str, outside: bool
+               ) -> tuple[str, str, str, bool] | None:
+        """Read one folder entry: a file is added (or skipped, with its reason); a folder is
+        returned to walk, as (path, shown, rel, reached through a link out of the inputs)."""
+        entry_rel = f"{rel}{entry.name}"
+        entry_shown = os.path.join(shown, printable(entry.name))
+        if self.exclude and matches(entry_rel, self.exclude):
+            self.out.excluded += 1
+            return None
+        if entry.name.startswith(".") and not self.hidden:
+            self.skip(entry_shown, "hidden")
+            return None
+        real = None  # where the entry really is, when that may be outside the inputs
+        if outside or entry.is_symlink():
+            real = os.path.realpath(os.path.join(real_folder, entry.name))
+            if self.inside(real):
+                real = None
+            elif not self.follow_links:
+                self.skip(entry_shown, "link outside the inputs",
+                          f"to {printable(real)} (--follow-links reads it)")
+                return None
+        try:
+            is_dir = entry.is_dir(follow_symlinks=True)
+            entry_stat = None if is_dir else entry.stat(follow_symlinks=True)
+        except FileNotFoundError:
+            self.skip(entry_shown, "broken symlink")
+            return None
+        except OSError as e:
+            self.skip(entry_shown, "unreadable", e.strerror or str(e))
+            return None
+        if is_dir:
+            return entry.path, entry_shown, entry_rel + "/", real is not None
+        if self.include and not matches(entry_rel, self.include):
+            self.out.excluded += 1
+        elif entry_stat is not None:
+            self.add_file(entry.path, entry_shown, entry_stat)
+            if real is not None:
+                self.out.outside[entry_shown] = printable(real)
+        return None
 
 
 def discover(inputs: Sequence[str | Path], include: Sequence[str] = (),
