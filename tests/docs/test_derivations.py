@@ -17,15 +17,16 @@ MARKDOWN = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 KINDS = ("embedding", "layernorm", "rmsnorm", "attention", "positions", "mlp", "swiglu", "lora",
          "head-and-loss")
 OPTIMIZERS = ("muon",)  # an update rule, not a layer: its page derives the update
+LOSSES = ("dpo", "policy-gradient")  # losses of the log-probabilities: forward and backward
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # everything but tab and newline
 TAB = re.compile(r"\t")
 
 
 def test_every_layer_kind_has_its_page_and_the_index_lists_them():
-    assert [p.stem for p in PAGES] == sorted([*KINDS, *OPTIMIZERS, "index"])
+    assert [p.stem for p in PAGES] == sorted([*KINDS, *OPTIMIZERS, *LOSSES, "index"])
     index = (DERIVATIONS / "index.md").read_text(encoding="utf-8")
-    assert [k for k in (*KINDS, *OPTIMIZERS) if f"]({k}.md)" not in index] == []
+    assert [k for k in (*KINDS, *OPTIMIZERS, *LOSSES) if f"]({k}.md)" not in index] == []
 
 
 def test_every_page_gives_the_forward_and_the_backward():
