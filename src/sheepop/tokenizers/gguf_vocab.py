@@ -62,6 +62,32 @@ def tokenizer_from_gguf(meta: Mapping[str, Any], where: str) -> Tokenizer:
             raise UserError(f"{where}: tokenizer.ggml.{key} has the wrong type ({shown(value)})")
         return value
 
+    pre = _pre_tokenizer(meta, get, where)
+    tokens, merges = get("tokens", list), get("merges", list, [])
+    types = get("token_type", list, [1] * len(tokens if tokens else []))
+    if not tokens or not all(isinstance(t, str) for t in tokens) or len(types) != len(tokens) \
+            or not all(isinstance(m, str) for m in merges):
+        raise UserError(f"{where}: tokenizer.ggml.tokens / token_type / merges must be lists "
+                        "of strings (and types) of the same length")
+    roles = {}
+    for role, key in ROLE_KEYS.items():
+        i = get(key, int)
+        if i is not None and not 0 <= i < len(tokens):
+            raise UserError(f"{where}: tokenizer.ggml.{key} {i} is not an id of the vocabulary")
+        roles[role] = None if i is None else tokens[i]
+    flags = get("add_bos_token", bool), get("add_eos_token", bool)
+    tok = PretrainedTokenizer(_tokenizer_json(tokens, types, merges, pre), roles, *flags,
+                              where=where)
+    template = meta.get("tokenizer.chat_template")
+    if template is not None and not isinstance(template, str):
+        raise UserError(f"{where}: tokenizer.chat_template must be a string")
+    tok.chat_template = template
+    return tok
+
+
+def _pre_tokenizer(meta: Mapping[str, Any], get: Any, where: str) -> str:
+    """The llama.cpp pre-tokenizer name of a byte-level ('gpt2') vocabulary whose every key
+    sheepop honours; a UserError naming what it cannot."""
     model = get("model", str)
     if model != "gpt2":
         raise UserError(f"{where}: tokenizer.ggml.model {model!r} is not supported (sheepop "
@@ -77,16 +103,17 @@ def tokenizer_from_gguf(meta: Mapping[str, Any], where: str) -> Tokenizer:
     if pre not in PRE_TOKENIZERS:
         raise UserError(f"{where}: tokenizer.ggml.pre {pre!r} is not supported (sheepop "
                         f"knows {', '.join([*PRE_TOKENIZERS, *ALIASES])})")
-    tokens, merges = get("tokens", list), get("merges", list, [])
-    types = get("token_type", list, [1] * len(tokens if tokens else []))
-    if not tokens or not all(isinstance(t, str) for t in tokens) or len(types) != len(tokens) \
-            or not all(isinstance(m, str) for m in merges):
-        raise UserError(f"{where}: tokenizer.ggml.tokens / token_type / merges must be lists "
-                        "of strings (and types) of the same length")
+    return pre
+
+
+def _tokenizer_json(tokens: list[str], types: list[int], merges: list[str], pre: str
+                    ) -> dict[str, Any]:
+    """The Hugging Face tokenizer.json the GGUF vocabulary stands for (types 3 and 4: added
+    tokens, 3 special)."""
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": kind == 3}
              for i, (t, kind) in enumerate(zip(tokens, types)) if kind in (3, 4)]
-    tokenizer_json = {
+    return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": None, "pre_tokenizer": PRE_TOKENIZERS[pre],
         "post_processor": byte_level(True), "decoder": byte_level(True),
@@ -94,19 +121,6 @@ def tokenizer_from_gguf(meta: Mapping[str, Any], where: str) -> Tokenizer:
                   "continuing_subword_prefix": None, "end_of_word_suffix": None,
                   "fuse_unk": False, "byte_fallback": False, "ignore_merges": pre in IGNORE_MERGES,
                   "vocab": {t: i for i, t in enumerate(tokens)}, "merges": merges}}
-    roles = {}
-    for role, key in ROLE_KEYS.items():
-        i = get(key, int)
-        if i is not None and not 0 <= i < len(tokens):
-            raise UserError(f"{where}: tokenizer.ggml.{key} {i} is not an id of the vocabulary")
-        roles[role] = None if i is None else tokens[i]
-    flags = get("add_bos_token", bool), get("add_eos_token", bool)
-    tok = PretrainedTokenizer(tokenizer_json, roles, *flags, where=where)
-    template = meta.get("tokenizer.chat_template")
-    if template is not None and not isinstance(template, str):
-        raise UserError(f"{where}: tokenizer.chat_template must be a string")
-    tok.chat_template = template
-    return tok
 
 
 def _refuse_unknown_keys(meta: Mapping[str, Any], where: str) -> None:
@@ -153,17 +167,8 @@ def _bpe_vocab(tok: Any) -> dict[str, Any]:
 
 
 def _pretrained_vocab(tok: Any) -> dict[str, Any]:
-    hf = tok.to_hf_dict()
-    model = tok.model
-    pre = next((name for name, spec in PRE_TOKENIZERS.items()
-                if _same(spec, hf.get("pre_tokenizer"))), None)
-    if pre is None or hf.get("normalizer") is not None or model.byte_fallback \
-            or model.prefix or model.suffix or model.unk_token is not None \
-            or model.ignore_merges != (pre in IGNORE_MERGES) \
-            or (hf.get("decoder") or {}).get("type") != "ByteLevel":
-        raise UserError("this pretrained tokenizer is not a byte-level BPE whose pre-tokenizer "
-                        "llama.cpp names (gpt-2, smollm, llama-bpe, qwen2, falcon, default), so "
-                        "it has no GGUF form")
+    """A pretrained byte-level BPE, when llama.cpp can say all it does."""
+    model, pre = tok.model, _pretrained_pre_name(tok)
     names = [tok.id_to_token(i) for i in range(tok.vocab_size)]
     if len(set(names)) != len(names) or any(" " in a or " " in b for a, b in model.merges):
         raise UserError("this tokenizer's ids are not one token each, or a merge holds a space: "
@@ -180,6 +185,22 @@ def _pretrained_vocab(tok: Any) -> dict[str, Any]:
             "tokenizer.ggml.tokens": names, "tokenizer.ggml.token_type": types,
             "tokenizer.ggml.merges": [f"{a} {b}" for a, b in model.merges],
             "tokenizer.ggml.add_bos_token": add_bos, "tokenizer.ggml.add_eos_token": add_eos}
+
+
+def _pretrained_pre_name(tok: Any) -> str:
+    """The llama.cpp name of a pretrained tokenizer's pre-tokenizer, when the rest of it is a
+    plain byte-level BPE (no normalizer, byte fallback, affixes or unknown token)."""
+    hf, model = tok.to_hf_dict(), tok.model
+    pre = next((name for name, spec in PRE_TOKENIZERS.items()
+                if _same(spec, hf.get("pre_tokenizer"))), None)
+    if pre is None or hf.get("normalizer") is not None or model.byte_fallback \
+            or model.prefix or model.suffix or model.unk_token is not None \
+            or model.ignore_merges != (pre in IGNORE_MERGES) \
+            or (hf.get("decoder") or {}).get("type") != "ByteLevel":
+        raise UserError("this pretrained tokenizer is not a byte-level BPE whose pre-tokenizer "
+                        "llama.cpp names (gpt-2, smollm, llama-bpe, qwen2, falcon, default), so "
+                        "it has no GGUF form")
+    return pre
 
 
 def _same(a: Any, b: Any) -> bool:

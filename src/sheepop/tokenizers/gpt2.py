@@ -68,6 +68,15 @@ def from_gpt2(vocab: dict[str, int], pairs: Sequence[tuple[str, str]],
     if missing:
         raise UserError(f"{vocab_where}: special token {missing[0]!r} is not in vocab.json")
     specials = {t: vocab[t] for t in special_tokens}
+    tokens, ids = _gpt2_tokens(vocab, specials, vocab_where)
+    merges = _gpt2_merges(pairs, tokens, ids, merges_where)
+    return BPETokenizer(tokens, merges, specials, PATTERNS.get(pattern, pattern))
+
+
+def _gpt2_tokens(vocab: dict[str, int], specials: dict[str, int], vocab_where: str
+                 ) -> tuple[list[bytes | None], dict[bytes, int]]:
+    """vocab.json's tokens as bytes by id (None at a special token's) and the id of each: every
+    other name a byte-level token, none twice, the 256 single bytes all there."""
     tokens: list[bytes | None] = [None] * len(vocab)
     for name, i in vocab.items():
         if name in specials:
@@ -84,6 +93,12 @@ def from_gpt2(vocab: dict[str, int], pairs: Sequence[tuple[str, str]],
     if absent:
         raise UserError(f"{vocab_where}: the single-byte token for byte {absent[0]} is missing "
                         "(a byte-level vocabulary needs all 256)")
+    return tokens, ids
+
+
+def _gpt2_merges(pairs: Sequence[tuple[str, str]], tokens: list[bytes | None],
+                 ids: dict[bytes, int], merges_where: str) -> list[tuple[int, int]]:
+    """merges.txt's pairs as id pairs, each joining two tokens into a token of vocab.json."""
     merges = []
     for n, (left, right) in enumerate(pairs, start=1):
         a, b = ids.get(str_to_token(left) or b""), ids.get(str_to_token(right) or b"")
@@ -91,7 +106,7 @@ def from_gpt2(vocab: dict[str, int], pairs: Sequence[tuple[str, str]],
             raise UserError(f"{merges_where}: merge {n} ({left} {right}) does not join two "
                             "tokens of vocab.json into a token of vocab.json")
         merges.append((a, b))
-    return BPETokenizer(tokens, merges, specials, PATTERNS.get(pattern, pattern))
+    return merges
 
 
 def export_gpt2(tok: BPETokenizer, vocab_path: str | Path, merges_path: str | Path) -> None:
