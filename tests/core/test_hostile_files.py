@@ -371,6 +371,7 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_refused(copy):
     SWIGLU, {**SWIGLU, "bias": False, "d_ff": 40},
     gqa(4, 1), {**gqa(4, 2), **ROPE},
     llama(n_kv_head=1),
+    {**gqa(4, 2), "value_embeds": 2, "n_layer": 5, "unet_skips": True},
 ])
 def test_the_parameter_count_is_exact_for_both_engines(options):
     import torch

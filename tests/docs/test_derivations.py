@@ -15,7 +15,7 @@ DERIVATIONS = ROOT / "docs" / "derivations"
 PAGES = sorted(DERIVATIONS.glob("*.md"))
 MARKDOWN = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 KINDS = ("embedding", "layernorm", "rmsnorm", "attention", "positions", "mlp", "swiglu", "lora",
-         "head-and-loss")
+         "head-and-loss", "value-embeddings", "skip-connections")
 OPTIMIZERS = ("muon",)  # an update rule, not a layer: its page derives the update
 LOSSES = ("dpo", "policy-gradient")  # losses of the log-probabilities: forward and backward
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)

@@ -108,6 +108,10 @@ MODEL_VARIANTS = [
     {"logit_softcap": 2.0, "activation": "relu2"},                 # the modern recipe's
     {**ROPE, **gqa(4, 2), "qk_norm": True},                        # QK-norm, then RoPE
     {"qk_norm": True, "n_head": 2},                                # QK-norm alone
+    {"value_embeds": 1},                                           # one table, two layers
+    {**ROPE, **gqa(4, 2), "value_embeds": 2, "n_layer": 5},        # grouped values, 2 tables
+    {"unet_skips": True, "n_layer": 5},                            # two skips, a middle block
+    {**RMSNORM, "unet_skips": True, "value_embeds": 2, "n_layer": 4, "bias": False},
 ]
 
 

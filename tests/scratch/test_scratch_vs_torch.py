@@ -26,6 +26,8 @@ MODEL_VARIANTS = [
     {"n_head": 4, "activation": "relu", "n_layer": 3},
     {"activation": "relu2", "bias": False, "logit_softcap": 2.0},  # the modern recipe's
     {**ROPE, **gqa(4, 2), "qk_norm": True, "bias": False},
+    {**ROPE, **gqa(4, 2), "value_embeds": 2, "n_layer": 5},   # value embeddings, grouped
+    {"unet_skips": True, "n_layer": 5, "value_embeds": 1},     # U-net skips, a middle block
     {**RMSNORM, "bias": False},
     # The modern decoder, in the combinations that matter (issue 14).
     {**ROPE, **gqa(4, 1)},                                    # rope + MQA
@@ -125,7 +127,8 @@ def test_ten_adamw_steps_match_torch_in_float64():
 
 
 @pytest.mark.parametrize("kw", [{"pos_encoding": "learned", "tie_weights": False},
-                                llama(n_kv_head=1)])
+                                llama(n_kv_head=1),
+                                {**ROPE, "value_embeds": 1, "unet_skips": True, "n_layer": 3}])
 def test_checkpoints_cross_load_with_the_same_logits(tmp_path, kw):
     cfg = config(**kw)
     tcfg = TrainConfig(steps=3, lr=1e-2, warmup_steps=1, device="cpu", seed=5, dtype="float32")

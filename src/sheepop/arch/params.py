@@ -5,6 +5,8 @@
     residual projections (attn.proj,         N(0, (0.02 / sqrt(2 n_layer))^2), or 0 with
       ffn.proj .weight)                        model.zero_init_proj
     every other weight (embeddings, linear)  N(0, 0.02^2)
+    value-embedding lambdas                  1/2: v = (v + T[x]) / 2 at step 0 (modded-nanogpt)
+    skip weights                             1: each skip adds the whole kept output
 
 Each block adds two residual branches to the stream; scaling their output projections by
 1/sqrt(2 n_layer) keeps the variance of the residual stream from growing with depth (GPT-2).
@@ -23,14 +25,18 @@ from sheepop.errors import UserError
 from sheepop.files import shown
 
 INIT_STD = 0.02
-GAINS = ("ln1.weight", "ln2.weight", "ln_f.weight")
+GAINS = ("ln1.weight", "ln2.weight", "ln_f.weight", "skips.weights")
+HALVES = ("value_embeds.lambdas",)
 RESIDUAL_PROJECTIONS = ("attn.proj.weight", "ffn.proj.weight")
 
 
 def init_rule(name: str, n_layer: int, zero_proj: bool = False) -> tuple[str, float]:
-    """("ones" | "zeros" | "normal", standard deviation) for the parameter called `name`."""
+    """("ones" | "zeros" | "fill" | "normal", the standard deviation or the fill value) for the
+    parameter called `name`."""
     if name.endswith(GAINS):
         return "ones", 0.0
+    if name.endswith(HALVES):
+        return "fill", 0.5
     if name.endswith("bias"):
         return "zeros", 0.0
     if name.endswith(RESIDUAL_PROJECTIONS):
@@ -65,5 +71,8 @@ def uses_muon(name: str, shape: Sequence[int]) -> bool:
     matrices inside the blocks (attention and feed-forward weights: their updates are
     orthogonalised), AdamW for everything else. An embedding row is a lookup, not a map, and
     the head's rows are read one token at a time, so neither gets the whole-matrix update
-    (nanochat and modded-nanogpt group them the same way); gains and biases are vectors."""
+    (nanochat and modded-nanogpt group them the same way); gains and biases are vectors. The
+    value-embedding tables are embeddings too (AdamW, decayed as the token table is), and their
+    lambdas and the skip weights scalars (AdamW, not decayed): modded-nanogpt gives both to
+    Adam."""
     return name.startswith("blocks.") and len(shape) == 2

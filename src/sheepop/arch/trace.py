@@ -9,12 +9,14 @@ the weights alone (engine-independent: the engines' own forward passes are not r
                                                                                (06-layernorm)
     [q; k; v]  = y W_qkv^T + b_qkv, split into H query heads and H_kv key/value heads of d_k
                RoPE turns each pair (2i, 2i+1) of q and k by t * theta^(-2i/d_k)  (04, 03)
+               value embeddings: v <- lam v + (1 - lam) T_j[x_t]  (value-embeddings.md)
     S_t        = q_t K^T / sqrt(d_k) + M_t,  M_t[j] = -inf for j > t           (04-attention)
     A_t        = softmax(S_t),  o_t = A_t V      (head h reads key/value head h // (H / H_kv))
     a_t        = [o^1_t ... o^H_t] W_proj^T + b_proj;  x1_t = h_t + a_t        (04, 07)
     FFN        mlp: u = y W_fc^T + b_fc, phi(u), f = phi(u) W_proj^T + b_proj
                swiglu: g = y W_gate^T, u = y W_up^T, silu(g) * u, then W_proj  (05-feed-forward)
     x2_t       = x1_t + f_t = h^(l+1)_t                                       (07-transformer)
+               U-net skips: block i's input gains w_k h^(s+1), s = L-1-i   (skip-connections.md)
     z_t        = Norm_f(h^(L)_t) W_head^T (+ b_head), then c tanh(z_t / c)    (07.3)
 
 The whole prompt runs through every layer (the keys and values of the other positions are
@@ -31,9 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sheepop.arch.links import SKIP_WEIGHTS, VALUE_LAMBDAS, VALUE_TABLE, skip_links, value_links
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.positional import rope_frequencies, sinusoidal_table
+from sheepop.softmax import softmax
 
 Weights = dict[str, np.ndarray]
 TRACED_POSITIONS = ("sinusoidal", "learned", "rope", "none")
@@ -171,17 +175,17 @@ def _rotate(x: np.ndarray, angles: np.ndarray) -> np.ndarray:
     return out
 
 
-def _softmax(s: np.ndarray) -> np.ndarray:
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _attention(y: np.ndarray, w: Weights, prefix: str, cfg: ModelConfig, t: int | None
+def _attention(y: np.ndarray, w: Weights, prefix: str, cfg: ModelConfig, t: int | None,
+               values: tuple[np.ndarray, np.ndarray] | None = None
                ) -> tuple[np.ndarray, list[HeadStep]]:
-    """The attention's output a (T, d) and, at position t, each head's `HeadStep`."""
+    """The attention's output a (T, d) and, at position t, each head's `HeadStep`; `values`
+    (the rows T_j[x] (T, H_kv d_k), lam) mixed into the values (model.value_embeds)."""
     T, H, Hkv, dk = y.shape[0], cfg.n_head, cfg.kv_heads, cfg.head_dim
     qkv = _linear(y, w, prefix + "attn.qkv").reshape(T, H + 2 * Hkv, dk).transpose(1, 0, 2)
     q_pre, k_pre, v = qkv[:H], qkv[H:H + Hkv], qkv[H + Hkv:]
+    if values is not None:  # v <- lam v + (1 - lam) T_j[x] (sheepop.scratch.value_embeds)
+        rows, lam = values
+        v = lam * v + (1 - lam) * rows.reshape(T, Hkv, dk).transpose(1, 0, 2)
     q, k = q_pre, k_pre
     if cfg.qk_norm:  # each head's vector over d_k RMS-normalised, no gain (scratch/qk_norm.py)
         q, k = (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + cfg.ln_eps) for x in (q, k))
@@ -192,7 +196,7 @@ def _attention(y: np.ndarray, w: Weights, prefix: str, cfg: ModelConfig, t: int 
     kv = np.arange(H) // group                              # the key/value head of each head
     allowed = np.tril(np.ones((T, T), dtype=bool))          # M = 0 on and below the diagonal
     raw = q @ k[kv].transpose(0, 2, 1) / np.float32(math.sqrt(dk))   # (H, T, T)
-    a = _softmax(np.where(allowed, raw, -np.inf))
+    a = softmax(np.where(allowed, raw, -np.inf))
     o = a @ v[kv]                                            # (H, T, d_k)
     concat = o.transpose(1, 0, 2).reshape(T, H * dk)
     out = _linear(concat, w, prefix + "attn.proj")
@@ -245,10 +249,15 @@ def trace_token(w: Weights, cfg: ModelConfig, ids: list[int], position: int, lay
     h = tokens if positions is None else tokens + positions
     t, eps, kept = position, cfg.ln_eps, {}
     norms = [float(np.linalg.norm(h[t]))]
-    for i in range(cfg.n_layer):
+    skips, outputs = skip_links(cfg), []
+    for i, link in enumerate(value_links(cfg)):
         prefix, here = f"blocks.{i}.", i == layer
+        if skips[i] is not None:  # the U-net's skip into block i (sheepop.scratch.skips)
+            h = h + w[SKIP_WEIGHTS][skips[i].weight] * outputs[skips[i].source]
+        values = None if link is None else (w[VALUE_TABLE.format(link.table)][np.asarray(ids)],
+                                            w[VALUE_LAMBDAS][link.mix])
         y1, norm1 = _norm_step(cfg.norm, h, w, prefix + "ln1.", eps, t)
-        a, heads = _attention(y1, w, prefix, cfg, t if here else None)
+        a, heads = _attention(y1, w, prefix, cfg, t if here else None, values)
         x1 = h + a
         y2, norm2 = _norm_step(cfg.norm, x1, w, prefix + "ln2.", eps, t)
         f, ffn = _ffn(y2, w, prefix, cfg, t)
@@ -258,6 +267,7 @@ def trace_token(w: Weights, cfg: ModelConfig, ids: list[int], position: int, lay
                         norm2=norm2, ffn=ffn, x2=x2[t],
                         concat=np.concatenate([s.out for s in heads]))
         h = x2
+        outputs.append(h)
         norms.append(float(np.linalg.norm(h[t])))
     hf, final = _norm_step(cfg.norm, h, w, "ln_f.", eps, t)
     head = w.get("head.weight", w["tok_emb.weight"])

@@ -30,6 +30,9 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
     checks += [
         (m.vocab_size >= 0, "model.vocab_size must be >= 0 (0: taken from the tokenizer)"),
         (m.logit_softcap >= 0, "model.logit_softcap must be >= 0 (0: off)"),
+        (0 <= 2 * m.value_embeds <= m.n_layer, f"model.value_embeds must be 0 to n_layer / 2 "
+         f"({m.n_layer // 2}): the first N layers and the last N read the tables, not "
+         f"{m.value_embeds}"),
         (m.n_layer >= 1, "model.n_layer must be at least 1"),
         (m.n_head >= 1, "model.n_head must be at least 1"),
         (m.n_embd >= 1, "model.n_embd must be at least 1"),
@@ -110,6 +113,7 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (lora.rank > 0 or (lora.alpha == 0 and lora.train_new_tokens),
          "lora.alpha and lora.train_new_tokens need lora.rank (the adapters' rank)"),
     ]
+    checks += cfg.rl.problems()  # sheepop rl's numbers (sheepop.config.rl)
     for ok, message in checks:
         if not ok:
             raise UserError(message)

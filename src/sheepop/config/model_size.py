@@ -6,7 +6,7 @@ blocks). `check_model_size` runs inside `Config.validate()`, so a config is refu
 line before anything is allocated. The rule:
 
     parameters  P = V d (1 + untied) + V head_bias + T d learned + (R + S) d digit places
-                    + n d (final norm)
+                    + n d (final norm) + N (V k + 2) (value embeddings) + [L / 2] (U-net)
                     + L (2 n d (two norms) + 2 d^2 + 2 d k (q and proj; k and v)
                          + m d f (the FFN's matrices)
                          + bias (d + 2 k + d (qkv, proj) + b f + d (the FFN's biases)))
@@ -15,7 +15,8 @@ line before anything is allocated. The rule:
     bytes = 4 (P + T d [sinusoidal] + 2 L T k)        (float32)
 
 with V = vocab_size, d = n_embd, f = d_ff (or its kind's default), T = block_size, L = n_layer,
-R = digit_positions and S = term_positions (0: no such table),
+R = digit_positions and S = term_positions (0: no such table), N = value_embeds (tables of
+width k and two lambdas each: sheepop.arch.links), [L / 2] the skip weights with unet_skips,
 k = kv_heads * head_dim (= d without grouped-query attention), and what each
 layer kind costs from its entry in sheepop.config.layer_kinds: n = NORM_VECTORS[norm]
 (layernorm: gain and shift), m and b = FFN_SHAPES[ffn] (mlp: two matrices, one bias of width f). A
@@ -78,7 +79,8 @@ def param_count(m: Any) -> int:
     return (V * d * (1 if m.tie_weights else 2) + (V if m.head_bias else 0)
             + (T * d if m.pos_encoding == "learned" else 0)
             + (m.digit_positions + m.term_positions) * d
-            + n * d + L * per_block)
+            + n * d + L * per_block
+            + m.value_embeds * (V * k + 2) + (L // 2 if m.unet_skips else 0))
 
 
 def memory_bytes(m: Any) -> int:

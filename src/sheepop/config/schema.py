@@ -22,6 +22,7 @@ from typing import Any
 from sheepop.config.checks import check_config
 from sheepop.config.finetune import FinetuneConfig, LoraSettings
 from sheepop.config.layer_kinds import FFN_SHAPES, NORM_VECTORS, POSITION_KINDS, default_ffn_width
+from sheepop.config.rl import RlConfig
 from sheepop.config.setting import setting
 from sheepop.config.values import convert_value
 from sheepop.errors import UserError
@@ -96,6 +97,13 @@ class ModelConfig:
     zero_init_proj: bool = setting(False, "start the residual branches' output projections "
                                    "(attn.proj, ffn.proj) at zero: each block begins as the "
                                    "identity (modded-nanogpt)")
+    value_embeds: int = setting(0, "value-embedding tables: the first N layers and the last N "
+                                "mix a token's row of table j into their attention's values, "
+                                "v = lam v + (1 - lam) T_j[x] (0: off; at most n_layer / 2; "
+                                "modded-nanogpt uses 3 of 12 layers)")
+    unet_skips: bool = setting(False, "U-net skips: the first half's block outputs are added, "
+                               "times a learned weight each, to the inputs of the mirrored "
+                               "second-half blocks (modded-nanogpt)")
 
     @property
     def ffn_dim(self) -> int:
@@ -218,9 +226,10 @@ class SampleConfig:
 # The sections of a run: its config.json holds these.
 RUN_SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig,
                 "sample": SampleConfig}
-# The settings of one command, `sheepop finetune`, which records them in its own files
-# (finetune.json, lora.json): set anywhere else, they are refused, never saved and ignored.
-FINETUNE_SECTIONS = {"finetune": FinetuneConfig, "lora": LoraSettings}
+# The settings of the commands that start from a trained run, `sheepop finetune` and `sheepop
+# rl`, which record them in their own files (finetune.json, lora.json, rl.json): set anywhere
+# else, they are refused, never saved and ignored.
+FINETUNE_SECTIONS = {"finetune": FinetuneConfig, "lora": LoraSettings, "rl": RlConfig}
 SECTIONS = {**RUN_SECTIONS, **FINETUNE_SECTIONS}
 
 
@@ -232,6 +241,7 @@ class Config:
     sample: SampleConfig = field(default_factory=SampleConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     lora: LoraSettings = field(default_factory=LoraSettings)
+    rl: RlConfig = field(default_factory=RlConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """The run's sections, and the version of their meaning (what a run's config.json
@@ -278,7 +288,8 @@ class Config:
             if not isinstance(values, dict):
                 raise UserError(f"{where}: section '{section}' must be a table of keys")
             if only is None and section in FINETUNE_SECTIONS:
-                raise UserError(f"{where}: [{section}] is read by sheepop finetune only")
+                raise UserError(f"{where}: [{section}] is read by sheepop "
+                                f"{'rl' if section == 'rl' else 'finetune'} only")
             if only is not None and section not in only:
                 continue
             for key, value in values.items():
@@ -336,7 +347,8 @@ def describe_fields() -> str:
     """Every config key with its default and help, for `--help-config` and docs/cli.md."""
     lines = []
     for section, cls in SECTIONS.items():
-        lines.append(f"[{section}]" + ("    # sheepop finetune" if section in FINETUNE_SECTIONS
+        command = "rl" if section == "rl" else "finetune"
+        lines.append(f"[{section}]" + (f"    # sheepop {command}" if section in FINETUNE_SECTIONS
                                        else ""))
         for f in fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()

@@ -83,6 +83,9 @@ def check_gpt2_shaped(cfg: ModelConfig) -> None:
         (cfg.tie_weights, "model.tie_weights=false (GPT-2's head is the token embedding)"),
         (not cfg.head_bias, "model.head_bias=true (GPT-2's head has no bias)"),
         (not cfg.qk_norm, "model.qk_norm=true (GPT-2 does not normalise queries and keys)"),
+        (not cfg.value_embeds, f"model.value_embeds={cfg.value_embeds} (GPT-2's values come "
+         "from the stream alone)"),
+        (not cfg.unet_skips, "model.unet_skips=true (GPT-2 has no skips across blocks)"),
         (not cfg.logit_softcap, f"model.logit_softcap={cfg.logit_softcap:g} (GPT-2's logits "
          "are not capped)"),
         (cfg.bias, "model.bias=false (GPT-2 has biases in every linear layer)"),

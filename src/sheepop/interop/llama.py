@@ -78,6 +78,9 @@ def check_llama_shaped(cfg: ModelConfig) -> None:
         (not cfg.bias, "model.bias=true (Llama has no biases)"),
         (not cfg.head_bias, "model.head_bias=true (Llama's head has no bias)"),
         (not cfg.qk_norm, "model.qk_norm=true (Llama does not normalise queries and keys)"),
+        (not cfg.value_embeds, f"model.value_embeds={cfg.value_embeds} (Llama's values come "
+         "from the stream alone)"),
+        (not cfg.unet_skips, "model.unet_skips=true (Llama has no skips across blocks)"),
         (not cfg.logit_softcap, f"model.logit_softcap={cfg.logit_softcap:g} (Llama's logits "
          "are not capped)"),
     ]

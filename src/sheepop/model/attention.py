@@ -26,6 +26,7 @@ from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache
 from sheepop.config.schema import ModelConfig
 from sheepop.model.positions import Pos, Positions
+from sheepop.model.value_embeds import ValueMix, mix_values
 
 
 def causal_mask(T: int, past: int, device: torch.device) -> torch.Tensor:
@@ -50,10 +51,11 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: Positions | None = None, pos: Pos = None,
                 cache: KVCache | None = None, layer: int = 0,
-                attn_mask: torch.Tensor | None = None, return_weights: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                attn_mask: torch.Tensor | None = None, return_weights: bool = False,
+                values: ValueMix | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`attn_mask`: boolean (B, 1, T, T_keys), True where a query may see a key; None is
-        the plain causal mask. `positions.rotate` turns the queries and keys (RoPE)."""
+        the plain causal mask. `positions.rotate` turns the queries and keys (RoPE); `values`
+        is this layer's value embedding (sheepop.model.value_embeds)."""
         B, T, C = x.shape
         H, H_kv, d_k = self.n_head, self.n_kv_head, self.head_dim
         heads = self.qkv(x).view(B, T, H + 2 * H_kv, d_k).transpose(1, 2)
@@ -63,6 +65,8 @@ class CausalSelfAttention(nn.Module):
         if positions is not None:  # queries and keys turn by the same angles: one rotation
             qk = positions.rotate(qk, pos)
         q, k = qk.split((H, H_kv), dim=1)
+        if values is not None:  # before the cache stores them: later steps read them mixed
+            v = mix_values(v, values)
         past = 0
         if cache is not None:
             past = cache.query_offset(T)

@@ -4,7 +4,9 @@
                                        config adds (P[pos], ...) and gives the positions
                                        attention turns queries and keys by (RoPE)
     h  = h + Drop(Attn(Norm1(h)))      for each block (attention.py, norm.py)
-    h  = h + Drop(FFN(Norm2(h)))       (ffn.py)
+    h  = h + Drop(FFN(Norm2(h)))       (ffn.py); the blocks run through `Skips` (skips.py:
+                                       U-net skips), some attentions mix value embeddings
+                                       into their values (value_embeds.py)
     logits = Norm_f(h) W_head^T (+ b_head)       W_head = E when tied
     logits = c tanh(logits / c)                  with model.logit_softcap = c (softcap)
 
@@ -31,6 +33,8 @@ from sheepop.model.attention import CausalSelfAttention
 from sheepop.model.ffn import make_ffn
 from sheepop.model.norm import make_norm
 from sheepop.model.positions import Pos, Positions, add_positions, position_modules
+from sheepop.model.skips import Skips
+from sheepop.model.value_embeds import ValueEmbeddings, ValueMix
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
@@ -60,10 +64,10 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, positions: Positions, pos: Pos,
                 cache: KVCache | None = None, layer: int = 0,
-                attn_mask: torch.Tensor | None = None, return_weights: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                attn_mask: torch.Tensor | None = None, return_weights: bool = False,
+                values: ValueMix | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         a, weights = self.attn(self.ln1(x), positions, pos, cache, layer, attn_mask,
-                               return_weights)
+                               return_weights, values)
         x = x + self.resid_drop(a)
         x = x + self.resid_drop(self.ffn(self.ln2(x)))
         return x, weights
@@ -109,6 +113,8 @@ class GPT(nn.Module):
             self.add_module(name, module)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.skips = Skips(cfg)
+        self.value_embeds = ValueEmbeddings(cfg) if cfg.value_embeds else None
         self.ln_f = make_norm(cfg)
         self.head = Head(cfg)
         self.reset_parameters()
@@ -122,6 +128,8 @@ class GPT(nn.Module):
                 nn.init.ones_(p)
             elif kind == "zeros":
                 nn.init.zeros_(p)
+            elif kind == "fill":
+                nn.init.constant_(p, std)
             else:
                 nn.init.normal_(p, 0.0, std)
 
@@ -161,11 +169,18 @@ class GPT(nn.Module):
         table = self.tok_emb.table()
         x, pos = add_positions(self, F.embedding(idx, table), idx, pos, cache)
         x = self.drop(x)
+        values = (self.value_embeds.per_layer(idx) if self.value_embeds is not None
+                  else [None] * len(self.blocks))
         attentions = {}
-        for i, block in enumerate(self.blocks):
-            x, w = block(x, self.pos_emb, pos, cache, i, attn_mask, attention_of is not None)
+
+        def block(i: int, x: torch.Tensor) -> torch.Tensor:
+            x, w = self.blocks[i](x, self.pos_emb, pos, cache, i, attn_mask,
+                                  attention_of is not None, values[i])
             if attention_of is not None and i in attention_of:
                 attentions[i] = w
+            return x
+
+        x = self.skips(x, block)
         if cache is not None:
             cache.advance(T)
         x = self.ln_f(x)

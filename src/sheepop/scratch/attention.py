@@ -36,6 +36,8 @@ from sheepop.scratch.layers import (
     linear_forward,
     linear_grads,
 )
+from sheepop.scratch.value_embeds import ValueMix, value_mix_backward, value_mix_forward
+from sheepop.softmax import softmax
 
 
 @lru_cache(maxsize=64)
@@ -51,14 +53,6 @@ def causal_mask(T: int, past: int = 0) -> np.ndarray:
 def additive(allowed: np.ndarray) -> np.ndarray:
     """A boolean "may see" mask as the additive M of softmax(S + M): 0 or -inf."""
     return np.where(allowed, 0.0, -np.inf).astype(np.float32)
-
-
-def softmax_forward(s: np.ndarray) -> np.ndarray:
-    """A = exp(S - max S) / sum exp(S - max S) along the last axis (in place on S)."""
-    s -= s.max(axis=-1, keepdims=True)
-    np.exp(s, out=s)
-    s /= s.sum(axis=-1, keepdims=True)
-    return s
 
 
 def softmax_backward(da: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -97,7 +91,7 @@ def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, dropout:
         s += mask
     elif causal and T > 1:
         s += causal_mask(T, k.shape[-2] - T)
-    a = softmax_forward(s)
+    a = softmax(s, out=s)  # (in place: S is not kept, A is)
     ad, drop = dropout_forward(a, dropout, rng)
     y = ad @ v
     return y, CoreCache(q, k, v, a, drop, ad, scale)
@@ -179,6 +173,7 @@ class AttentionCache(NamedTuple):
     n_kv_head: int
     rotate_backward: Callable | None
     rotation: Any
+    values: Any = None   # value_mix_forward's cache (model.value_embeds), None without
 
 
 Rotation = tuple[Callable, Callable]
@@ -192,17 +187,21 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
                            dropout: float = 0.0, rng: np.random.Generator | None = None,
                            cache: KVCache | None = None, layer: int = 0,
                            mask: np.ndarray | None = None, rotate: Rotation | None = None,
-                           n_kv_head: int | None = None
+                           n_kv_head: int | None = None, values: ValueMix | None = None
                            ) -> tuple[np.ndarray, AttentionCache]:
     """out = merge(Drop(softmax(Q K^T / sqrt(d_k) + M)) V) Wproj^T + bproj, Q K V from X Wqkv^T.
 
     With a KV `cache` (inference), the new keys and values are stored in it at `layer` and the
     queries attend over every cached key; `mask` (additive, broadcastable to (B, H, T, T_keys))
     replaces the causal one (left-padded batches). `rotate` turns Q and K by their positions;
-    `n_kv_head` (default n_head) key/value heads are shared by groups of query heads."""
+    `n_kv_head` (default n_head) key/value heads are shared by groups of query heads;
+    `values` mixes value embeddings into the values (sheepop.scratch.value_embeds)."""
     n_kv_head = n_kv_head or n_head
     qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)
     qk, v = split_qk_v(qkv, n_head, n_kv_head)
+    mixed = None
+    if values is not None:  # before the cache stores them: later steps read the mixed values
+        v, mixed = value_mix_forward(v, values)
     rotation = None
     if rotate is not None:
         qk, rotation = rotate[0](qk)
@@ -217,18 +216,21 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
         y, core_cache = attention_core_forward(q, k, v, dropout, rng, mask)
     out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)
     return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head, n_kv_head,
-                               rotate[1] if rotate is not None else None, rotation)
+                               rotate[1] if rotate is not None else None, rotation, mixed)
 
 
 def self_attention_backward(dout: np.ndarray, cache: AttentionCache
                             ) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
-    """dx and the gradients {qkv.weight, qkv.bias, proj.weight, proj.bias} (None if absent)."""
+    """dx and the gradients {qkv.weight, qkv.bias, proj.weight, proj.bias} (None if absent);
+    with value embeddings also "values": (dR, dlam) for sheepop.scratch.value_embeds."""
     dmerged, grads = linear_grads(dout, cache.proj, "proj")
     B, T, d = dmerged.shape
     H, H_kv = cache.n_head, cache.n_kv_head
     dy = dmerged.reshape(B, T, H, d // H).transpose(0, 2, 1, 3)
     dq, dk, dv = attention_core_backward(dy, cache.core)
     dk, dv = repeat_kv_backward(dk, H // H_kv), repeat_kv_backward(dv, H // H_kv)
+    if cache.values is not None:
+        dv, grads["values"] = value_mix_backward(dv, cache.values)
     # Write the three gradients straight into one (B, T, (H + 2 H_kv) d_k) buffer laid out as
     # [Q; K; V], the rotation's adjoint then applied to the queries' and keys' part at once.
     dqkv = np.empty((B, T, (H + 2 * H_kv) * (d // H)), dtype=dout.dtype)

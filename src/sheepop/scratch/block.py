@@ -27,6 +27,7 @@ from sheepop.scratch.attention import (
 from sheepop.scratch.ffn import FFNS
 from sheepop.scratch.layers import dropout_backward, dropout_forward
 from sheepop.scratch.norm import norm_backward, norm_forward
+from sheepop.scratch.value_embeds import ValueMix
 
 Params = dict[str, np.ndarray]
 
@@ -49,15 +50,17 @@ class BlockCache(NamedTuple):
 def block_forward(x: np.ndarray, params: Params, prefix: str, cfg: ModelConfig,
                   rng: np.random.Generator | None = None, cache: KVCache | None = None,
                   layer: int = 0, mask: np.ndarray | None = None,
-                  rotate: Rotation | None = None) -> tuple[np.ndarray, BlockCache]:
+                  rotate: Rotation | None = None, values: ValueMix | None = None
+                  ) -> tuple[np.ndarray, BlockCache]:
     """x2 = x1 + Drop(FFN(Norm2(x1))), x1 = x + Drop(Attn(Norm1(x))). Dropout only with an rng;
-    `cache`, `layer`, `mask` and `rotate` go to the attention (self_attention_forward)."""
+    `cache`, `layer`, `mask`, `rotate` and `values` go to the attention
+    (self_attention_forward)."""
     p = param_lookup(params, prefix)
     a_in, ln1 = norm_forward(cfg.norm, x, params, prefix + "ln1.", cfg.ln_eps)
     a, attn = self_attention_forward(a_in, p("attn.qkv.weight"), p("attn.qkv.bias"),
                                      p("attn.proj.weight"), p("attn.proj.bias"), cfg.n_head,
                                      cfg.dropout, rng, cache, layer, mask, rotate,
-                                     cfg.kv_heads)
+                                     cfg.kv_heads, values)
     a, drop1 = dropout_forward(a, cfg.dropout, rng)
     x1 = x + a
     f_in, ln2 = norm_forward(cfg.norm, x1, params, prefix + "ln2.", cfg.ln_eps)

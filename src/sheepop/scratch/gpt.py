@@ -3,7 +3,8 @@
     h0 = Drop(E[x] + positions)                 the positions unit (positions.py) adds what
                                                 the config adds (P[pos], ...) and gives the
                                                 rotation attention applies (RoPE)
-    h  = block_i(h)                             i = 0 .. n_layer-1 (see block.py)
+    h  = block_i(h)                             i = 0 .. n_layer-1 (see block.py), with the
+                                                links of skips.py and value_embeds.py
     logits = Norm_f(h) W_head^T (+ b_head)      W_head = E when the head is tied
     logits = c tanh(logits / c)                 with model.logit_softcap = c (softcap.py)
     L = mean cross-entropy over targets != -1
@@ -32,6 +33,7 @@ import numpy as np
 
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
+from sheepop.arch.links import SKIP_WEIGHTS
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import BlockCache, block_backward, block_forward
@@ -50,7 +52,15 @@ from sheepop.scratch.layers import (
 from sheepop.scratch.norm import norm_backward, norm_forward
 from sheepop.scratch.positions import positions_backward, positions_draw, positions_forward
 from sheepop.scratch.qk_norm import with_qk_norm
+from sheepop.scratch.skips import (
+    skip_backward,
+    skip_forward,
+    skip_keep,
+    skip_kept_backward,
+    skips_start,
+)
 from sheepop.scratch.softcap import softcap_backward, softcap_forward
+from sheepop.scratch.value_embeds import value_embeds_backward, value_embeds_forward
 
 Params = dict[str, np.ndarray]
 
@@ -88,6 +98,8 @@ class GPTCache(NamedTuple):
     tied: bool
     loss: CrossEntropyCache | None
     cfg: ModelConfig
+    values: Any = None  # model.value_embeds (value_embeds.py)
+    skips: Any = None   # model.unet_skips (skips.py)
 
 
 def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
@@ -111,7 +123,7 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     `params` holds the model's parameters and nothing else (`check_names`, on every forward
     that starts a sequence). `observe(h, block)` sees the residual stream as it is computed:
     h_0 (after the embedding, block None), then each block's output h_l with that block's cache
-    (sheepop.scratch.inspect keeps what the page shows of them, and only that).
+    (sheepop.scratch.capture keeps what the page shows of them, and only that).
     """
     idx = np.asarray(idx)
     T = idx.shape[-1]
@@ -131,12 +143,16 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     if key_mask is not None or past + T > cfg.block_size:
         mask = additive(allowed_keys(T, past, key_mask, cfg.block_size))
     h, drop = dropout_forward(h, cfg.dropout, rng)
+    values, value_cache = value_embeds_forward(params, cfg, idx)
+    skips = skips_start(params, cfg)
     blocks = []
     if observe is not None:
         observe(h, None)
     for i in range(cfg.n_layer):
+        h = skip_forward(h, i, skips)
         h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng, cache, i, mask,
-                                       rotate)
+                                       rotate, values[i])
+        skip_keep(h, i, skips)
         if cache is None:
             blocks.append(block_cache)
         if observe is not None:
@@ -152,7 +168,7 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         logits, np.asarray(targets))
     tied = "head.weight" not in params
     return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, capped, tied,
-                                  loss_cache, cfg)
+                                  loss_cache, cfg, value_cache, skips)
 
 
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
@@ -179,9 +195,16 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
     dh, dw_head, new["head.bias"] = linear_backward(dlogits, cache.head)
     dh, ln_f_grads = norm_backward(cache.cfg.norm, dh, cache.ln_f, "ln_f.")
     new.update(ln_f_grads)
+    dkept, dmixes = {}, [None] * len(cache.blocks)
+    if cache.skips.weights is not None:
+        new[SKIP_WEIGHTS] = np.zeros_like(cache.skips.weights)
     for i in reversed(range(len(cache.blocks))):
+        dh = skip_kept_backward(dh, i, dkept)
         dh, block_grads = block_backward(dh, cache.blocks[i], f"blocks.{i}.")
+        dmixes[i] = block_grads.pop(f"blocks.{i}.attn.values", None)
+        skip_backward(dh, i, cache.skips, dkept, new.get(SKIP_WEIGHTS))
         new.update(block_grads)
+    new.update(value_embeds_backward(dmixes, cache.values))
     dh = dropout_backward(dh, cache.drop)
     new.update(positions_backward(dh, cache.pos))
     new["tok_emb.weight"] = embedding_backward(dh, cache.emb)

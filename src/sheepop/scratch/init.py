@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sheepop.arch.links import link_shapes
 from sheepop.arch.params import check_shapes, init_rule
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import attention_params
@@ -35,6 +36,7 @@ def param_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         shapes["head.weight"] = (V, d)
     if cfg.head_bias:
         shapes["head.bias"] = (V,)
+    shapes.update(link_shapes(cfg))  # value embeddings, skip weights (sheepop.arch.links)
     return shapes
 
 
@@ -60,6 +62,8 @@ def init_params(cfg: ModelConfig, seed: int = 0, dtype: type = np.float32
             value = np.ones(shape)
         elif kind == "zeros":
             value = np.zeros(shape)
+        elif kind == "fill":
+            value = np.full(shape, std)
         else:
             value = rng.normal(0.0, std, shape)
         params[name] = value.astype(dtype)
