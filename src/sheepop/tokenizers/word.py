@@ -54,16 +54,8 @@ class WordTokenizer(Tokenizer):
               max_vocab: int = 0, lowercase: bool = False) -> WordTokenizer:
         """Keep words seen at least `min_freq` times, the most frequent first, up to
         `vocab_size` ids in all (`max_vocab` is another name for it; 0 = no limit)."""
-        if max_vocab and vocab_size and max_vocab != vocab_size:
-            raise UserError(f"word tokenizer: max_vocab {max_vocab} and vocab_size {vocab_size} "
-                            "disagree (they are the same setting)")
-        limit = max_vocab or vocab_size
-        if not isinstance(min_freq, int) or min_freq < 1:
-            raise UserError(f"word tokenizer: min_freq must be an integer >= 1, got {min_freq!r}")
+        limit = _word_limit(vocab_size, max_vocab, min_freq)
         n_special = len(DEFAULT_SPECIALS)
-        if limit and limit <= n_special:
-            raise UserError(f"word vocab_size {limit} leaves no room for words after the "
-                            f"{n_special} special tokens")
         probe = cls([], lowercase=lowercase)  # to cut special tokens out of the corpus
         counts: Counter[str] = Counter()
         for text in texts:
@@ -138,3 +130,18 @@ class WordTokenizer(Tokenizer):
             raise bad_file(where, "'lowercase' must be true or false")
         lead, added = leading_and_added(specials, len(words), where)
         return cls(words, special_tokens=lead, lowercase=lowercase, added_specials=added)
+
+
+def _word_limit(vocab_size: int, max_vocab: int, min_freq: int) -> int:
+    """The vocabulary size asked for (0: no limit), once the settings are checked: max_vocab
+    and vocab_size are one setting, min_freq an integer >= 1, room left after the specials."""
+    if max_vocab and vocab_size and max_vocab != vocab_size:
+        raise UserError(f"word tokenizer: max_vocab {max_vocab} and vocab_size {vocab_size} "
+                        "disagree (they are the same setting)")
+    limit = max_vocab or vocab_size
+    if not isinstance(min_freq, int) or min_freq < 1:
+        raise UserError(f"word tokenizer: min_freq must be an integer >= 1, got {min_freq!r}")
+    if limit and limit <= len(DEFAULT_SPECIALS):
+        raise UserError(f"word vocab_size {limit} leaves no room for words after the "
+                        f"{len(DEFAULT_SPECIALS)} special tokens")
+    return limit

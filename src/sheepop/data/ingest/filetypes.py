@@ -79,6 +79,14 @@ def classify(path: str | PurePath, head: bytes) -> tuple[str, str | None]:
     """
     name = PurePath(path).name
     suffix = PurePath(name).suffix.lower()
+    binary = _binary_type(name, suffix, head)
+    return binary if binary is not None else _text_type(name, suffix, head)
+
+
+def _binary_type(name: str, suffix: str, head: bytes) -> tuple[str, None] | None:
+    """The type of a file whose bytes or name say it is not plain text (parquet, JSON Lines,
+    PDF, an image, or another format `filetype` knows), else None. The bytes win over the
+    name, except that a .jsonl.gz or .zst stays JSON Lines."""
     kind = filetype.guess(head) if head else None
     if head.startswith(PARQUET_MAGIC) or suffix == ".parquet":
         return "parquet", None
@@ -98,6 +106,12 @@ def classify(path: str | PurePath, head: bytes) -> tuple[str, str | None]:
         return "image", None
     if kind is not None:
         return "other", None  # an archive, audio, a font ... whatever its name says
+    return None
+
+
+def _text_type(name: str, suffix: str, head: bytes) -> tuple[str, str | None]:
+    """The type of a text file, by its name, suffix or shebang line: html, code (with its
+    language), text, or other for a suffix sheepop does not read."""
     if suffix in HTML_EXTENSIONS:
         return "html", None
     lowered = name.lower()
