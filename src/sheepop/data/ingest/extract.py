@@ -121,25 +121,42 @@ def extract_file(task: tuple[str, str]) -> FileRecord:
     store at record.store, where record.docs says."""
     path, shown = task
     record = FileRecord(path=shown)
+    head = _head(path, record)
+    if head is None:
+        return record
+    record.type, record.language = classify(path, head)
+    if record.bytes == 0:
+        return record.skip("empty file")
+    if record.type == "other":
+        return record.skip("unsupported type", Path(shown).suffix.lower() or "no extension")
+    return _extract(path, record)
+
+
+def _head(path: str, record: FileRecord) -> bytes | None:
+    """The file's first HEAD_BYTES (its size in record.bytes), or None with the record
+    skipped: not a regular file (a FIFO or a device swapped in since the walk), unreadable."""
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):  # replaced by a FIFO or a device since the walk
-            return record.skip("not a regular file")
+            record.skip("not a regular file")
+            return None
         record.bytes = st.st_size
         # Non-blocking: should a FIFO be swapped in between the stat and here, opening it
         # returns at once instead of waiting for a writer; fstat then tells.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         with open(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return record.skip("not a regular file")
-            head = f.read(HEAD_BYTES)
+                record.skip("not a regular file")
+                return None
+            return f.read(HEAD_BYTES)
     except OSError as e:
-        return record.skip("unreadable", e.strerror or str(e))
-    record.type, record.language = classify(path, head)
-    if record.bytes == 0:
-        return record.skip("empty file")
-    if record.type == "other":
-        return record.skip("unsupported type", Path(shown).suffix.lower() or "no extension")
+        record.skip("unreadable", e.strerror or str(e))
+        return None
+
+
+def _extract(path: str, record: FileRecord) -> FileRecord:
+    """The file's documents written to this worker's store, all or none: a file that fails
+    part way is rolled back and skipped with the reason (a full output disk stops the run)."""
     writer = _writer
     assert writer is not None, "init_worker was not called"
     start = writer.tell()

@@ -50,26 +50,30 @@ def read_added_tokens(data: Any, where: str) -> list[AddedToken]:
         return []
     if not isinstance(data, list):
         raise UserError(f"{where}: 'added_tokens' must be a list")
-    tokens = []
-    for k, item in enumerate(data):
-        if not isinstance(item, dict) or type(item.get("id")) is not int or item["id"] < 0 \
-                or not isinstance(item.get("content"), str) or not item["content"]:
-            raise UserError(f"{where}: added token {k} must have a non-negative integer 'id' "
-                            f"and a non-empty string 'content', not {shown(item)}")
-        unknown = sorted(set(item) - {"id", "content", *FLAGS})
-        if unknown:
-            raise UserError(f"{where}: added token {item['content']!r} has the unknown field "
-                            f"'{unknown[0]}'")
-        flags = {f: item.get(f, f == "normalized" and not item.get("special", False))
-                 for f in FLAGS}
-        if not all(isinstance(v, bool) for v in flags.values()):
-            raise UserError(f"{where}: the flags of added token {item['content']!r} must be "
-                            "true or false")
-        tokens.append(AddedToken(item["id"], item["content"], **flags))
+    tokens = [_added_token(k, item, where) for k, item in enumerate(data)]
     if len({t.content for t in tokens}) != len(tokens) or len({t.id for t in tokens}) != \
             len(tokens):
         raise UserError(f"{where}: two added tokens have the same content or the same id")
     return tokens
+
+
+def _added_token(k: int, item: Any, where: str) -> AddedToken:
+    """Entry k of "added_tokens": an id, a content, and only the known flags, each a bool
+    (normalized defaults to not special, the others to false)."""
+    if not isinstance(item, dict) or type(item.get("id")) is not int or item["id"] < 0 \
+            or not isinstance(item.get("content"), str) or not item["content"]:
+        raise UserError(f"{where}: added token {k} must have a non-negative integer 'id' "
+                        f"and a non-empty string 'content', not {shown(item)}")
+    unknown = sorted(set(item) - {"id", "content", *FLAGS})
+    if unknown:
+        raise UserError(f"{where}: added token {item['content']!r} has the unknown field "
+                        f"'{unknown[0]}'")
+    flags = {f: item.get(f, f == "normalized" and not item.get("special", False))
+             for f in FLAGS}
+    if not all(isinstance(v, bool) for v in flags.values()):
+        raise UserError(f"{where}: the flags of added token {item['content']!r} must be "
+                        "true or false")
+    return AddedToken(item["id"], item["content"], **flags)
 
 
 Piece = tuple[str, "AddedToken | None"]
