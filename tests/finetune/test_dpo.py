@@ -80,12 +80,13 @@ SETTINGS = ["train.batch_size=8", "train.eval_batches=1", "train.eval_interval=1
 
 def run_dpo(base, out, steps=40, engine="torch", lora_rank=0, resume=False):
     lines = []
-    values = {"train.steps": steps, "train.engine": engine, "lora.rank": lora_rank}
+    values = {"train.steps": steps, "train.engine": engine}
     if lora_rank:
-        values["lora.targets"] = "qkv,proj,fc,down"
+        values.update({"lora.rank": lora_rank, "lora.targets": "qkv,proj,fc,down"})
+    settings = [s for s in SETTINGS if not (resume and s.startswith("finetune."))]
     summary = finetune(None if resume else str(base / "base"),
                        None if resume else str(base / "pairs.jsonl"), out,
-                       overrides=SETTINGS, values=values,
+                       overrides=settings, values=values,
                        resume=resume, log=lines.append, progress=False)
     return summary, lines
 
@@ -119,6 +120,20 @@ def test_held_out_reward_accuracy_rises_and_the_reference_stays(base, tmp_path, 
     x, y = pair_rows(pairs, 0)
     policy = trained.engine.token_logprobs(x, y).sum(-1).reshape(-1, 2)
     assert np.abs(policy - fresh.values).max() > 0.1  # the policy did move away from it
+
+
+def test_a_resumed_run_compares_with_the_kept_reference(base, tmp_path):
+    out = tmp_path / "run"
+    run_dpo(base, out, steps=20)
+    kept = (out / REFERENCE_FILE).read_text()
+    summary, lines = run_dpo(base, out, steps=25, resume=True)
+    assert summary.steps == 25 and (out / REFERENCE_FILE).read_text() == kept
+    assert not any(line.startswith("reference:") for line in lines)  # read, not computed
+    rows = {r["step"]: r for r in metrics(out)}
+    # the policy's own weights as the reference would put every margin at 0 and the loss at
+    # ln 2; against the kept one the learnt pairs stay learnt
+    assert rows[21]["loss"] < 0.5 * np.log(2), rows[21]
+    assert rows[25]["reward_accuracy"] >= 0.8
 
 
 def reference_of_the_base(base, engine):
