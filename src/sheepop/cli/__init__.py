@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "sheepop.cli.eval",
     "sheepop.cli.progression",
     "sheepop.cli.finetune",
+    "sheepop.cli.rl",
     "sheepop.cli.chat",
     "sheepop.cli.prepare",
     "sheepop.cli.tokenizer",
