@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sheepop"
 # the package root (errors, files, words, threads, schedule, positional) are the floor, rank 0.
 RANK = {"": 0, "config": 1, "arch": 2, "checkpoint": 3, "generation": 3, "tokenizers": 3,
         "data": 4, "model": 5, "scratch": 5, "inference": 6, "interop": 6, "train": 7,
-        "progression": 8, "finetune": 8, "serve": 8, "cli": 9}
+        "progression": 8, "finetune": 8, "rl": 8, "serve": 8, "cli": 9}
 FLOOR = {"", "config", "arch", "checkpoint", "generation"}  # shared by both engines, no torch
 ENGINES = {"model", "scratch"}
 # One place builds a model for inference (sheepop.inference); the trainer builds its own.
@@ -68,6 +68,40 @@ def test_only_the_inference_module_and_the_trainer_import_an_engine(path):
         return
     engines = {m for m in imports(path) if package_of(m) in ENGINES}
     assert not engines, f"{path.relative_to(SRC)} imports {engines}: go through sheepop.inference"
+
+
+# The rooms of sheepop.serve, ranked the same way: the API knows neither the documents nor the
+# page, the documents know only the API's errors, the page builds on both.
+SERVE_ROOMS = {"api": 0, "documents": 1, "page": 2}
+
+
+def room_of(module: str) -> str | None:
+    """The room of sheepop.serve a module is in ("sheepop.serve.api.app": "api"), "" for
+    sheepop.serve itself, None outside it."""
+    parts = module.split(".")
+    return (parts[2] if len(parts) > 2 else "") if parts[:2] == ["sheepop", "serve"] else None
+
+
+def test_serve_is_rooms_only():
+    """Every module of sheepop.serve is in one of its rooms (the folder holds only its
+    __init__), and every room has a rank."""
+    serve = SRC / "serve"
+    assert [p.name for p in serve.glob("*.py")] == ["__init__.py"]
+    rooms = {p.name for p in serve.iterdir() if (p / "__init__.py").exists()}
+    assert rooms == set(SERVE_ROOMS)
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.is_relative_to(SRC / "serve")],
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_the_rooms_of_serve_import_only_down(path):
+    here = room_of(_module_name(path))
+    for module in imports(path):
+        there = room_of(module)
+        if there is None or there == here:
+            continue
+        assert there in SERVE_ROOMS, f"{path.relative_to(SRC)} imports {module}: not a room"
+        assert here in SERVE_ROOMS, f"{path.relative_to(SRC)}: sheepop.serve imports a room"
+        assert SERVE_ROOMS[there] <= SERVE_ROOMS[here], f"{path.relative_to(SRC)} imports {module}"
 
 
 def test_the_numpy_engine_and_the_shared_core_never_import_torch():

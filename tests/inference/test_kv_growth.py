@@ -196,7 +196,7 @@ def test_the_running_batch_holds_the_rows_and_columns_in_flight(engine):
 
 
 def test_the_scheduler_reports_the_bytes_of_its_running_batch():
-    from sheepop.serve.scheduler import Scheduler
+    from sheepop.serve.api.scheduler import Scheduler
     scheduler = Scheduler(make_model("numpy", model_cfg()), max_batch=16, max_queue=4,
                           timeout=10.0)
     assert scheduler.status()["kv_cache_bytes"] == 0

@@ -26,7 +26,7 @@ from sheepop.config.schema import Config, ModelConfig, SampleConfig
 from sheepop.generation.text_stream import stream_text
 from sheepop.scratch.init import param_shapes
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
-from sheepop.tokenizers.chat import END, with_chat_tokens
+from sheepop.tokenizers.chat_format import END, with_chat_tokens
 
 KEY = "sk-test-0123"
 BOUND_S = 120  # the longest any wait here lasts (a start on a loaded machine takes ~6 s)
@@ -161,14 +161,14 @@ class InProcess:
     """`create_app` under uvicorn in a thread, on 127.0.0.1 at an ephemeral `port`: the tests
     that must hold the scheduler (a full queue, a timeout, a disconnection at a known step) or
     call the app with their own Host and Origin use it. `routes` are added after OpenAI's (the
-    page's: sheepop.serve.page.routes)."""
+    page's: sheepop.serve.page.routes.routes)."""
 
     def __init__(self, model, shutdown_timeout: float | None = None, routes: Sequence = (),
                  **settings: Any):
         import uvicorn
 
-        from sheepop.serve.app import Settings, create_app
-        from sheepop.serve.server import address_of, bind
+        from sheepop.serve.api.app import Settings, create_app
+        from sheepop.serve.api.server import address_of, bind
         self.app = create_app(model, Settings(name="m", **settings), routes)
         self.scheduler = self.app.state.scheduler
         sock = bind("127.0.0.1", 0)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from sheepop.serve.page import STATIC
+from sheepop.serve.page.routes import STATIC
 
 NODE = shutil.which("node")
 # KL(p_L || p_l) by layer, as SmolLM2's lens gives it: the embedding's, then 0.1-10 nats, then 0

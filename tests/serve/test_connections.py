@@ -1,4 +1,4 @@
-"""Hostile connections (sheepop.serve.connections): silent and half-sent requests are timed out,
+"""Hostile connections (sheepop.serve.api.connections): silent and half-sent requests are timed out,
 open connections are capped below the file limit (503 past it, JSON), an oversized head gets
 OpenAI's JSON error, a second Ctrl-C stops at once without a traceback. Raw sockets to the
 server's ephemeral port on 127.0.0.1; every wait has a time bound."""
@@ -15,7 +15,7 @@ import time
 import pytest
 from serve_helpers import BOUND_S, ServerProcess, call
 
-from sheepop.serve.connections import OnceLog
+from sheepop.serve.api.connections import OnceLog
 
 FILES = 160  # the server subprocess's open-file limit in the cap tests
 
@@ -245,7 +245,7 @@ def test_a_client_that_reads_nothing_of_its_answer_is_disconnected():
     import uvicorn
     from uvicorn.server import ServerState
 
-    from sheepop.serve.connections import Limits, guarded_protocol
+    from sheepop.serve.api.connections import Limits, guarded_protocol
 
     sent: list[int] = []
 

@@ -1,4 +1,4 @@
-"""At the open-file limit every connection still gets an answer (sheepop.serve.file_limit): a
+"""At the open-file limit every connection still gets an answer (sheepop.serve.api.file_limit): a
 `sheepop serve` subprocess whose limit is lowered below its cap, and a burst of connections
 accepted together before any is counted. Raw sockets on 127.0.0.1; every wait is bounded."""
 

@@ -17,8 +17,8 @@ from sheepop.checkpoint import format as checkpoint
 from sheepop.cli import main
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.inference.load import load
-from sheepop.serve import runs as runs_module
-from sheepop.serve.page import routes as page_routes
+from sheepop.serve.page import runs_view as runs_module
+from sheepop.serve.page.routes import routes as page_routes
 from sheepop.tokenizers import train_tokenizer
 
 OTHER_SITE = "http://localhost:3000"

@@ -1,7 +1,7 @@
-"""Markdown to HTML (sheepop.serve.markdown) with exact output for each block and span the docs
-use; the maths pages served at /docs/ (sheepop.serve.doc_pages): every link between them lands
+"""Markdown to HTML (sheepop.serve.documents.markdown) with exact output for each block and span the docs
+use; the maths pages served at /docs/ (sheepop.serve.documents.routes): every link between them lands
 on a page and a heading that exist, nothing links to a 404, and the copy shipped in the package
-is docs/ itself (sheepop.serve.documents)."""
+is docs/ itself (sheepop.serve.documents.shown)."""
 
 import asyncio
 import re
@@ -12,9 +12,10 @@ import pytest
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 
-from sheepop.serve import doc_pages, documents
-from sheepop.serve.markdown import render
-from sheepop.serve.protocol import ApiError
+from sheepop.serve.api.protocol import ApiError
+from sheepop.serve.documents import routes, shown
+from sheepop.serve.documents.markdown import render
+from sheepop.serve.page.routes import STATIC
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -139,12 +140,12 @@ class Tags(HTMLParser):
 
 # ----- the pages served at /docs/ ---------------------------------------------------------------
 
-SHOWN = documents.pages(DOCS)
+SHOWN = shown.pages(DOCS)
 
 
 @pytest.fixture(scope="module")
 def served() -> dict[str, str]:
-    return {p: doc_pages.html_page(DOCS, p) for p in SHOWN}
+    return {p: routes.html_page(DOCS, p) for p in SHOWN}
 
 
 @pytest.mark.parametrize("page", SHOWN)
@@ -161,7 +162,7 @@ def test_every_link_of_a_served_page_lands_on_a_page_and_a_heading_that_exist(pa
             assert fragment in ids[page], f"{page}: {href}"
             continue
         assert path.startswith("/docs/"), f"{page}: {href}"
-        assert path[6:] in documents.files(DOCS), f"{page}: {href} is not served"
+        assert path[6:] in shown.files(DOCS), f"{page}: {href} is not served"
         if fragment:
             assert fragment in ids[path[6:]], f"{page}: no heading #{fragment} in {path}"
     prose = re.sub(r"<code>.*?</code>", "", served, flags=re.S)
@@ -171,7 +172,7 @@ def test_every_link_of_a_served_page_lands_on_a_page_and_a_heading_that_exist(pa
 def test_every_link_of_the_page_to_the_maths_lands(served):
     """The page's views (static/*.js, index.html) name pages of docs/math, some with a heading's
     anchor: each is served and each anchor is a heading there."""
-    static = Path(doc_pages.__file__).with_name("static")
+    static = STATIC
     named = {m for f in sorted(static.glob("*.*")) if f.suffix in (".js", ".html")
              for m in re.findall(r"\b((?:[0-9]{2}-[a-z0-9-]+|index)\.md(?:#[\w-]+)?)",
                                  f.read_text(encoding="utf-8"))}
@@ -184,10 +185,10 @@ def test_every_link_of_the_page_to_the_maths_lands(served):
 
 def test_the_copy_in_the_package_is_docs():
     """An installed package has no docs/: it serves src/sheepop/serve/docs/, kept equal here."""
-    assert documents.differences(DOCS, documents.SHIPPED) == [], (
-        f"the maths pages shipped in the package differ from docs/: run `{documents.REFRESH}`")
-    assert doc_pages.html_page(documents.SHIPPED, "math/04-attention.md") == \
-        doc_pages.html_page(DOCS, "math/04-attention.md")
+    assert shown.differences(DOCS, shown.SHIPPED) == [], (
+        f"the maths pages shipped in the package differ from docs/: run `{shown.REFRESH}`")
+    assert routes.html_page(shown.SHIPPED, "math/04-attention.md") == \
+        routes.html_page(DOCS, "math/04-attention.md")
 
 
 def get(path: str) -> tuple[int, dict[str, str], bytes]:
@@ -195,7 +196,7 @@ def get(path: str) -> tuple[int, dict[str, str], bytes]:
     async def on_error(request, e: ApiError) -> JSONResponse:
         return JSONResponse(e.body(), e.status)
 
-    app = Starlette(routes=doc_pages.ROUTES, exception_handlers={ApiError: on_error})
+    app = Starlette(routes=routes.ROUTES, exception_handlers={ApiError: on_error})
     sent: list[dict] = []
     scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(),
              "query_string": b"", "headers": [(b"host", b"127.0.0.1")], "http_version": "1.1",

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from chromium import needs_chromium
 
-from sheepop.serve import documents
+from sheepop.serve.documents import shown
 
 pytestmark = needs_chromium
 WAIT_MS = 20_000
-PAGES = documents.pages(documents.root())
+PAGES = shown.pages(shown.root())
 
 
 @pytest.fixture

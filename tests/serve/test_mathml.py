@@ -1,4 +1,4 @@
-"""TeX to MathML Core (sheepop.serve.mathml): exact markup for each construct the maths pages
+"""TeX to MathML Core (sheepop.serve.documents.mathml): exact markup for each construct the maths pages
 use, escaping, the commands it does not know shown and listed, and every formula of docs/math
 (and docs/derivations, the derivations the maths pages link to) read without one unsupported
 command."""
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sheepop.serve import documents
-from sheepop.serve.mathml import to_mathml
+from sheepop.serve.documents import shown
+from sheepop.serve.documents.mathml import to_mathml
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 ALIGN = 'columnalign="{0}" style="text-align: -webkit-{0}'
@@ -146,7 +146,7 @@ def formulas(page: Path) -> list[str]:
     return found
 
 
-SHOWN = [DOCS / p for p in documents.pages(DOCS)]
+SHOWN = [DOCS / p for p in shown.pages(DOCS)]
 
 
 @pytest.mark.parametrize("page", SHOWN, ids=[p.name for p in SHOWN])

@@ -10,8 +10,8 @@ from openai import OpenAI
 from serve_helpers import KEY, call, reference
 
 from sheepop.generation.generate import generate
-from sheepop.serve.choice import log_softmax
-from sheepop.tokenizers.chat import chat_ids
+from sheepop.serve.api.choice import log_softmax
+from sheepop.tokenizers.chat_format import chat_ids
 
 MESSAGES = [{"role": "system", "content": "abc"}, {"role": "user", "content": "hig fed"}]
 

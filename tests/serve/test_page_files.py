@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from sheepop.serve.page import STATIC
+from sheepop.serve.page.routes import STATIC
 
 
 def test_the_page_carries_no_html_comment():

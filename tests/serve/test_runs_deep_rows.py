@@ -9,8 +9,8 @@ import json
 import pytest
 from serve_helpers import InProcess, call
 
-from sheepop.serve.json_out import MAX_NESTING
-from sheepop.serve.page import routes as page_routes
+from sheepop.serve.api.json_out import MAX_NESTING
+from sheepop.serve.page.routes import routes as page_routes
 
 
 @pytest.fixture(scope="module")

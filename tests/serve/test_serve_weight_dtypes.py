@@ -43,7 +43,7 @@ def test_the_step_and_backprop_views_read_the_quantized_weights(runs, dtype):
     weights the model holds, dequantized under the checkpoint's names (they answered 500: a
     quantized layer's weight is not a parameter, and the views were handed None)."""
     from sheepop.inference.weights import model_weights
-    from sheepop.serve.page import routes
+    from sheepop.serve.page.routes import routes
 
     run = runs[1]
     model = load(run, "torch", "cpu", dtype)

@@ -13,7 +13,7 @@ from serve_helpers import BOUND_S, InProcess, call, weights
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.inference.load import load
-from sheepop.serve.page import routes as page_routes
+from sheepop.serve.page.routes import routes as page_routes
 from sheepop.tokenizers import chat_template
 
 NEVER_ENDS = ("{% for i in range(100000) %}{% for j in range(100000) %}xxxxxxxxxx{% endfor %}"

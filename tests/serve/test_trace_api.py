@@ -17,7 +17,7 @@ from sheepop.arch.trace import trace_token
 from sheepop.generation.sample import draw, probabilities
 from sheepop.inference.load import never_generated, read_run
 from sheepop.scratch.gpt import gpt_forward
-from sheepop.tokenizers.chat import chat_ids
+from sheepop.tokenizers.chat_format import chat_ids
 from sheepop.train.backward_step import backward_step
 
 PROMPT = "abc def gh"
@@ -161,8 +161,8 @@ def test_a_trace_reads_at_most_max_tokens():
 
     from sheepop.config.schema import Config, ModelConfig
     from sheepop.inference.load import build
-    from sheepop.serve.protocol import ApiError
-    from sheepop.serve.trace import MAX_TOKENS, request_ids
+    from sheepop.serve.api.protocol import ApiError
+    from sheepop.serve.page.step_view import MAX_TOKENS, request_ids
     from sheepop.tokenizers import train_tokenizer
     tok = train_tokenizer("char", ["ab"])
     cfg = Config()

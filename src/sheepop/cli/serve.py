@@ -118,7 +118,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.api_key == "" or (args.api_key is None and os.environ.get(API_KEY_ENV) == ""):
         where = "--api-key" if args.api_key == "" else API_KEY_ENV
         raise UserError(f"{where} is empty: give a key, or leave it out for no key")
-    from sheepop.serve.origin import origin_problem
+    from sheepop.serve.api.origin import origin_problem
     for origin in args.allow_origin:
         problem = origin_problem(origin)
         if problem is not None:
@@ -134,11 +134,11 @@ def _loopback(host: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from sheepop.inference.load import load
-    from sheepop.serve.app import Settings, create_app
-    from sheepop.serve.connections import limits
-    from sheepop.serve.page import routes as page_routes
-    from sheepop.serve.server import address_of, bind
-    from sheepop.serve.server import run as serve
+    from sheepop.serve.api.app import Settings, create_app
+    from sheepop.serve.api.connections import limits
+    from sheepop.serve.api.server import address_of, bind
+    from sheepop.serve.api.server import run as serve
+    from sheepop.serve.page.routes import routes as page_routes
     _check(args)
     sample = run_config(model_dir(args), [], None, flag_values(args), only=("sample",)
                         ).validate().sample  # (a bad flag is refused before the port is bound)

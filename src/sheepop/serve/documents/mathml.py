@@ -19,7 +19,7 @@ import re
 from html import escape
 from typing import NamedTuple
 
-from sheepop.serve.mathml_commands import Atom, command, mrow, operator
+from sheepop.serve.documents.mathml_commands import Atom, command, mrow, operator
 
 _TOKEN = re.compile(r"\\([a-zA-Z]+|.)|(%[^\n]*)|(\s+)|(.)", re.S)
 _THIN = '<mspace width="0.1667em"/>'
@@ -62,7 +62,7 @@ def _operand_expected(nodes: list[str]) -> bool:
 
 class Parser:
     """A formula as tokens (\\name, one character, a space), read left to right: rows of atoms,
-    each with its scripts; commands are read by sheepop.serve.mathml_commands."""
+    each with its scripts; commands are read by sheepop.serve.documents.mathml_commands."""
 
     def __init__(self, tex: str):
         self.tokens: list[str] = []

@@ -32,8 +32,8 @@ from typing import Any
 
 from sheepop.generation.running_batch import RunningBatch
 from sheepop.inference.load import InferenceModel
-from sheepop.serve.choice import Choice, Event, Job, prompt_logprobs
-from sheepop.serve.protocol import ApiError
+from sheepop.serve.api.choice import Choice, Event, Job, prompt_logprobs
+from sheepop.serve.api.protocol import ApiError
 
 Delivery = Callable[[list[tuple[Job, list[Event]]]], None]
 

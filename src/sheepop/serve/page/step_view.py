@@ -1,7 +1,7 @@
 """`POST /v1/trace`: one token through the served model, every step of docs/math with its numbers
 (the page's "Step" view; docs/page.md).
 
-    {"prompt": "text" | [ids]} or {"messages": [...]}   as /v1/inspect (sheepop.serve.inspect)
+    {"prompt": "text" | [ids]} or {"messages": [...]}   as /v1/inspect (page.inside_view)
     "continuation"   token texts generated after it (each encoded and appended): a generated
                      token is traced like a prompt token
     "position"       the token t traced (default: the last), "layer" l (default 0)
@@ -30,13 +30,14 @@ from starlette.routing import Route
 from sheepop.arch.trace import FFNStep, NormStep, TokenTrace, trace_token
 from sheepop.errors import UserError
 from sheepop.files import shown
-from sheepop.generation.sample import draw, penalize_repeats, probabilities, softmax
+from sheepop.generation.sample import draw, penalize_repeats, probabilities
 from sheepop.inference.load import InferenceModel, never_generated
 from sheepop.inference.weights import model_weights
-from sheepop.serve.app import read_json
-from sheepop.serve.inspect import _prompt_ids
-from sheepop.serve.json_out import FiniteJSONResponse
-from sheepop.serve.protocol import ApiError, bad
+from sheepop.serve.api.app import read_json
+from sheepop.serve.api.json_out import FiniteJSONResponse
+from sheepop.serve.api.protocol import ApiError, bad
+from sheepop.serve.page.inside_view import _prompt_ids
+from sheepop.softmax import softmax
 
 MAX_TOKENS = 1024
 """Tokens a trace reads: every layer forms its (H, T, T) scores (SmolLM2 at 1,024: 38 MB a
@@ -157,7 +158,7 @@ def to_json(x: TokenTrace, model: InferenceModel, settings: dict, full_vocab: bo
               "top": [{"id": i, "text": text(i), "z": float(z[i])} for i in top]}
     if full_vocab:
         logits["full"] = np.round(z, 4).tolist()
-        logits["probs"] = np.round(softmax(z), 9).tolist()
+        logits["probs"] = np.round(softmax(np.asarray(z, np.float64)), 9).tolist()
     return {
         "object": "trace", "tokens": [{"id": i, "text": text(i)} for i in x.ids],
         "prompt_tokens": prompt_tokens, "position": x.position, "layer": x.layer,

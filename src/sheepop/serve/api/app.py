@@ -41,13 +41,13 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sheepop.inference.load import InferenceModel
-from sheepop.serve.choice import Event, Job
-from sheepop.serve.json_out import MAX_NESTING, nesting
-from sheepop.serve.origin import SameOrigin
-from sheepop.serve.protocol import ApiError, Served, bad, parse
-from sheepop.serve.render import Render, TokenTexts
-from sheepop.serve.respond import JobResponse
-from sheepop.serve.scheduler import QueueFull, Scheduler
+from sheepop.serve.api.choice import Event, Job
+from sheepop.serve.api.json_out import MAX_NESTING, nesting
+from sheepop.serve.api.origin import SameOrigin
+from sheepop.serve.api.protocol import ApiError, Served, bad, parse
+from sheepop.serve.api.respond import JobResponse
+from sheepop.serve.api.response_shapes import Render, TokenTexts
+from sheepop.serve.api.scheduler import QueueFull, Scheduler
 
 # Answered without the API key: a liveness probe and the page's own files hold no secret (the
 # page asks for the key and sends it with every call to the API).

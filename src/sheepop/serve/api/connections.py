@@ -40,7 +40,7 @@ from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from sheepop.errors import UserError
-from sheepop.serve.protocol import ApiError
+from sheepop.serve.api.protocol import ApiError
 
 REFUSAL_LINGER_S = 1.0  # how long a refused client may take to read its 503
 OWN_FILES_MARGIN = 64   # descriptors kept free for the server's own files, past those open now

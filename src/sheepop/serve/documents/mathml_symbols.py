@@ -1,4 +1,4 @@
-"""The tables behind sheepop.serve.mathml: what each TeX command of the maths pages becomes in
+"""The tables behind sheepop.serve.documents.mathml: what each TeX command of the maths pages becomes in
 MathML Core (letters, operators, spaces, functions, accents, fences, alphabets).
 
 Unicode is the only font switch MathML Core has for letters (`mathvariant` is "normal" or

@@ -1,5 +1,5 @@
 """OpenAI's response shapes: a whole response, or the chunks of a stream, from the scheduler's
-events (sheepop.serve.choice.Event).
+events (sheepop.serve.api.choice.Event).
 
     /v1/completions       {"object": "text_completion", "choices": [{"text", "index",
                            "logprobs", "finish_reason"}], "usage": {...}}
@@ -15,7 +15,7 @@ of a multi-byte character) is written "bytes:\\xe2\\x80" as OpenAI does; `bytes`
 bytes.
 A generated token's entry also carries sheepop's `sampled` (null for an echoed prompt token):
 {"id": its token id, "logprob": log q, "top_logprobs": [{"token", "id", "logprob": log q,
-"model_logprob": log p}]}, q the distribution it was drawn from (sheepop.serve.choice);
+"model_logprob": log p}]}, q the distribution it was drawn from (sheepop.serve.api.choice);
 completions list them in `logprobs.sampled`, one per token.
 """
 
@@ -25,8 +25,8 @@ import time
 import uuid
 from typing import Any
 
-from sheepop.serve.choice import Event, Logprob
-from sheepop.serve.protocol import Request
+from sheepop.serve.api.choice import Event, Logprob
+from sheepop.serve.api.protocol import Request
 from sheepop.tokenizers import Tokenizer
 
 

@@ -1,6 +1,6 @@
 """At the process's open-file limit, connections still get an answer: 503, as JSON.
 
-The cap on open connections (sheepop.serve.connections) keeps the server below its file limit
+The cap on open connections (sheepop.serve.api.connections) keeps the server below its file limit
 as connections are counted, but asyncio accepts a burst of them (up to the listen backlog) before
 any is counted, and the limit can also be lowered under a running server (`prlimit`) or its own
 files can grow. Then `accept()` fails with EMFILE: asyncio reports it to the loop's exception
@@ -26,7 +26,7 @@ import os
 import socket
 from typing import Any
 
-from sheepop.serve.connections import BUSY, OnceLog, error_bytes, file_limit
+from sheepop.serve.api.connections import BUSY, OnceLog, error_bytes, file_limit
 
 OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
 MOST_REFUSED_AT_ONCE = 4096  # waiting connections answered per failed accept (the backlog: 2048)

@@ -4,7 +4,7 @@ rendered"): the subset docs/ is written in, read the way GitHub reads it.
 Blocks: ATX headings (with GitHub's ids, so `page.md#a-heading` lands), paragraphs, fenced code
 (```math is a displayed formula, ```example a worked example), indented code, $$ formulas,
 bullet and numbered lists (nested, tight or loose), tables (with column alignment), block
-quotes, rules. Inline: sheepop.serve.markdown_inline. No HTML passes through: every character
+quotes, rules. Inline: sheepop.serve.documents.markdown_inline. No HTML passes through: every character
 of the source is escaped, so a page cannot inject markup.
 
 `render(text, resolve)` gives the page's HTML, its title and the TeX commands it could not draw.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from html import escape
 from typing import NamedTuple
 
-from sheepop.serve.markdown_inline import Context, Resolve, inline, keep, plain
+from sheepop.serve.documents.markdown_inline import Context, Resolve, inline, keep, plain
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`]*)$")
 _HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")

@@ -3,10 +3,11 @@
     GET /                       static/index.html
     GET /static/{file}          its scripts and style, written here (no CDN, no framework)
     GET /docs/math/{page}.md    the mathematics each view links to, rendered, its formulas in
-                                MathML (sheepop.serve.doc_pages; also docs/derivations/)
+                                MathML (sheepop.serve.documents.routes; also docs/derivations/)
 
-`routes(run_dir, runs_dir)` gives every route of the page and of its data (sheepop.serve.inspect,
-sheepop.serve.runs), for `create_app(model, settings, routes)`.
+`routes(run_dir, runs_dir)` gives every route of the page and of its data (the views' modules
+beside this one: inside_view, step_view, backprop_view, runs_view), for
+`create_app(model, settings, routes)` (sheepop.serve.api.app).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from starlette.responses import FileResponse
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from sheepop.serve import backward, doc_pages, inspect, runs, trace
+from sheepop.serve.documents import routes as documents
+from sheepop.serve.page import backprop_view, inside_view, runs_view, step_view
 
 STATIC = Path(__file__).with_name("static")
 
@@ -32,8 +34,8 @@ def routes(run_dir: str | Path | None, runs_dir: str | Path | None = None) -> li
     under `runs_dir`."""
     return [Route("/", index, methods=["GET"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
-            *doc_pages.ROUTES,
-            *inspect.ROUTES,
-            *trace.ROUTES, *backward.ROUTES,  # the Step and Backprop views (issue 30)
-            *runs.routes(None if run_dir is None else Path(run_dir),
+            *documents.ROUTES,
+            *inside_view.ROUTES,
+            *step_view.ROUTES, *backprop_view.ROUTES,  # the Step and Backprop views (issue 30)
+            *runs_view.routes(None if run_dir is None else Path(run_dir),
                          None if runs_dir is None else Path(runs_dir))]

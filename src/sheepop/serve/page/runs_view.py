@@ -36,8 +36,8 @@ import anyio
 from starlette.requests import Request as HttpRequest
 from starlette.routing import Route
 
-from sheepop.serve.json_out import MAX_NESTING, FiniteJSONResponse, nesting
-from sheepop.serve.protocol import ApiError, bad
+from sheepop.serve.api.json_out import MAX_NESTING, FiniteJSONResponse, nesting
+from sheepop.serve.api.protocol import ApiError, bad
 
 METRICS = "metrics.jsonl"
 MAX_DEPTH = 2

@@ -25,7 +25,7 @@ from sheepop.config.schema import SampleConfig
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.tokenizers import Tokenizer
-from sheepop.tokenizers.chat import can_chat, chat_ids, message_problem, turn_end
+from sheepop.tokenizers.chat_format import can_chat, chat_ids, message_problem, turn_end
 
 MAX_N = 8            # choices per prompt (OpenAI allows 128; a small CPU server needs fewer)
 MAX_STOPS = 4        # stop strings, as OpenAI
@@ -218,7 +218,7 @@ def parse(body: Any, served: Served, chat: bool) -> Request:
     if chat:
         if not can_chat(tok):
             raise bad("messages", NO_TEMPLATE, code="no_chat_template")
-        try:  # the model's own template, or sheepop's (sheepop.tokenizers.chat)
+        try:  # the model's own template, or sheepop's (sheepop.tokenizers.chat_format)
             prompts = [chat_ids(tok, _messages(body), add_generation_prompt=True)[0]]
             turn = turn_end(tok)
         except UserError as e:  # e.g. a message holding a special token, a template's refusal

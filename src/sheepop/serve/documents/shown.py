@@ -7,7 +7,7 @@ show. They are read from the source checkout's docs/ when sheepop runs from one,
 from the copy shipped inside the package (src/sheepop/serve/docs/, package data), since an
 installed package holds no docs/. tests/serve/test_markdown.py keeps the copy equal to docs/;
 
-    python -m sheepop.serve.documents
+    python -m sheepop.serve.documents.shown
 
 refreshes it (it copies what is shown, and removes what is no longer).
 """
@@ -22,11 +22,11 @@ from pathlib import Path
 
 from sheepop.errors import UserError
 
-SOURCE = Path(__file__).resolve().parents[3] / "docs"
-SHIPPED = Path(__file__).resolve().with_name("docs")
+SOURCE = Path(__file__).resolve().parents[4] / "docs"
+SHIPPED = Path(__file__).resolve().parents[1] / "docs"
 FOLDERS = ("math", "derivations")
 PAGES = ("backprop.md", "architectures.md")
-REFRESH = "python -m sheepop.serve.documents"
+REFRESH = "python -m sheepop.serve.documents.shown"
 _PICTURE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)")
 
 

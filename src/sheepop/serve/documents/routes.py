@@ -1,12 +1,12 @@
 """The maths pages as web pages: GET /docs/{path} (docs/page.md, "The mathematics, rendered").
 
-    GET /docs/math/04-attention.md    the page, rendered (sheepop.serve.markdown) into a whole
+    GET /docs/math/04-attention.md    the page, rendered (sheepop.serve.documents.markdown) into a whole
                                       HTML page in the page's style, its formulas in MathML
     GET /docs/images/attention.png    a picture one of the pages shows
     GET /docs/math/, /docs/math       redirected to the folder's index.md
 
 A page's URL is its path under docs/, so the links between pages resolve as they do on GitHub:
-a link to a page that is shown (sheepop.serve.documents) goes there, anchor kept; a link to
+a link to a page that is shown (sheepop.serve.documents.shown) goes there, anchor kept; a link to
 anything else (source files, other docs) is shown as its text, titled with the file's path in
 the repository, never a link to a 404. Everything is local: the pages work offline.
 """
@@ -22,9 +22,9 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from sheepop.serve import documents
-from sheepop.serve.markdown import render
-from sheepop.serve.protocol import ApiError
+from sheepop.serve.api.protocol import ApiError
+from sheepop.serve.documents import shown
+from sheepop.serve.documents.markdown import render
 
 _TEMPLATE = """<!doctype html>
 <html lang="en">
@@ -54,14 +54,14 @@ links between the pages kept, links to files of the repository shown as their na
 
 def html_page(docs: Path, path: str) -> str:
     """The page at `path` under `docs` ("math/04-attention.md") as a whole HTML document."""
-    shown = set(documents.pages(docs))
+    served = set(shown.pages(docs))
 
     def resolve(target: str, image: bool) -> str | None:
         file, hash_, fragment = target.partition("#")
         if not file:
             return target
         where = posixpath.normpath(posixpath.join(posixpath.dirname(path), file))
-        if where in shown and not image:
+        if where in served and not image:
             return f"/docs/{where}{hash_}{fragment}"
         if image and where.startswith("images/") and (docs / where).is_file():
             return f"/docs/{where}"
@@ -73,7 +73,7 @@ def html_page(docs: Path, path: str) -> str:
 
     page = render((docs / path).read_text(encoding="utf-8"), resolve, outside)
     links = [("/", "the page"), ("/docs/math/index.md", "the mathematics")]
-    if "derivations/index.md" in shown:
+    if "derivations/index.md" in served:
         links.append(("/docs/derivations/index.md", "derivations"))
     here = f"/docs/{path}"
     nav = "".join(f'<a href="{url}"' + (' aria-current="page"' if url == here else "")
@@ -90,15 +90,15 @@ def _cached(docs: Path, path: str, mtime: float, shown: tuple[str, ...]) -> str:
 
 async def document(request: HttpRequest) -> Response:
     path = request.path_params["path"]
-    docs = documents.root()
-    pages = documents.pages(docs)
+    docs = shown.root()
+    pages = shown.pages(docs)
     folder = path.strip("/")
-    if folder in documents.FOLDERS and f"{folder}/index.md" in pages:
+    if folder in shown.FOLDERS and f"{folder}/index.md" in pages:
         return RedirectResponse(f"/docs/{folder}/index.md", status_code=308)
     if path in pages:
         html = _cached(docs, path, (docs / path).stat().st_mtime, tuple(pages))
         return HTMLResponse(html, headers={"cache-control": "no-cache"})
-    if path.startswith("images/") and path in documents.pictures(docs):
+    if path.startswith("images/") and path in shown.pictures(docs):
         return FileResponse(docs / path)
     raise ApiError(404, f"no document docs/{path[:80]} here: the server shows docs/math/, "
                         "docs/derivations/ and the pictures they show", code="not_found")

@@ -27,10 +27,10 @@ from starlette.routing import Route
 from sheepop.files import shown
 from sheepop.inference.load import InferenceModel
 from sheepop.inference.weights import model_weights
-from sheepop.serve.app import read_json
-from sheepop.serve.inspect import _prompt_ids
-from sheepop.serve.json_out import FiniteJSONResponse
-from sheepop.serve.protocol import ApiError, bad
+from sheepop.serve.api.app import read_json
+from sheepop.serve.api.json_out import FiniteJSONResponse
+from sheepop.serve.api.protocol import ApiError, bad
+from sheepop.serve.page.inside_view import _prompt_ids
 from sheepop.tokenizers.token_bytes import perplexity
 from sheepop.train.backward_step import BackwardStep, backward_step
 

@@ -38,15 +38,15 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sheepop.arch.inspect import Inspection, TopK, top_k
+from sheepop.arch.inspection import Inspection, TopK, top_k
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.inference.load import InferenceModel, inspect
-from sheepop.serve.app import read_json
-from sheepop.serve.json_out import FiniteJSONResponse
-from sheepop.serve.protocol import ApiError, bad
+from sheepop.serve.api.app import read_json
+from sheepop.serve.api.json_out import FiniteJSONResponse
+from sheepop.serve.api.protocol import ApiError, bad
 from sheepop.tokenizers import Tokenizer
-from sheepop.tokenizers.chat import can_chat, chat_ids, message_problem
+from sheepop.tokenizers.chat_format import can_chat, chat_ids, message_problem
 
 MAX_TOP = 20
 MAX_ATTENTION_CELLS = 1 << 21

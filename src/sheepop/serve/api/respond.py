@@ -1,5 +1,5 @@
 """The response to one generation request: its job's events as OpenAI's JSON, whole or streamed
-as server-sent events, while listening for the client's disconnection (sheepop.serve.app)."""
+as server-sent events, while listening for the client's disconnection (sheepop.serve.api.app)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from sheepop.serve.choice import Event, Job
-from sheepop.serve.json_out import dumps
-from sheepop.serve.render import Render
-from sheepop.serve.scheduler import SHUTTING_DOWN, Scheduler
+from sheepop.serve.api.choice import Event, Job
+from sheepop.serve.api.json_out import dumps
+from sheepop.serve.api.response_shapes import Render
+from sheepop.serve.api.scheduler import SHUTTING_DOWN, Scheduler
 
 
 def _sse(data: Any) -> bytes:

@@ -1,8 +1,8 @@
-"""The commands of sheepop.serve.mathml: each TeX command of the maths pages, read from the
+"""The commands of sheepop.serve.documents.mathml: each TeX command of the maths pages, read from the
 parser's tokens (its arguments included) and written as MathML Core.
 
 `command(p, name)` looks `name` up family by family (the tables are
-sheepop.serve.mathml_symbols); a name in no family becomes `p.unknown`, shown as its source.
+sheepop.serve.documents.mathml_symbols); a name in no family becomes `p.unknown`, shown as its source.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from html import escape
 from typing import NamedTuple, Protocol
 
-from sheepop.serve import mathml_symbols as sym
+from sheepop.serve.documents import mathml_symbols as sym
 
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9 .\-]+")
 
@@ -23,7 +23,7 @@ class Atom(NamedTuple):
 
 
 class Parser(Protocol):
-    """What a command reads its arguments from: sheepop.serve.mathml.Parser."""
+    """What a command reads its arguments from: sheepop.serve.documents.mathml.Parser."""
 
     def peek(self) -> str: ...
     def take(self) -> str: ...

@@ -1,4 +1,4 @@
-"""The inline part of sheepop.serve.markdown: code spans, formulas, links, images, emphasis,
+"""The inline part of sheepop.serve.documents.markdown: code spans, formulas, links, images, emphasis,
 escapes and line breaks inside one paragraph, heading or table cell.
 
 The spans that must not be read further (code, formulas, links, escapes) are found left to
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 
-from sheepop.serve.mathml import to_mathml
+from sheepop.serve.documents.mathml import to_mathml
 
 Resolve = Callable[[str, bool], "str | None"]
 """(a link's or picture's target as written, is it a picture) -> the URL to use, or None when

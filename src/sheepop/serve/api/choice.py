@@ -31,7 +31,7 @@ from sheepop.generation.generate import next_token
 from sheepop.generation.sample import NonFiniteLogits
 from sheepop.generation.speed import Stopwatch
 from sheepop.generation.text_stream import StopStrings
-from sheepop.serve.protocol import ApiError, Request
+from sheepop.serve.api.protocol import ApiError, Request
 from sheepop.tokenizers import IncrementalDecoder, Tokenizer
 
 NOT_FINITE = ApiError(422, "the model's logits are not finite (NaN or infinite: its weights or "

@@ -9,10 +9,10 @@ cancels what is left (each stream's job is cancelled with it), the app's lifespa
 scheduler, and the command exits 0: a signal is how a server is meant to stop. A second Ctrl-C
 during that wait stops at once.
 
-Connections are bounded (sheepop.serve.connections): idle and slow clients are timed out, and
+Connections are bounded (sheepop.serve.api.connections): idle and slow clients are timed out, and
 past a number of open connections kept below the file limit a new one gets 503 at once; at
 the file limit itself the connections waiting to be accepted get 503 too, from a descriptor kept
-in reserve (sheepop.serve.file_limit). The event loop's other errors are logged once each, in
+in reserve (sheepop.serve.api.file_limit). The event loop's other errors are logged once each, in
 one line.
 """
 
@@ -32,10 +32,10 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sheepop.errors import UserError
-from sheepop.serve.app import error_response
-from sheepop.serve.connections import Limits, guarded_protocol
-from sheepop.serve.file_limit import AtFileLimit
-from sheepop.serve.scheduler import SHUTTING_DOWN
+from sheepop.serve.api.app import error_response
+from sheepop.serve.api.connections import Limits, guarded_protocol
+from sheepop.serve.api.file_limit import AtFileLimit
+from sheepop.serve.api.scheduler import SHUTTING_DOWN
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FORCED_STOP_S = 2.0  # after a second Ctrl-C, how long the cancelled requests have to end
