@@ -34,7 +34,6 @@ from pathlib import Path
 import machine
 import torch
 
-from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.model_size import param_count
 from sheepop.config.schema import Config
@@ -66,8 +65,9 @@ def evaluate(run: Path, heldout, system: str | None, threads: int) -> tuple[dict
     return score(given, heldout), given, time.perf_counter() - t0
 
 
-def train(base: Path, data: Path, out: Path, lora: LoraConfig, args) -> tuple:
-    fixed = [f"train.batch_size={args.batch_size}", f"train.lr={args.lr}",
+def train(base: Path, data: Path, out: Path, args) -> tuple:
+    fixed = [f"lora.rank={args.rank}", f"lora.alpha={args.alpha}", f"lora.targets={args.targets}",
+             f"train.batch_size={args.batch_size}", f"train.lr={args.lr}",
              f"train.threads={args.threads}", f"train.warmup_steps={args.warmup}",
              f"train.min_lr={args.lr / 10}", "train.eval_interval=0",
              "train.checkpoint_interval=0", "train.eval_batches=2", "train.log_interval=1"]
@@ -78,7 +78,7 @@ def train(base: Path, data: Path, out: Path, lora: LoraConfig, args) -> tuple:
         probe = out.with_name(out.name + "-probe")
         for n in (1, 1 + PROBE_STEPS):  # the difference leaves out the setup and last eval
             shutil.rmtree(probe, ignore_errors=True)
-            s = finetune(str(base), str(data), probe, lora, overrides=fixed,
+            s = finetune(str(base), str(data), probe, overrides=fixed,
                          values={"train.steps": n}, log=lambda *_: None, progress=False)
             per_step = s.seconds if per_step is None else (s.seconds - per_step) / PROBE_STEPS
         shutil.rmtree(probe, ignore_errors=True)
@@ -86,7 +86,7 @@ def train(base: Path, data: Path, out: Path, lora: LoraConfig, args) -> tuple:
         steps = max(1, int(0.9 * budget / per_step))
         print(f"probe: {per_step:.2f} s/step -> {steps} steps in {budget / 60:.1f} min")
     shutil.rmtree(out, ignore_errors=True)
-    summary = finetune(str(base), str(data), out, lora,
+    summary = finetune(str(base), str(data), out,
                        overrides=[*fixed, f"train.max_minutes={budget / 60:.4f}"],
                        values={"train.steps": steps}, progress=args.progress)
     return summary, steps, per_step
@@ -137,10 +137,9 @@ def main(argv=None) -> int:
         print(f"before: {100 * before['exact']:.1f}% held-out exact ({seconds:.0f} s to "
               f"answer {len(heldout)})")
 
-    lora = LoraConfig(args.rank, args.alpha, tuple(args.targets.split(",")))
     out = work / "lora"
     t0 = time.perf_counter()
-    summary, scheduled, probe = train(base, paths["train"], out, lora, args)
+    summary, scheduled, probe = train(base, paths["train"], out, args)
     wall = time.perf_counter() - t0
     after, given, seconds = evaluate(out, heldout, args.system, args.threads)
     trainable = sum(a.size for a in checkpoint.load_weights(out).values())  # adapters only

@@ -44,9 +44,10 @@ def child(engine: str, setting: str, steps: int, warmup: int) -> float:
 
     torch.set_num_threads(1)
     from sheepop.arch.lora import LoraConfig
+    from sheepop.config.finetune import LORA_TARGETS
     from sheepop.config.schema import ModelConfig, TrainConfig
     cfg = ModelConfig(**{**MODEL, **SETTINGS[setting]})
-    lora = LoraConfig(8, 16.0, new_tokens=3) if setting.startswith("lora") else None
+    lora = LoraConfig(8, 16.0, LORA_TARGETS, new_tokens=3) if setting.startswith("lora") else None
     tcfg = TrainConfig(device="cpu", dtype="float32", grad_clip=1.0)
     if engine == "numpy":
         from sheepop.train.engine_numpy import NumpyEngine as Engine

@@ -20,6 +20,7 @@ from sheepop.arch.lora import (
     merge,
     parse_targets,
 )
+from sheepop.config.finetune import LORA_TARGETS, LoraSettings
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 
@@ -44,10 +45,19 @@ def test_config_round_trips_through_its_dict_and_file(tmp_path):
     assert (old.base_run, old.new_tokens) == ("/b", 0)
 
 
-def test_defaults_and_target_parsing():
-    lora = LoraConfig()
-    assert (lora.rank, lora.alpha, lora.targets, lora.scale) == (
-        8, 16.0, ("qkv", "proj", "fc", "down"), 2.0)
+def test_the_lora_section_holds_the_only_defaults_and_for_run_resolves_them():
+    with pytest.raises(TypeError):
+        LoraConfig()  # no defaults of its own: rank, alpha and targets come from [lora]
+    # the section's defaults: alpha 0 (= 2r), targets qkv,proj, the new tokens' rows trained
+    lora = LoraConfig.for_run(LoraSettings(rank=4), GPT_SHAPED, "/b", 3)
+    assert (lora.rank, lora.alpha, lora.targets, lora.scale, lora.base_run, lora.new_tokens) \
+        == (4, 8.0, ("qkv", "proj"), 2.0, "/b", 3)
+    frozen = LoraSettings(rank=2, alpha=3.0, targets="fc,qkv", train_new_tokens=False)
+    assert LoraConfig.for_run(frozen, GPT_SHAPED, "/b", 3) == LoraConfig(2, 3.0, ("qkv", "fc"),
+                                                                         "/b", 0)
+    assert LoraConfig.for_run(LoraSettings(), GPT_SHAPED, "/b", 3) is None  # rank 0: full
+    with pytest.raises(UserError, match="LoRA rank 9 is above 8"):
+        LoraConfig.for_run(LoraSettings(rank=9), GPT_SHAPED, "/b", 0)
     assert parse_targets(" proj,qkv ,proj") == ("qkv", "proj")
     assert LoraConfig(2, 1.0, "fc").targets == ("fc",)
 
@@ -67,15 +77,18 @@ def test_defaults_and_target_parsing():
 ])
 def test_bad_values_are_refused_with_one_clear_message(kwargs, message):
     with pytest.raises(UserError, match=message):
-        LoraConfig(**kwargs)
+        LoraConfig(**{"rank": 2, "alpha": 4.0, "targets": ("qkv",), **kwargs})
 
 
 def test_a_bad_file_names_itself(tmp_path):
     (tmp_path / LORA_FILE).write_text('{"rank": 4, "alpha": 8, "dropout": 0.1}')
     with pytest.raises(UserError, match=f"{LORA_FILE}: unknown LoRA setting 'dropout'"):
         LoraConfig.load(tmp_path)
-    (tmp_path / LORA_FILE).write_text('{"rank": -1}')
+    (tmp_path / LORA_FILE).write_text('{"rank": -1, "alpha": 8, "targets": ["qkv"]}')
     with pytest.raises(UserError, match=f"{LORA_FILE}: LoRA rank must be"):
+        LoraConfig.load(tmp_path)
+    (tmp_path / LORA_FILE).write_text('{"rank": 4, "targets": ["qkv"]}')  # no default to fill
+    with pytest.raises(UserError, match=f"{LORA_FILE}: the LoRA setting 'alpha' is missing"):
         LoraConfig.load(tmp_path)
     (tmp_path / LORA_FILE).write_text('[4, 8]')
     with pytest.raises(UserError, match="not a JSON object"):
@@ -94,7 +107,7 @@ def test_targets_name_the_layers_of_each_ffn_kind():
 
 def test_adapter_shapes_follow_each_layer():
     # LLAMA_SHAPED: d = 8, 4 query heads and 2 kv heads of width 2 -> qkv out (4 + 4) * 2 = 16
-    shapes = adapter_shapes(LLAMA_SHAPED, LoraConfig(3, 1.0))
+    shapes = adapter_shapes(LLAMA_SHAPED, LoraConfig(3, 1.0, LORA_TARGETS))
     assert {k: v for k, v in shapes.items() if k.startswith("blocks.1.")} == {
         "blocks.1.attn.qkv.lora_A": (3, 8), "blocks.1.attn.qkv.lora_B": (16, 3),
         "blocks.1.attn.proj.lora_A": (3, 8), "blocks.1.attn.proj.lora_B": (8, 3),
@@ -103,7 +116,7 @@ def test_adapter_shapes_follow_each_layer():
         "blocks.1.ffn.proj.lora_A": (3, 12), "blocks.1.ffn.proj.lora_B": (8, 3)}
     assert len(shapes) == 20
     # r (in + out) per layer: 3 * (24 + 16 + 20 + 20 + 20) = 300 per block
-    assert adapter_param_count(LLAMA_SHAPED, LoraConfig(3, 1.0)) == 600
+    assert adapter_param_count(LLAMA_SHAPED, LoraConfig(3, 1.0, LORA_TARGETS)) == 600
 
 
 def test_init_starts_B_at_zero_and_draws_A_in_its_bound():
@@ -155,7 +168,8 @@ def test_merge_adds_the_scaled_product_and_leaves_the_rest():
     # a hand example: W = 0, B A = [[1, 2], [3, 6]] * s
     tiny = merge({"blocks.0.attn.proj.weight": np.zeros((2, 2))},
                  {"blocks.0.attn.proj.lora_A": np.array([[1.0, 2.0]]),
-                  "blocks.0.attn.proj.lora_B": np.array([[1.0], [3.0]])}, LoraConfig(1, 0.5))
+                  "blocks.0.attn.proj.lora_B": np.array([[1.0], [3.0]])},
+                 LoraConfig(1, 0.5, LORA_TARGETS))
     assert tiny["blocks.0.attn.proj.weight"].tolist() == [[0.5, 1.0], [1.5, 3.0]]
 
 
@@ -171,7 +185,8 @@ def test_merge_adds_the_scaled_product_and_leaves_the_rest():
 ])
 def test_merge_refuses_adapters_that_do_not_fit(adapters, message):
     with pytest.raises(UserError, match=message):
-        merge({"blocks.0.attn.proj.weight": np.zeros((2, 2))}, adapters, LoraConfig(1, 1.0))
+        merge({"blocks.0.attn.proj.weight": np.zeros((2, 2))}, adapters,
+              LoraConfig(1, 1.0, LORA_TARGETS))
 
 
 def test_new_token_rows_follow_the_per_token_tables():
@@ -188,7 +203,7 @@ def test_new_token_rows_follow_the_per_token_tables():
     assert adapter_param_count(untied, lora) == 2 * 48 + 34
     assert all(is_adapter(n) for n in shapes) and not is_adapter("tok_emb.weight")
     with pytest.raises(UserError, match="new_tokens 12 exceeds the vocabulary \\(11 ids\\)"):
-        adapter_shapes(GPT_SHAPED, LoraConfig(new_tokens=12))
+        adapter_shapes(GPT_SHAPED, LoraConfig(8, 16.0, LORA_TARGETS, new_tokens=12))
 
 
 def test_new_rows_start_as_the_base_rows_and_merge_into_their_place():

@@ -1,6 +1,6 @@
 """Fine-tuning's settings ([finetune], [lora]) are config keys like every other: a TOML file,
 `--set lora.rank=8` and finetune's flags set the same fields, `train` refuses them, and the
-adapters a fine-tune trains are built from them (sheepop.finetune.run.lora_config)."""
+adapters a fine-tune trains are built from them, once (sheepop.arch.lora.LoraConfig.for_run)."""
 
 import pytest
 
@@ -10,7 +10,7 @@ from sheepop.cli.common import flag_values
 from sheepop.config.build import build_config
 from sheepop.config.schema import Config
 from sheepop.errors import UserError
-from sheepop.finetune.run import NEW_SECTIONS, RESUME_SECTIONS, lora_config
+from sheepop.finetune.run import NEW_SECTIONS, RESUME_SECTIONS
 
 
 def finetune_args(*argv):
@@ -35,11 +35,13 @@ def test_flags_set_and_settings_read_the_same_keys(tmp_path):
         assert (cfg.lora, cfg.finetune) == (from_flags.lora, from_flags.finetune)
         assert cfg.model.n_layer == Config().model.n_layer  # the model is the base run's
     # alpha 0 is 2r; the chat tokens' rows are frozen (new_tokens 0) as asked
-    assert lora_config(from_file.lora, "/base", 4) == LoraConfig(4, 8.0, ("qkv", "fc"), "/base", 0)
-    assert lora_config(build_config(overrides=["lora.rank=2", "lora.alpha=3"],
-                                    only=NEW_SECTIONS).lora, "/b", 4) \
+    model = Config().model
+    assert LoraConfig.for_run(from_file.lora, model, "/base", 4) \
+        == LoraConfig(4, 8.0, ("qkv", "fc"), "/base", 0)
+    assert LoraConfig.for_run(build_config(overrides=["lora.rank=2", "lora.alpha=3"],
+                                           only=NEW_SECTIONS).lora, model, "/b", 4) \
         == LoraConfig(2, 3.0, ("qkv", "proj"), "/b", 4)
-    assert lora_config(Config().lora, "/b", 4) is None  # rank 0: full fine-tuning
+    assert LoraConfig.for_run(Config().lora, model, "/b", 4) is None  # rank 0: full fine-tuning
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -233,14 +233,13 @@ def test_the_unspoiled_run_resumes(trained, tmp_path):
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, trained) -> Path:
     """LoRA adapters (rank 2 on qkv) fine-tuned 2 steps on the trained run."""
-    from sheepop.arch.lora import LoraConfig
     from sheepop.finetune.run import finetune
     root = tmp_path_factory.mktemp("lora")
     chats = [{"prompt": f"upper {w}", "completion": w.upper()} for w in ("fox", "dog", "lazy")]
     (root / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in chats * 4))
     finetune(str(trained), str(root / "chats.jsonl"), root / "lora",
-             LoraConfig(2, 4.0, ("qkv",)),
-             overrides=["train.batch_size=2", "train.eval_batches=1", "train.device=cpu",
+             overrides=["lora.rank=2", "lora.alpha=4", "lora.targets=qkv",
+                        "train.batch_size=2", "train.eval_batches=1", "train.device=cpu",
                         "train.dtype=float32", "train.warmup_steps=0"],
              values={"train.steps": 2}, log=lambda *_: None, progress=False)
     return root / "lora"

@@ -12,6 +12,7 @@ import torch
 
 from sheepop.arch.lora import LoraConfig, adapter_param_count, merge
 from sheepop.config.build import build_config
+from sheepop.config.finetune import LORA_TARGETS
 from sheepop.config.model_size import param_count
 from sheepop.model import GPT as TorchGPT
 from sheepop.model import add_lora
@@ -47,7 +48,7 @@ def lora_layer(v):
     for mine, theirs in ((y, yt), (dx, xt.grad), (grads["layer.lora_A"], layer.lora_A.grad),
                          (grads["layer.lora_B"], layer.lora_B.grad)):
         np.testing.assert_allclose(mine, theirs.detach().numpy(), rtol=1e-12, atol=1e-12)
-    lora = LoraConfig(r, alpha)
+    lora = LoraConfig(r, alpha, LORA_TARGETS)
     merged = merge({"layer.weight": w}, {"layer.lora_A": a, "layer.lora_B": bb}, lora)
     w_merged = merged["layer.weight"]
     full = dy.T @ x  # the gradient W would get if it trained

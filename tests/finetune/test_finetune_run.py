@@ -41,10 +41,16 @@ SETTINGS = ["train.batch_size=4", "train.eval_batches=1", "train.eval_interval=3
             "train.dtype=float32"]
 
 
-def run_finetune(base, out, steps=6, engine="torch", lora=None, resume=False):
+def lora_settings(rank: int, alpha: float, targets) -> list[str]:
+    """The [lora] settings as --set strings, the way every caller gives them."""
+    return [f"lora.rank={rank}", f"lora.alpha={alpha}", f"lora.targets={','.join(targets)}"]
+
+
+def run_finetune(base, out, steps=6, engine="torch", lora=(), resume=False):
+    """`lora`: the [lora] settings of a new run (a resumed one keeps its own)."""
     lines = []
-    summary = finetune(str(base / "base"), str(base / "chats.jsonl"), out, lora,
-                       overrides=SETTINGS + ["train.decay_steps=6"],
+    summary = finetune(str(base / "base"), str(base / "chats.jsonl"), out,
+                       overrides=SETTINGS + ["train.decay_steps=6", *([] if resume else lora)],
                        values={"train.steps": steps, "train.engine": engine},
                        resume=resume, log=lines.append, progress=False)
     return summary, lines
@@ -57,8 +63,8 @@ def losses(run_dir):
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 def test_lora_saves_only_adapters_and_loads_through_its_base(base, tmp_path, engine):
-    lora = LoraConfig(4, 8.0, ("qkv", "fc"))
-    summary, lines = run_finetune(base, tmp_path / "lora", engine=engine, lora=lora)
+    summary, lines = run_finetune(base, tmp_path / "lora", engine=engine,
+                                  lora=lora_settings(4, 8, ("qkv", "fc")))
     assert summary.steps == 6
     assert any(line.startswith("LoRA rank 4, alpha 8 on qkv, fc: ") for line in lines), lines
     assert any("skipped" in line and "line 37" in line for line in lines), lines
@@ -123,7 +129,7 @@ def test_lora_can_keep_the_new_tokens_frozen(base, tmp_path, capsys):
 
 
 def test_merged_export_is_a_plain_run_with_the_same_logits(base, tmp_path, capsys):
-    run_finetune(base, tmp_path / "lora", lora=LoraConfig(2, 4.0, ("qkv", "proj", "down")))
+    run_finetune(base, tmp_path / "lora", lora=lora_settings(2, 4, ("qkv", "proj", "down")))
     assert main(["export", str(tmp_path / "lora"), str(tmp_path / "plain"), "--merge-lora"]) == 0
     assert not (tmp_path / "plain" / "lora.json").exists()
     a, b = inference.load(tmp_path / "lora"), inference.load(tmp_path / "plain")
@@ -134,7 +140,7 @@ def test_merged_export_is_a_plain_run_with_the_same_logits(base, tmp_path, capsy
     assert "has no LoRA adapters" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("lora", [None, LoraConfig(4, 8.0, ("qkv",))])
+@pytest.mark.parametrize("lora", [(), lora_settings(4, 8, ("qkv",))], ids=["full", "lora"])
 def test_an_interrupted_finetune_resumes_exactly(base, tmp_path, lora):
     run_finetune(base, tmp_path / "whole", steps=6, lora=lora)
     run_finetune(base, tmp_path / "parts", steps=3, lora=lora)  # the same schedule: 6 steps
@@ -194,7 +200,7 @@ def test_lora_adapters_load_in_peft_onto_the_exported_base(tmp_path, capsys, tin
     tiny_trainer(cfg, tmp_path / "base").run()
     (tmp_path / "chats.jsonl").write_text("".join(json.dumps(c) + "\n" for c in CHATS))
     finetune(str(tmp_path / "base"), str(tmp_path / "chats.jsonl"), tmp_path / "lora",
-             LoraConfig(4, 8.0, ALL_LORA_TARGETS), overrides=SETTINGS,
+             overrides=SETTINGS + lora_settings(4, 8, ALL_LORA_TARGETS),
              values={"train.steps": 4, "train.lr": 0.05}, log=lambda *_: None, progress=False)
     assert main(["export", str(tmp_path / "lora"), str(tmp_path / "hf"), "--to", "hf-llama",
                  "--adapters"]) == 0
@@ -214,9 +220,9 @@ def test_a_lora_runs_best_and_kept_checkpoints_load_through_its_base(base, tmp_p
     # best/ and checkpoints/step-N/ hold adapters only, as the run does: each names the base
     # run in its own lora.json, so `--best` and a kept checkpoint load like the run itself.
     out = tmp_path / "lora"
-    finetune(str(base / "base"), str(base / "chats.jsonl"), out, LoraConfig(2, 4.0, ("qkv",)),
-             overrides=SETTINGS + ["train.decay_steps=6", "train.keep_last=2",
-                                   "train.checkpoint_interval=3"],
+    finetune(str(base / "base"), str(base / "chats.jsonl"), out,
+             overrides=SETTINGS + lora_settings(2, 4, ("qkv",))
+             + ["train.decay_steps=6", "train.keep_last=2", "train.checkpoint_interval=3"],
              values={"train.steps": 6}, log=lambda line: None, progress=False)
     kept = sorted((out / checkpoint.KEPT_DIR).glob("step-*"))
     assert [p.name for p in kept] == ["step-0000003", "step-0000006"]
@@ -236,7 +242,7 @@ def test_a_lora_runs_best_and_kept_checkpoints_load_through_its_base(base, tmp_p
     assert "the best checkpoint of" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("lora", [None, LoraConfig(4, 8.0, ("qkv", "fc"))], ids=["full", "lora"])
+@pytest.mark.parametrize("lora", [(), lora_settings(4, 8, ("qkv", "fc"))], ids=["full", "lora"])
 def test_a_base_with_its_own_chat_template_trains_on_the_assistants_tokens(tmp_path, lora):
     """A base whose tokenizer ships SmolLM2's ChatML template: no sheepop chat token is added
     (the vocabulary, the weights' rows and the template stay), every example is rendered by
@@ -271,7 +277,7 @@ def test_a_base_with_its_own_chat_template_trains_on_the_assistants_tokens(tmp_p
 
     lines = []
     summary = finetune(str(tmp_path / "base"), str(tmp_path / "chats.jsonl"), tmp_path / "ft",
-                       lora, overrides=SETTINGS + ["train.decay_steps=4"],
+                       overrides=SETTINGS + ["train.decay_steps=4", *lora],
                        values={"train.steps": 4, "train.engine": "torch"},
                        log=lines.append, progress=False)
     assert summary.steps == 4
@@ -281,7 +287,7 @@ def test_a_base_with_its_own_chat_template_trains_on_the_assistants_tokens(tmp_p
     assert model.tokenizer.to_json() == tok.to_json()
     assert model.config.model.vocab_size == tok.vocab_size
     assert turn_end(model.tokenizer).eos_id == E
-    if lora is not None:
+    if lora:
         assert LoraConfig.load(tmp_path / "ft").new_tokens == 0
         assert "tok_emb.new_rows" not in checkpoint.load_weights(tmp_path / "ft")
     rows = [json.loads(line) for line in (tmp_path / "ft" / "metrics.jsonl").read_text()

@@ -48,8 +48,8 @@ def test_lora_on_smollm2_trains_only_the_adapters_and_answers_through_its_templa
 
     lines: list[str] = []
     summary = finetune(str(smollm2_run), str(data), tmp_path / "lora",
-                       LoraConfig(8, 16.0, ("qkv", "proj")),
-                       overrides=["train.batch_size=4", "train.lr=5e-3", "train.warmup_steps=1",
+                       overrides=["lora.rank=8", "lora.alpha=16", "lora.targets=qkv,proj",
+                                  "train.batch_size=4", "train.lr=5e-3", "train.warmup_steps=1",
                                   "train.min_lr=5e-3", "train.eval_interval=0",
                                   "train.checkpoint_interval=0", "train.eval_batches=1"],
                        values={"train.steps": 6}, log=lines.append, progress=False)

@@ -111,7 +111,7 @@ def test_the_files_name_each_module_as_peft_does(tmp_path):
                                       adapters["blocks.1.attn.qkv.lora_A"])
     assert config["trainable_token_indices"] is None
     gpt2 = ModelConfig(**{**MODELS["hf-gpt2"].__dict__, "vocab_size": 20})
-    with_rows = LoraConfig(2, 4.0, new_tokens=2)
+    with_rows = LoraConfig(2, 4.0, ALL_LORA_TARGETS, new_tokens=2)
     export_peft(random_adapters(gpt2, with_rows, 5), with_rows, gpt2, tmp_path / "gpt2",
                 "hf-gpt2")
     config = json.loads((tmp_path / "gpt2" / CONFIG_FILE).read_text())
@@ -125,7 +125,7 @@ def test_the_files_name_each_module_as_peft_does(tmp_path):
 
 def test_refuses_what_the_format_cannot_hold(tmp_path):
     gpt2 = ModelConfig(**{**MODELS["hf-gpt2"].__dict__, "vocab_size": 20})
-    lora = LoraConfig(2, 4.0)
+    lora = LoraConfig(2, 4.0, ALL_LORA_TARGETS)
     with pytest.raises(UserError, match="cannot export as Llama"):
         export_peft(random_adapters(gpt2, lora, 0), lora, gpt2, tmp_path / "a", "hf-llama")
     with pytest.raises(UserError, match="unknown export format 'peft'"):

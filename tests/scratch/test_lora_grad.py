@@ -175,7 +175,7 @@ def test_whole_model_with_adapters_matches_torch_autograd_float64(shape, new_tok
 
 def test_adapters_without_their_config_are_an_error():
     cfg = ModelConfig(**SHAPES["gpt"])
-    params, adapters = perturbed(cfg, LoraConfig(2, 2.0))
+    params, adapters = perturbed(cfg, LoraConfig(2, 2.0, ALL_LORA_TARGETS))
     with pytest.raises(ValueError, match="pass their LoraConfig"):
         gpt_forward({**params, **adapters}, cfg, batch(cfg, 0)[0])
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
 from sheepop.data.windows import eval_windows
 from sheepop.errors import UserError
@@ -165,8 +164,9 @@ def test_a_lora_run_starts_from_its_merged_weights(tmp_path, tiny_config, tiny_t
     chats = tmp_path / "chats.jsonl"
     chats.write_text("".join(json.dumps({"prompt": f"the {w}", "completion": w.upper()}) + "\n"
                              for w in ("fox", "dog", "lazy", "quick", "brown", "over")))
-    finetune(str(source), str(chats), tmp_path / "lora", LoraConfig(4, 8.0, ("qkv", "fc")),
-             overrides=["train.batch_size=2", "train.eval_batches=1", "train.device=cpu",
+    finetune(str(source), str(chats), tmp_path / "lora",
+             overrides=["lora.rank=4", "lora.alpha=8", "lora.targets=qkv,fc",
+                        "train.batch_size=2", "train.eval_batches=1", "train.device=cpu",
                         "train.warmup_steps=1"], values={"train.steps": 4},
              log=lambda *_: None, progress=False)
     _, tokenizer, merged = inference.read_run(tmp_path / "lora")

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from sheepop.arch.params import check_shapes
-from sheepop.config.finetune import LORA_TARGETS
+from sheepop.config.finetune import LORA_TARGETS, LoraSettings
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import atomic_write_text, read_json, shown
@@ -74,15 +74,33 @@ def parse_targets(targets: str | Iterable[str]) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class LoraConfig:
-    """rank r >= 1, alpha > 0 (the update is scaled by s = alpha / r), the targets, the run
-    whose weights the adapters modify, and how many tokens at the end of the vocabulary train
-    their rows too (saved as lora.json in the adapters' run directory)."""
+    """The adapters a run has, as the engines' units take them: rank r >= 1, alpha > 0 (the
+    update is scaled by s = alpha / r), the targets, the run whose weights the adapters modify,
+    and how many tokens at the end of the vocabulary train their rows too (saved as lora.json
+    in the adapters' run directory).
 
-    rank: int = 8
-    alpha: float = 16.0
-    targets: tuple[str, ...] = LORA_TARGETS
-    base_run: str = ""
+    The settings are the [lora] section's (sheepop.config.finetune.LoraSettings: the one place
+    their defaults live); `for_run` resolves them once, for one model, into this: alpha 0 made
+    2r, the targets in LORA_TARGETS' order, the rank checked against the model."""
+
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]
+    base_run: str = ""  # (not settings: where the adapters belong, and what they train)
     new_tokens: int = 0
+
+    @classmethod
+    def for_run(cls, settings: LoraSettings, model: ModelConfig, base_run: str, added: int
+                ) -> LoraConfig | None:
+        """The adapters the [lora] settings ask for on `base_run`'s model (None: rank 0, full
+        fine-tuning), with the `added` tokens' rows trained unless lora.train_new_tokens is
+        false; a rank above `max_rank` is refused before any engine builds adapters of it."""
+        if settings.rank == 0:
+            return None
+        lora = cls(settings.rank, settings.scale_alpha, settings.target_names, base_run,
+                   added if settings.train_new_tokens else 0)
+        check_rank(model, lora)
+        return lora
 
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, (int, np.integer)) \
@@ -113,18 +131,20 @@ class LoraConfig:
     @classmethod
     def from_dict(cls, data: Any, base_run: str = "", where: str = "LoRA settings"
                   ) -> LoraConfig:
-        """The config of `data` ({"rank", "alpha", "targets"[, "base_run", "new_tokens"]});
-        `base_run` when the data names none. Unknown keys and bad values: one UserError naming
-        `where`."""
+        """The config of `data` ({"rank", "alpha", "targets"[, "base_run", "new_tokens"]}, as
+        `to_dict` writes it); `base_run` when the data names none. Unknown or missing keys and
+        bad values: one UserError naming `where`."""
         if not isinstance(data, Mapping):
             raise UserError(f"{where}: the LoRA settings are not a JSON object")
         unknown = sorted(set(data) - {"rank", "alpha", "targets", "base_run", "new_tokens"})
         if unknown:
             raise UserError(f"{where}: unknown LoRA setting {shown(unknown[0])}")
+        missing = [k for k in ("rank", "alpha", "targets") if k not in data]
+        if missing:
+            raise UserError(f"{where}: the LoRA setting {shown(missing[0])} is missing")
         try:
-            return cls(data.get("rank", 8), data.get("alpha", 16.0),
-                       data.get("targets", LORA_TARGETS), data.get("base_run", base_run),
-                       data.get("new_tokens", 0))
+            return cls(data["rank"], data["alpha"], data["targets"],
+                       data.get("base_run", base_run), data.get("new_tokens", 0))
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
 

@@ -29,8 +29,10 @@ class FinetuneConfig:
 
 @dataclass
 class LoraSettings:
-    """The adapters `sheepop finetune` trains, W + (alpha / r) B A (docs/finetune.md); the run's
-    lora.json records them as a sheepop.arch.lora.LoraConfig (`lora_config`)."""
+    """The adapters `sheepop finetune` trains, W + (alpha / r) B A (docs/finetune.md): the one
+    place LoRA's settings and their defaults live. `sheepop.arch.lora.LoraConfig.for_run`
+    resolves them for one model (what the engines' units take and the run's lora.json
+    records)."""
     rank: int = setting(0, "rank r of the adapters W + (alpha/r) B A; 0: no adapters, every weight "
                         "trains (full fine-tuning)")
     alpha: float = setting(0.0, "the adapters' scale is alpha / rank (0: 2 * rank, a scale of 2)")

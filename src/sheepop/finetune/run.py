@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from sheepop.arch.lora import LoraConfig, check_rank
+from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.build import build_config
-from sheepop.config.finetune import LoraSettings
 from sheepop.config.schema import FINETUNE_SECTIONS, Config
 from sheepop.data.conversations import read_conversations
 from sheepop.data.dataset import Dataset
@@ -112,7 +111,7 @@ def split_examples(examples: list, val_fraction: float, seed: int) -> tuple[list
 
 
 def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
-             lora: LoraConfig | None = None, overrides: list[str] | None = None,
+             overrides: list[str] | None = None,
              values: dict[str, Any] | None = None, resume: bool = False, log=print,
              progress: bool = True, config_file: str | Path | None = None):
     """Fine-tune `base_run` on the conversations in `data_path` into `run_dir` (or continue
@@ -121,9 +120,8 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
     The settings come through the config like `train`'s (sheepop.config.build): the base run's
     model, this command's train defaults, then `config_file`, `overrides` (--set strings) and
     `values` (typed flags): train.*, sample.*, finetune.* (train_on) and lora.* (rank, alpha,
-    targets, train_new_tokens). `lora` is the same as values lora.rank, lora.alpha and
-    lora.targets (for a caller holding a LoraConfig). On `resume` the fine-tuning's own
-    settings are the run's: train.* and sample.* may change."""
+    targets, train_new_tokens), resolved once into the run's adapters (LoraConfig.for_run). On
+    `resume` the fine-tuning's own settings are the run's: train.* and sample.* may change."""
     run_dir = Path(run_dir)
     values = values or {}
     if resume:
@@ -132,7 +130,6 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
         opts = FinetuneOptions.load(run_dir)
         base_run, data_path = opts.base_run, data_path or opts.data
         adapters, train_on = opts.lora_config(), opts.train_on
-        _check_resumed(adapters, lora)
         saved = Config.from_saved(checkpoint.load_config(run_dir), str(run_dir))
         cfg = build_config(None, config_file, overrides, base=saved, values=values,
                            only=RESUME_SECTIONS)
@@ -144,14 +141,13 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
             raise UserError(f"{run_dir} already holds a run: continue it with --resume or "
                             "choose another --out")
         # a mistyped setting is said before the base run (maybe a large model) is read
-        _settings(Config(), config_file, overrides, {**_lora_values(lora), **values}).validate()
+        _settings(Config(), config_file, overrides, values).validate()
         base_run = str(Path(base_run).resolve())
     base_cfg, tokenizer, weights, added = base_model(base_run)
     if not resume:
-        cfg = _settings(base_cfg, config_file, overrides, {**_lora_values(lora), **values})
-        adapters, train_on = lora_config(cfg.lora, base_run, added), cfg.finetune.train_on
-        if adapters is not None:  # before either engine builds adapters of that rank
-            check_rank(cfg.model, adapters)
+        cfg = _settings(base_cfg, config_file, overrides, values)
+        adapters = LoraConfig.for_run(cfg.lora, cfg.model, base_run, added)
+        train_on = cfg.finetune.train_on
         # absolute, as `train` records its data, so --resume works from any directory
         opts = FinetuneOptions(base_run, str(Path(data_path).absolute()), train_on,
                                None if adapters is None else adapters.to_dict(),
@@ -201,15 +197,6 @@ def _sft_trainer(cfg: Config, data_path: str, tokenizer: Any, weights: dict[str,
                  initial_weights=weights, lora=adapters)
 
 
-def lora_config(settings: LoraSettings, base_run: str, added: int) -> LoraConfig | None:
-    """The adapters the [lora] settings ask for (None: rank 0, full fine-tuning), on `base_run`,
-    with the `added` chat tokens' rows trained unless lora.train_new_tokens is false."""
-    if settings.rank == 0:
-        return None
-    return LoraConfig(settings.rank, settings.scale_alpha, settings.target_names, base_run,
-                      added if settings.train_new_tokens else 0)
-
-
 def settings_for(base_run: str | None, config_file: str | Path | None,
                  overrides: list[str] | None, values: dict[str, Any]) -> Config:
     """The settings a new fine-tune of `base_run` (None: of a default model) would run with:
@@ -232,22 +219,6 @@ def _settings(base_cfg: Config, config_file: str | Path | None, overrides: list[
                             only=NEW_SECTIONS)
     cfg = build(LR["full"])
     return build(LR["lora"]) if cfg.lora.rank else cfg
-
-
-def _lora_values(lora: LoraConfig | None) -> dict[str, Any]:
-    if lora is None:
-        return {}
-    return {"lora.rank": lora.rank, "lora.alpha": lora.alpha,
-            "lora.targets": ",".join(lora.targets)}
-
-
-def _check_resumed(recorded: LoraConfig | None, asked: LoraConfig | None) -> None:
-    """A resumed fine-tune keeps its adapters: one asked for must be the run's."""
-    if asked is None:
-        return
-    if recorded is None or _lora_values(asked) != _lora_values(recorded):
-        raise UserError("a resumed fine-tune keeps the LoRA settings it started with "
-                        f"({'none: a full fine-tune' if recorded is None else recorded.to_dict()})")
 
 
 def _with_train(cfg: Config, values: dict[str, Any]) -> Config:
