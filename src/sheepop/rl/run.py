@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sheepop.arch.lora import LoraConfig, check_rank
+from sheepop.arch.lora import LoraConfig
 from sheepop.checkpoint import format as checkpoint
 from sheepop.config.build import build_config
 from sheepop.config.rl import RlConfig
@@ -124,7 +124,7 @@ def build_task(cfg: Config, rl: RlConfig, prompts: str, base_run: str, tokenizer
         from sheepop.progression.task import TaskOptions
         opts = TaskOptions.load(base_run)
         items = tasks.progression_items(opts.digits, opts.window_terms - rl.answer_terms,
-                                        rl.answer_terms, cfg.train.seed)
+                                        rl.answer_terms, cfg.train.seed, opts.reverse_digits)
         max_new = rl.answer_terms * (opts.digits + 1) - 1  # the terms and the spaces between
     train, held_out, apart = tasks.split(items, rl.eval_prompts, cfg.train.seed)
     eos_id = turn_end(tokenizer).eos_id if can_chat(tokenizer) else tokenizer.eos_id
@@ -172,11 +172,7 @@ def start(base_run: str | None, prompts: str | None, run_dir: str | Path,
     base_run = str(Path(base_run).resolve())
     base_cfg, tokenizer, weights = read_run(base_run)
     cfg = settings(base_cfg, config_file, overrides, values).validate()
-    lora = None
-    if cfg.lora.rank:
-        lora = LoraConfig(cfg.lora.rank, cfg.lora.scale_alpha, cfg.lora.target_names, base_run,
-                          0)
-        check_rank(cfg.model, lora)
+    lora = LoraConfig.for_run(cfg.lora, cfg.model, base_run, 0)  # (no tokens added)
     opts = RlOptions(base_run, str(Path(prompts).absolute()) if prompts else "",
                      asdict(cfg.rl), None if lora is None else lora.to_dict())
     return cfg, opts, tokenizer, weights, lora

@@ -5,6 +5,7 @@ engine on the base run's weights (or a checkpoint's), the reference, and the loo
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,17 @@ def _loop(cfg, opts, task, tokenizer, weights, lora, run_dir: Path, resume: bool
         raise UserError(f"{run_dir} already holds a run: continue it with --resume or choose "
                         "another --out")
     policy_weights = weights if lora is not None or saved is None else saved
-    engine = make_engine(cfg, policy_weights, lora, saved if lora is not None else None)
+    # The gradient is that of the policy that sampled, the model as it generates: a training
+    # step's noise (dropout, the digit places' random offsets) would make the loss's
+    # log-probabilities another model's (the first step's KL to the very same weights was 1.5
+    # nats a token on a progression model). Both are for training only: the run's config keeps
+    # them.
+    quiet = copy.deepcopy(cfg)
+    quiet.model.dropout, quiet.model.digit_offset = 0.0, 0
+    engine = make_engine(quiet, policy_weights, lora, saved if lora is not None else None)
     # The reference is the starting model: under LoRA the base (the adapters switched off),
     # otherwise a frozen engine on the base run's weights.
-    reference = None if lora is not None else make_engine(cfg, weights)
+    reference = None if lora is not None else make_engine(quiet, weights)
     if resume:
         engine.load_optimizer_arrays(arrays, state)
         log(f"resuming {run_dir} at step {start_step}")

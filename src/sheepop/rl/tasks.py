@@ -14,7 +14,8 @@ Built-in tasks:
                   issue's 100 single-digit sums; 2: 10-99)
     progression   an arithmetic progression's terms, each D digits and a space ("0012 0019
                   0026 ") -> the next rl.answer_terms terms, for a model trained by
-                  `sheepop progression train` (D and its window from the run's progression.json)
+                  `sheepop progression train` (D, its window and its digit order from the
+                  run's progression.json: "2100 9100 6200 " for a reverse_digits run)
 
 The held-out prompts (pass@1) are `split`'s: a set with room for them keeps them apart from the
 training prompts; a small one (the 100 single-digit sums) cannot, and its held-out prompts are
@@ -75,10 +76,12 @@ def addition_items(digits: int) -> list[Record]:
     return [{"prompt": f"What is {a} + {b}?", "answer": a + b} for a, b in pairs]
 
 
-def progression_items(digits: int, context_terms: int, answer_terms: int, seed: int = 0
-                      ) -> list[Record]:
+def progression_items(digits: int, context_terms: int, answer_terms: int, seed: int = 0,
+                      reverse: bool = False) -> list[Record]:
     """Progressions of `digits`-digit terms: `context_terms` given (each followed by a space),
-    the next `answer_terms` to write; first term and difference drawn so every term fits."""
+    the next `answer_terms` to write; first term and difference drawn so every term fits.
+    `reverse`: each term's digits least significant first, as a run trained with
+    reverse_digits reads and writes them (the record says so to the verifier)."""
     if context_terms < 2:
         raise UserError(f"the progression task needs 2 given terms in the model's window: "
                         f"rl.answer_terms={answer_terms} leaves {context_terms}")
@@ -90,9 +93,15 @@ def progression_items(digits: int, context_terms: int, answer_terms: int, seed: 
         d = int(rng.integers(1, max(2, top // (2 * n))))
         first = int(rng.integers(0, top - d * (n - 1) + 1))
         terms = [first + d * k for k in range(n)]
-        text = "".join(f"{t:0{digits}d} " for t in terms[:context_terms])
-        items.append({"prompt": text, "answer": terms[context_terms:]})
+        text = "".join(_term(t, digits, reverse) + " " for t in terms[:context_terms])
+        items.append({"prompt": text, "answer": terms[context_terms:],
+                      "reverse_digits": reverse})
     return items
+
+
+def _term(value: int, digits: int, reverse: bool) -> str:
+    text = f"{value:0{digits}d}"
+    return text[::-1] if reverse else text
 
 
 def prompt_ids(tokenizer: Tokenizer, record: Record) -> list[int]:

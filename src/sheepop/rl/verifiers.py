@@ -9,7 +9,8 @@ record (a line of the prompts file, or a built-in task's item, holding at least 
     exact         1 if the answer's text, stripped, equals str(record["answer"]) stripped
     regex         1 if record["answer"], a regular expression, matches the stripped answer whole
     progression   the share of record["answer"]'s terms (the progression's next terms, a list)
-                  that the answer writes at their places (the space-separated integers)
+                  that the answer writes at their places (the space-separated integers; each
+                  read backwards when record["reverse_digits"]: a run that writes them so)
     module:func   a user's own Python: `func(answer, record)` from `module` (imported with the
                   current directory on the path), its value a number (True is 1)
 
@@ -76,6 +77,8 @@ def progression_reward(answer: str, record: Mapping[str, Any]) -> float:
     want = expected(record, "progression")
     terms = list(want) if isinstance(want, (list, tuple)) else [want]
     written = answer.split()
+    if record.get("reverse_digits"):  # written least significant digit first
+        written = [word[::-1] for word in written]
     right = sum(1 for k, term in enumerate(terms)
                 if k < len(written) and written[k].isdigit() and int(written[k]) == int(term))
     return right / len(terms)
