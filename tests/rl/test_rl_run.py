@@ -169,3 +169,12 @@ def test_mistakes_are_one_line(base, capsys, argv, message):
     fails(capsys, ["rl", str(base / "run"), *prompts, "--out", str(base / "refused"),
                    "--threads", "1", *argv], message)
     assert not (base / "refused" / "model.safetensors").exists()
+
+
+def test_help_config_shows_what_a_run_of_the_base_would_use(base, capsys):
+    from sheepop.cli import main
+    assert main(["rl", str(base / "run"), "--help-config", "--lora-rank", "4", "--kl", "0.05"]) == 0
+    out = capsys.readouterr().out
+    for line in ("model.block_size = 16", "train.lr = 0.0005", "train.weight_decay = 0.0",
+                 "lora.rank = 4", "rl.kl = 0.05", "rl.group_size = 8", "rl.kl_estimator = 'k3'"):
+        assert f"\n  {line}" in out, line

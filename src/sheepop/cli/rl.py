@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         from sheepop.cli.show_config import describe_values
         from sheepop.config.schema import Config
         from sheepop.rl.run import NEW_SECTIONS, settings
-        base = Config() if args.base_run is None else Config.from_dict(
+        base = Config() if args.base_run is None else Config.from_saved(
             checkpoint.load_config(args.base_run), args.base_run)
         cfg = settings(base, args.config, args.overrides, flag_values(args))
         print(describe_values(cfg, "rl", sections=("model", *NEW_SECTIONS)))
