@@ -32,6 +32,9 @@ SHAPES = {
                    "model.norm=rmsnorm", "model.ffn=swiglu", "model.activation=silu",
                    "model.bias=false", "model.tie_weights=false", "train.batch_size=16",
                    "model.vocab_size=100"],
+    # benchmarks/speedrun.py's BPE scale: ~12M parameters, 2,048 tokens a step.
+    "speedrun-bpe": ["model.n_layer=6", "model.n_head=6", "model.n_embd=384",
+                     "model.block_size=256", "train.batch_size=8", "model.vocab_size=4096"],
 }
 
 

@@ -19,6 +19,7 @@ import importlib.util
 import inspect
 import math
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,18 +150,70 @@ def load_checkout(path: str, s: Shape) -> nn.Module:
 
 
 class ReferenceStep:
-    """One iteration of nanoGPT's loop (grad_accum 1): forward with the loss, backward,
-    clip at 1.0, AdamW step, gradients set to None."""
+    """One iteration of nanoGPT's loop (grad_accum 1): forward with the loss (under bf16
+    autocast when `autocast` is set, as nanoGPT's `ctx`), backward, clip at 1.0, AdamW step,
+    gradients set to None."""
 
     def __init__(self, model: nn.Module, lr: float = 1e-3, weight_decay: float = 0.1,
-                 betas: tuple[float, float] = (0.9, 0.95)):
+                 betas: tuple[float, float] = (0.9, 0.95), autocast: torch.dtype | None = None):
         self.model = model
         self.optimizer = model.configure_optimizers(weight_decay, lr, betas, "cpu")
+        self.autocast = autocast
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        _, loss = self.model(x, y)
+        with torch.autocast("cpu", dtype=self.autocast or torch.bfloat16,
+                            enabled=self.autocast is not None):
+            _, loss = self.model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss.item()
+
+
+def nanogpt_lr(it: int, lr: float, min_lr: float, warmup: int, decay_iters: int) -> float:
+    """nanoGPT's learning rate at iteration `it`: a linear warmup lr (it + 1) / (warmup + 1),
+    then a cosine from lr down to min_lr at `decay_iters`, min_lr after
+    (lr_t = min_lr + (lr - min_lr) (1 + cos(pi r)) / 2, r the fraction of the decay done)."""
+    if it < warmup:
+        return lr * (it + 1) / (warmup + 1)
+    if it > decay_iters:
+        return min_lr
+    ratio = (it - warmup) / max(1, decay_iters - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+@dataclass
+class Recipe:
+    """nanoGPT's settings for its small character model (config/train_shakespeare_char.py)."""
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup: int = 100
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.99)
+
+
+def train_reference(model: nn.Module, next_batch, steps: int, evaluate, eval_every: int,
+                    recipe: Recipe | None = None, autocast: torch.dtype | None = None
+                    ) -> list[tuple[int, float, float]]:
+    """nanoGPT's loop for `steps` iterations: the learning rate set for each, then
+    `ReferenceStep`; every `eval_every` steps and at the end, `evaluate(model)` (its mean
+    validation loss). Returns (step, seconds since the start, val loss) at each evaluation;
+    the seconds count the evaluations, as a sheepop run's time to a target does."""
+    recipe = recipe or Recipe()
+    step = ReferenceStep(model, recipe.lr, recipe.weight_decay, recipe.betas, autocast)
+    history = []
+    t0 = time.perf_counter()
+    for it in range(steps):
+        for group in step.optimizer.param_groups:
+            group["lr"] = nanogpt_lr(it, recipe.lr, recipe.min_lr, recipe.warmup, steps)
+        x, y = (torch.as_tensor(a) for a in next_batch())
+        model.train()
+        step(x, y)
+        if (it + 1) % eval_every == 0 or it + 1 == steps:
+            model.eval()
+            with torch.no_grad(), torch.autocast("cpu", dtype=autocast or torch.bfloat16,
+                                                 enabled=autocast is not None):
+                val = evaluate(model)
+            history.append((it + 1, time.perf_counter() - t0, val))
+    return history

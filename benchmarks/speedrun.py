@@ -1,24 +1,30 @@
 """Time to a target loss: nanoGPT's recipe against sheepop's modern one, and an ablation.
 
-    python benchmarks/speedrun.py                        # char scale, 3 seeds, 600 reference steps
+    python benchmarks/speedrun.py                        # char scale, 3 seeds, 300 reference steps
     python benchmarks/speedrun.py --seeds 1 --steps 200  # a quick look
     python benchmarks/speedrun.py --ablation             # each piece of the recipe removed in turn
+    python benchmarks/speedrun.py --extras               # each piece left out of it added
+    python benchmarks/speedrun.py --scale bpe            # ~12M parameters, BPE, the whole corpus
 
-The reference is nanoGPT's recipe for its small character model, written here as settings of
-sheepop's torch engine (its GPT-2 block: learned positions, LayerNorm, GELU MLP 4x, biases, tied
-head; AdamW lr 1e-3, betas (0.9, 0.99), weight decay 0.1, warmup 100 then a cosine to 1e-4,
-clip 1.0; benchmarks/vs_nanogpt.py shows the engine takes nanoGPT's steps at nanoGPT's speed).
-It trains `--steps` steps; its last validation loss is the target L. sheepop's recipe (RoPE,
-RMSNorm, QK-norm, ReLU^2, logit soft-capping, zero-initialised projections, Muon for the
-blocks' matrices, warmup-stable-decay) then trains on the same data, the same shape and the same
-batches with `train.target_val_loss = L`, evaluating every `--eval-every` steps, and the
-summary's step and second are its time to L. The two alternate seed by seed, so a burst of load
-on the shared machine lands on both; the figures are medians over the seeds with their spread,
-and the load average is printed beside them.
+The reference is nanoGPT's own recipe written here as nanoGPT's code does it
+(benchmarks/nanogpt_reference.py: its GPT-2 block with learned positions, LayerNorm, a GELU MLP
+4x, biases and a tied head; its AdamW with weight decay on the matrices, lr 1e-3, betas
+(0.9, 0.99), decay 0.1; its schedule, a 100-step warmup then a cosine to 1e-4; clipping at 1.0:
+config/train_shakespeare_char.py's settings). It trains `--steps` steps; its last validation
+loss is the target L. sheepop's recipe (RoPE, RMSNorm, QK-norm, ReLU^2, logit soft-capping,
+zero-initialised projections, Muon for the blocks' matrices, warmup-stable-decay) then trains
+with `train.target_val_loss = L`, evaluating every `--eval-every` steps, and the summary's step
+and second are its time to L. Both draw the same batches (sheepop's window sampler, same seed)
+and are measured on the same held-out windows; both count their evaluations in their time. The
+two alternate seed by seed, so a burst of load on the shared machine lands on both; the figures
+are medians over the seeds with their spread, and the load average is printed beside them.
 
-Data: the char scale is ~1 MB of the Python standard library's source (nanoGPT's
-shakespeare_char shape: 4 layers of 128 here, context 64, batch 12, the reference config of
-benchmarks/vs_nanogpt.py), split 90/10. Every run evaluates on the same held-out windows.
+Scales: `char` is ~1 MB of the Python standard library's source by character (nanoGPT's
+shakespeare_char "baby" shape scaled to a 2-core CPU: 4 layers of 128, context 64, batch 12);
+`bpe` is the whole built-in corpus (the standard library's source without its tests: 11.4 MB on
+Python 3.11) through a 4,096-id BPE, 6 layers of 384 with 6 heads (~12M parameters), context
+256, batch 8. Where the CPU has bf16 instructions (AVX512_BF16 or AMX) both train under bf16
+autocast; elsewhere float32 (a bf16 product is emulated there, tens of times slower).
 """
 
 from __future__ import annotations
@@ -27,26 +33,48 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import machine
+import nanogpt_reference as nanogpt
+import numpy as np
 import torch
+import torch.nn.functional as F
 
+from sheepop.arch import IGNORE_INDEX
 from sheepop.config.build import build_config
 from sheepop.config.schema import DataConfig
-from sheepop.data.dataset import load_dataset
+from sheepop.data.dataset import Dataset, load_dataset
+from sheepop.data.windows import WindowSampler, eval_windows
+from sheepop.train.engine_torch import native_bf16
 from sheepop.train.start import setup
 
-SHAPE = ["model.n_layer=4", "model.n_head=4", "model.n_embd=128", "model.block_size=64",
-         "model.dropout=0", "train.batch_size=12", "train.device=cpu", "train.dtype=float32",
-         "train.grad_clip=1.0", "train.eval_batches=20", "train.log_interval=1000000",
-         "train.checkpoint_interval=0", "data.tokenizer=char"]
-REFERENCE = ["model.pos_encoding=learned", "model.norm=layernorm", "model.ffn=mlp",
-             "model.activation=gelu", "model.bias=true", "model.tie_weights=true",
-             "train.optimizer=adamw", "train.lr=1e-3", "train.min_lr=1e-4", "train.beta1=0.9",
-             "train.beta2=0.99", "train.weight_decay=0.1", "train.warmup_steps=100",
-             "train.schedule=cosine"]
+
+@dataclass
+class Scale:
+    shape: dict[str, int]
+    data: DataConfig
+    steps: int
+    eval_every: int
+
+
+SCALES = {
+    "char": Scale({"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 64, "batch_size": 12},
+                  DataConfig(tokenizer="char", max_bytes=1_000_000), steps=300, eval_every=25),
+    "bpe": Scale({"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256, "batch_size": 8},
+                 DataConfig(tokenizer="bpe", vocab_size=4096, max_bytes=20_000_000),
+                 steps=200, eval_every=20),
+}
+COMMON = ["model.dropout=0", "train.device=cpu", "train.grad_clip=1.0", "train.eval_batches=20",
+          "train.log_interval=1000000", "train.checkpoint_interval=0"]
+# nanoGPT's recipe as settings of sheepop's torch engine: the base the recipe's pieces go on, so
+# that the ablation takes one away by putting back nanoGPT's value.
+NANOGPT = ["model.pos_encoding=learned", "model.norm=layernorm", "model.ffn=mlp",
+           "model.activation=gelu", "model.bias=true", "model.tie_weights=true",
+           "train.optimizer=adamw", "train.lr=1e-3", "train.min_lr=1e-4", "train.beta1=0.9",
+           "train.beta2=0.99", "train.weight_decay=0.1", "train.warmup_steps=100",
+           "train.schedule=cosine"]
 # Each piece a setting, so the ablation removes one by putting back the reference's value.
 RECIPE = {
     "rope": ["model.pos_encoding=rope"],
@@ -58,6 +86,13 @@ RECIPE = {
     "muon": ["train.optimizer=muon", "train.muon_lr=0.02"],
     "wsd": ["train.schedule=wsd", "train.cooldown=0.3", "train.lr=3e-3", "train.min_lr=3e-4"],
 }
+# Pieces measured and left out of the recipe (docs/speedrun.md): `--extras` adds each in turn.
+# Under Muon, train.lr is the learning rate of what AdamW keeps: embeddings, head, gains.
+EXTRAS = {
+    "value_embeds": ["model.value_embeds=1"],
+    "unet_skips": ["model.unet_skips=true"],
+    "adamw_lr_1e-2": ["train.lr=1e-2", "train.min_lr=1e-3"],
+}
 UNDO = {"rope": ["model.pos_encoding=learned"], "rmsnorm": ["model.norm=layernorm"],
         "qk_norm": ["model.qk_norm=false"], "relu2": ["model.activation=gelu"],
         "softcap": ["model.logit_softcap=0"], "zero_init": ["model.zero_init_proj=false"],
@@ -65,22 +100,64 @@ UNDO = {"rope": ["model.pos_encoding=learned"], "rmsnorm": ["model.norm=layernor
         "wsd": ["train.schedule=cosine", "train.lr=1e-3", "train.min_lr=1e-4"]}
 
 
-def train(dataset, sets: list[str], steps: int, seed: int, eval_every: int,
-          target: float = 0.0) -> dict:
-    """One run in a scratch folder: its last val loss, and when it reached `target`."""
-    cfg = build_config(None, None, [*SHAPE, *sets, f"train.steps={steps}", f"train.seed={seed}",
+def shape_settings(scale: Scale, dtype: str) -> list[str]:
+    s = scale.shape
+    return [*(f"model.{k}={v}" for k, v in s.items() if k != "batch_size"),
+            f"train.batch_size={s['batch_size']}", f"data.tokenizer={scale.data.tokenizer}",
+            f"train.dtype={dtype}", *COMMON]
+
+
+def train_sheepop(dataset: Dataset, settings: list[str], steps: int, seed: int,
+                  eval_every: int, target: float) -> dict:
+    """One sheepop run in a scratch folder: its last val loss, and when it reached `target`."""
+    cfg = build_config(None, None, [*settings, f"train.steps={steps}", f"train.seed={seed}",
                                     f"train.eval_interval={eval_every}",
                                     f"train.target_val_loss={target}"])
     with tempfile.TemporaryDirectory() as tmp:
         trainer = setup(None, cfg, Path(tmp) / "run", dataset=dataset, progress=False,
                         log=lambda *_: None)
-        t0 = time.perf_counter()
         summary = trainer.run()
-        seconds = time.perf_counter() - t0
     reached = summary.reached
-    return {"val": summary.val_loss, "steps": summary.steps, "seconds": seconds,
-            "reached_step": reached[0] if reached else None,
+    return {"val": summary.val_loss, "reached_step": reached[0] if reached else None,
             "reached_s": reached[1] if reached else None}
+
+
+def reference_data(dataset: Dataset, scale: Scale, seed: int):
+    """(next_batch, evaluate) for nanoGPT's loop: sheepop's window sampler with the run's seed,
+    and the mean loss over the held-out windows a sheepop run evaluates on (20 batches)."""
+    block, batch = scale.shape["block_size"], scale.shape["batch_size"]
+    pad = dataset.tokenizer.pad_id if dataset.tokenizer.pad_id is not None else 0
+    sampler = WindowSampler(dataset.train, block, batch, seed, pad_id=pad)
+    val_x, val_y = eval_windows(dataset.val, block, 20 * batch, pad)
+
+    def next_batch():
+        x, y = sampler.next_batch()
+        return x.astype(np.int64), y.astype(np.int64)
+
+    def evaluate(model) -> float:
+        total, count = 0.0, 0
+        for i in range(0, len(val_x), batch):
+            x, y = (torch.as_tensor(a[i:i + batch].astype(np.int64)) for a in (val_x, val_y))
+            logits, _ = model(x, y.clamp(min=0))
+            total += float(F.cross_entropy(logits.float().flatten(0, 1), y.flatten(),
+                                           ignore_index=IGNORE_INDEX, reduction="sum"))
+            count += int((y != IGNORE_INDEX).sum())
+        return total / count
+
+    return next_batch, evaluate
+
+
+def train_nanogpt(dataset: Dataset, scale: Scale, steps: int, seed: int,
+                  autocast: torch.dtype | None) -> dict:
+    """nanoGPT's recipe in its own code, on sheepop's batches and evaluation windows."""
+    s = scale.shape
+    next_batch, evaluate = reference_data(dataset, scale, seed)
+    torch.manual_seed(seed)
+    model = nanogpt.ReferenceGPT(nanogpt.Shape(s["n_layer"], s["n_head"], s["n_embd"],
+                                               s["block_size"], dataset.tokenizer.vocab_size))
+    history = nanogpt.train_reference(model, next_batch, steps, evaluate, scale.eval_every,
+                                      autocast=autocast)
+    return {"val": history[-1][2], "seconds": history[-1][1]}
 
 
 def spread(values: list[float]) -> str:
@@ -92,47 +169,62 @@ def spread(values: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=600, help="the reference's steps")
+    ap.add_argument("--scale", choices=SCALES, default="char")
+    ap.add_argument("--steps", type=int, default=0, help="the reference's steps (0: the scale's)")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--eval-every", type=int, default=25)
+    ap.add_argument("--eval-every", type=int, default=0, help="0: the scale's")
     ap.add_argument("--max-factor", type=float, default=1.5,
                     help="sheepop's recipe may take up to this many times the reference's steps")
     ap.add_argument("--ablation", action="store_true")
-    ap.add_argument("--max-bytes", type=int, default=1_000_000)
+    ap.add_argument("--extras", action="store_true",
+                    help="also the recipe with each measured-and-left-out piece added")
+    ap.add_argument("--max-bytes", type=int, default=0, help="0: the scale's")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     args = ap.parse_args()
+    scale = SCALES[args.scale]
+    scale.steps = args.steps or scale.steps
+    scale.eval_every = args.eval_every or scale.eval_every
+    if args.max_bytes:
+        scale.data.max_bytes = args.max_bytes
     torch.set_num_threads(args.threads)
+    bf16 = native_bf16(torch.device("cpu"))
     print(machine.summary())
-    dataset = load_dataset(None, DataConfig(tokenizer="char", max_bytes=args.max_bytes))
-    print(f"data: {len(dataset.train):,} train and {len(dataset.val):,} val tokens, "
-          f"{dataset.tokenizer.vocab_size} ids")
+    print(f"bf16 instructions: {'yes: both train under bf16 autocast' if bf16 else 'no: float32'}")
+    dataset = load_dataset(None, scale.data)
+    print(f"{args.scale} scale: {len(dataset.train):,} train and {len(dataset.val):,} val tokens, "
+          f"{dataset.tokenizer.vocab_size} ids", flush=True)
+    base = shape_settings(scale, "bfloat16" if bf16 else "float32") + NANOGPT
     recipe = [s for sets in RECIPE.values() for s in sets]
     variants = {"sheepop": recipe}
     if args.ablation:
         variants.update({f"without {name}": recipe + UNDO[name] for name in RECIPE})
+    if args.extras:
+        variants.update({f"with {name}": recipe + sets for name, sets in EXTRAS.items()})
     rows: dict[str, list[dict]] = {"reference": [], **{k: [] for k in variants}}
-    cap = int(args.steps * args.max_factor)
+    cap = int(scale.steps * args.max_factor)
     for seed in range(args.seeds):
-        ref = train(dataset, REFERENCE, args.steps, seed, args.eval_every)
+        ref = train_nanogpt(dataset, scale, scale.steps, seed, torch.bfloat16 if bf16 else None)
         rows["reference"].append(ref)
-        print(f"seed {seed}: reference {args.steps} steps in {ref['seconds']:.1f} s, "
+        print(f"seed {seed}: nanoGPT {scale.steps} steps in {ref['seconds']:.1f} s, "
               f"val loss L = {ref['val']:.4f}  (load {os.getloadavg()[0]:.1f})", flush=True)
         for name, sets in variants.items():
-            run = train(dataset, REFERENCE + sets, cap, seed, args.eval_every, ref["val"])
+            run = train_sheepop(dataset, base + sets, cap, seed, scale.eval_every, ref["val"])
             rows[name].append(run)
             got = (f"reached L at step {run['reached_step']} in {run['reached_s']:.1f} s"
                    if run["reached_step"] else f"not in {cap} steps (val {run['val']:.4f})")
-            print(f"  {name}: {got}", flush=True)
+            print(f"  {name}: {got}  (load {os.getloadavg()[0]:.1f})", flush=True)
     ref_s = [r["seconds"] for r in rows["reference"]]
-    print(f"\nreference: {args.steps} steps, {spread(ref_s)} s (median, range), "
-          f"L = {statistics.median(r['val'] for r in rows['reference']):.4f}")
+    print(f"\nnanoGPT: {scale.steps} steps, {spread(ref_s)} s (median, range), "
+          f"L = {statistics.median(r['val'] for r in rows['reference']):.4f} "
+          f"({min(r['val'] for r in rows['reference']):.4f}-"
+          f"{max(r['val'] for r in rows['reference']):.4f})")
     print("| recipe | steps to L | x reference | seconds to L | x reference | reached |")
     print("|---|---|---|---|---|---|")
     for name in variants:
         done = [r for r in rows[name] if r["reached_step"]]
         steps = [r["reached_step"] for r in done]
         secs = [r["reached_s"] for r in done]
-        ratio_steps = statistics.median(steps) / args.steps if steps else float("nan")
+        ratio_steps = statistics.median(steps) / scale.steps if steps else float("nan")
         ratio_s = statistics.median(secs) / statistics.median(ref_s) if secs else float("nan")
         print(f"| {name} | {spread(steps)} | {ratio_steps:.2f} | {spread(secs)} | "
               f"{ratio_s:.2f} | {len(done)}/{len(rows[name])} |")
