@@ -264,7 +264,8 @@ def test_no_list_of_allowed_values_is_spelled_out_twice():
     assert KINDS is config.TOKENIZER_KINDS
     lists = [v for v in (*choice_fields().values(), config.INFERENCE_DTYPES) if len(v) > 1]
     for path in SRC.rglob("*.py"):
-        if path in (SRC / "config" / "schema.py", SRC / "config" / "finetune.py"):
+        if path in (SRC / "config" / "schema.py", SRC / "config" / "finetune.py",
+                    SRC / "config" / "rl.py"):  # the sections' own files, where lists live
             continue
         code = path.read_text()
         for allowed in lists:
