@@ -1,13 +1,14 @@
 """Markdown to HTML, for the maths pages the server shows (docs/page.md, "The mathematics,
-rendered"): the subset docs/ is written in, read the way GitHub reads it.
+rendered"), read the way GitHub reads it: markdown-it-py (CommonMark, with tables) and its
+dollarmath plugin; each formula through sheepop.serve.documents.mathml.
 
-Blocks: ATX headings (with GitHub's ids, so `page.md#a-heading` lands), paragraphs, fenced code
-(```math is a displayed formula, ```example a worked example), indented code, $$ formulas,
-bullet and numbered lists (nested, tight or loose), tables (with column alignment), block
-quotes, rules. Inline: sheepop.serve.documents.markdown_inline. No HTML passes through: every character
-of the source is escaped, so a page cannot inject markup.
+What is ours, on top of the library's output: headings get GitHub's ids (so `page.md#a-heading`
+lands) and a link to themselves; ```math is a displayed formula and ```example a worked example
+(tests/docs run them); a link or a picture goes through `resolve`, and one it does not serve is
+shown as its text, titled `outside(target)`, never a link to a 404; tables scroll in their own
+box. No HTML passes through (markdown-it's `html` option is off): a page cannot inject markup.
 
-`render(text, resolve)` gives the page's HTML, its title and the TeX commands it could not draw.
+`render(text, resolve, outside)` gives the page's HTML, its title and the TeX it could not draw.
 """
 
 from __future__ import annotations
@@ -17,224 +18,159 @@ from collections.abc import Callable
 from html import escape
 from typing import NamedTuple
 
-from sheepop.serve.documents.markdown_inline import Context, Resolve, inline, keep, plain
+from markdown_it import MarkdownIt
+from markdown_it.rules_core import StateCore
+from markdown_it.token import Token
+from mdit_py_plugins.dollarmath import dollarmath_plugin
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`]*)$")
-_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
-_RULE = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
-_ITEM = re.compile(r"^( {0,3})([-*+]|[0-9]{1,9}[.)])(?:( {1,4})(.*)|[ \t]*$)")
-_TABLE_RULE = re.compile(r"^ {0,3}\|?\s*:?-+:?\s*(?:\|\s*:?-+:?\s*)*\|?\s*$")
-_QUOTE = re.compile(r"^ {0,3}> ?")
+from sheepop.serve.documents.mathml import to_mathml
+
+Resolve = Callable[[str, bool], "str | None"]
+"""(a link's or picture's target as written, is it a picture) -> the URL to use, or None when
+the target is not served (the link is then shown as its text)."""
+
+_SAFE_SCHEME = re.compile(r"(?:https?|mailto):", re.I)
+_SCHEME = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 
 class Page(NamedTuple):
     html: str                     # the body: one element after another
     title: str                    # the first heading's text ("" when there is none)
-    unsupported: tuple[str, ...]  # TeX commands shown as their source, in order
+    unsupported: tuple[str, ...]  # TeX shown as its source, in order
+
+
+def keep(target: str, image: bool) -> str | None:
+    """The resolver that keeps every target as written (unsafe schemes aside)."""
+    return target
 
 
 def render(text: str, resolve: Resolve = keep, outside: Callable[[str], str] = str) -> Page:
     """The Markdown `text` as HTML; each link's and picture's target goes through `resolve`,
     and one it does not serve is shown as text, titled `outside(target)`."""
-    ctx = Context(resolve, outside)
-    html = "\n".join(_blocks(text.replace("\r\n", "\n").split("\n"), ctx, tight=False))
-    first = re.search(r"<h[1-6][^>]*>(.*?)</h[1-6]>", html, re.S)
-    title = plain(re.sub(r'<a class="anchor".*?</a>', "", first.group(1))).strip() if first \
-        else ""
-    return Page(html, title, tuple(ctx.unsupported))
+    env = {"resolve": resolve, "outside": outside, "unsupported": [], "title": None}
+    html = _MARKDOWN.render(text, env)
+    return Page(html.rstrip("\n"), env["title"] or "", tuple(env["unsupported"]))
 
 
-def _starts_block(line: str) -> bool:
-    """Does `line` end a paragraph (a heading, a fence, a rule, a quote, a list, a formula)?"""
-    item = _ITEM.match(line)
-    return bool(_FENCE.match(line) or _HEADING.match(line) or _RULE.match(line)
-                or _QUOTE.match(line) or line.lstrip().startswith("$$")
-                or (item and item.group(4) and (not item.group(2)[0].isdigit()
-                                                or item.group(2)[:-1] == "1")))
+def _math(env: dict, tex: str, display: bool) -> str:
+    formula = to_mathml(tex.strip(), display)
+    env["unsupported"].extend(formula.unsupported)
+    return formula.markup
 
 
-def _blocks(lines: list[str], ctx: Context, tight: bool) -> list[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip():
-            i += 1
-        elif m := _FENCE.match(line):
-            i = _fenced(lines, i, m, ctx, out)
-        elif line.lstrip().startswith("$$"):
-            i = _display(lines, i, ctx, out)
-        elif m := _HEADING.match(line):
-            out.append(_heading(len(m.group(1)), m.group(2) or "", ctx))
-            i += 1
-        elif _RULE.match(line):
-            out.append("<hr>")
-            i += 1
-        elif _QUOTE.match(line):
-            quoted = []
-            while i < len(lines) and _QUOTE.match(lines[i]):
-                quoted.append(_QUOTE.sub("", lines[i], count=1))
-                i += 1
-            out.append("<blockquote>\n" + "\n".join(_blocks(quoted, ctx, False))
-                       + "\n</blockquote>")
-        elif _ITEM.match(line):
-            i = _list(lines, i, ctx, out)
-        elif line.startswith(("    ", "\t")):
-            code = []
-            while i < len(lines) and (lines[i].startswith(("    ", "\t")) or not lines[i].strip()):
-                code.append(lines[i][4:] if lines[i].startswith("    ") else lines[i][1:])
-                i += 1
-            while code and not code[-1].strip():
-                code.pop()
-            source = "\n".join(code)
-            out.append(f"<pre><code>{escape(source)}</code></pre>")
-        elif "|" in line and i + 1 < len(lines) and _TABLE_RULE.match(lines[i + 1]) \
-                and "-" in lines[i + 1]:
-            i = _table(lines, i, ctx, out)
-        else:
-            para = [line.lstrip()]
-            i += 1
-            while i < len(lines) and lines[i].strip() and not _starts_block(lines[i]):
-                para.append(lines[i].lstrip())
-                i += 1
-            html = inline("\n".join(para), ctx)
-            out.append(html if tight else f"<p>{html}</p>")
-    return out
+def _plain(tokens: list[Token]) -> str:
+    """The text a reader sees in a heading's inline tokens (a formula as its source)."""
+    return "".join(t.content for t in tokens if t.type in ("text", "code_inline", "math_inline"))
 
 
-def _fenced(lines: list[str], i: int, m: re.Match, ctx: Context, out: list[str]) -> int:
-    fence, info = m.group(1), m.group(2).split()
-    body = []
-    i += 1
-    while i < len(lines) and not re.match(rf"^ {{0,3}}{fence[0]}{{{len(fence)},}}\s*$", lines[i]):
-        body.append(lines[i])
-        i += 1
-    source = "\n".join(body)
-    kind = info[0] if info else ""
-    if kind == "math":
-        out.append(f'<div class="math-display">{ctx.math(source, True)}</div>')
-    elif kind == "example":
+def _headings_and_links(state: StateCore) -> None:
+    """GitHub's heading ids (lower case, punctuation dropped, spaces to hyphens, -1, -2 ...
+    after a repeat), the first heading as the title, and each link's target resolved."""
+    env, seen = state.env, {}
+    for i, token in enumerate(state.tokens):
+        if token.type == "heading_open":
+            text = _plain(state.tokens[i + 1].children or []).strip()
+            env["title"] = env["title"] if env["title"] is not None else text
+            slug = re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+            repeats = seen[slug] = seen.get(slug, -1) + 1
+            slug = f"{slug}-{repeats}" if repeats else slug
+            token.attrSet("id", slug)
+            state.tokens[i + 2].meta["slug"] = slug
+        for j, link in enumerate(token.children or []):
+            if link.type == "link_open":
+                _resolve_link(link, _closing(token.children, j), env)
+
+
+def _closing(tokens: list[Token], opening: int) -> Token:
+    depth = 0
+    for token in tokens[opening:]:
+        depth += token.nesting
+        if depth == 0:
+            return token
+    raise AssertionError("markdown-it closes every link it opens")
+
+
+def _served(target: str, image: bool, env: dict) -> str | None:
+    if _SCHEME.match(target):
+        return target if _SAFE_SCHEME.match(target) else None
+    return env["resolve"](target, image)
+
+
+def _resolve_link(opening: Token, closing: Token, env: dict) -> None:
+    """A served link keeps its <a>; another is a <span class="outside"> titled with where it
+    points."""
+    target = str(opening.attrGet("href"))
+    url = _served(target, False, env)
+    if url is not None:
+        opening.attrSet("href", url)
+        return
+    opening.tag = closing.tag = "span"
+    opening.attrs = {"class": "outside", "title": env["outside"](target)}
+
+
+def _heading_close(self, tokens: list[Token], i: int, options, env: dict) -> str:
+    slug = escape(tokens[i].meta["slug"])
+    return (f' <a class="anchor" href="#{slug}" aria-label="link to this section">#</a>'
+            f"</{tokens[i].tag}>\n")
+
+
+def _image(self, tokens: list[Token], i: int, options, env: dict) -> str:
+    token = tokens[i]
+    target, alt = str(token.attrGet("src")), escape(self.renderInlineAsText(token.children,
+                                                                            options, env))
+    url = _served(target, True, env)
+    if url is None:
+        where = escape(env["outside"](target))
+        return f'<span class="missing-image" title="{where}">[{alt}]</span>'
+    title = f' title="{escape(str(token.attrGet("title")))}"' if token.attrGet("title") else ""
+    return f'<img src="{escape(url)}" alt="{alt}"{title} loading="lazy">'
+
+
+def _fence(self, tokens: list[Token], i: int, options, env: dict) -> str:
+    """```math: a displayed formula; ```example NAME: a worked example the tests run."""
+    info, source = tokens[i].info.split(), tokens[i].content.rstrip("\n")
+    if info[:1] == ["math"]:
+        return f'<div class="math-display">{_math(env, source, True)}</div>\n'
+    if info[:1] == ["example"]:
         name = escape(info[1] if len(info) > 1 else "")
-        out.append(f'<figure class="example"><figcaption>worked example <code>{name}</code>, '
-                   f"checked by the tests</figcaption><pre><code>{escape(source)}</code></pre>"
-                   "</figure>")
-    else:
-        language = f' class="language-{escape(kind)}"' if kind else ""
-        out.append(f"<pre><code{language}>{escape(source)}</code></pre>")
-    return i + 1
+        return (f'<figure class="example"><figcaption>worked example <code>{name}</code>, '
+                f"checked by the tests</figcaption><pre><code>{escape(source)}</code></pre>"
+                "</figure>\n")
+    return self.fence(tokens, i, options, env)
 
 
-def _display(lines: list[str], i: int, ctx: Context, out: list[str]) -> int:
-    """A formula between $$ and $$, on one line or several."""
-    first = lines[i].strip()[2:]
-    body = [first]
-    if not (first.rstrip().endswith("$$")):
-        i += 1
-        while i < len(lines) and "$$" not in lines[i]:
-            body.append(lines[i])
-            i += 1
-        body.append(lines[i] if i < len(lines) else "")
-    source = "\n".join(body).rstrip()
-    source = source[:-2] if source.endswith("$$") else source
-    out.append(f'<div class="math-display">{ctx.math(source, True)}</div>')
-    return i + 1
+def _math_inline(self, tokens: list[Token], i: int, options, env: dict) -> str:
+    """$x$, or GitHub's $`x`$."""
+    tex = tokens[i].content
+    return _math(env, tex[1:-1] if len(tex) > 1 and tex[0] == tex[-1] == "`" else tex, False)
 
 
-def _heading(level: int, source: str, ctx: Context) -> str:
-    """<hN> with GitHub's id: the text in lower case, punctuation dropped, spaces to hyphens,
-    -1, -2 ... after a repeat."""
-    html = inline(source, ctx)
-    slug = re.sub(r"[^\w\- ]", "", plain(html).strip().lower()).replace(" ", "-")
-    seen = ctx.ids.get(slug, 0)
-    ctx.ids[slug] = seen + 1
-    slug = f"{slug}-{seen}" if seen else slug
-    return (f'<h{level} id="{escape(slug)}">{html} <a class="anchor" href="#{escape(slug)}" '
-            f'aria-label="link to this section">#</a></h{level}>')
+def _math_inline_double(self, tokens: list[Token], i: int, options, env: dict) -> str:
+    return f'<span class="math-display">{_math(env, tokens[i].content, True)}</span>'
 
 
-def _list(lines: list[str], i: int, ctx: Context, out: list[str]) -> int:
-    """A list: its items while the marker stays of one kind; an item is its first line and the
-    lines indented past its marker (or lazily continuing its paragraph)."""
-    first = _ITEM.match(lines[i])
-    assert first
-    ordered = first.group(2)[-1] in ".)" and first.group(2)[0].isdigit()
-    kind = first.group(2)[-1] if ordered else first.group(2)
-    items: list[list[str]] = []
-    loose = False
-    while i < len(lines):
-        m = _ITEM.match(lines[i])
-        if not m or (m.group(2)[-1] if ordered else m.group(2)) != kind \
-                or (ordered != m.group(2)[0].isdigit()):
-            break
-        width = len(m.group(1)) + len(m.group(2)) + len(m.group(3) or " ")
-        item = [m.group(4) or ""]
-        i += 1
-        while i < len(lines):
-            line = lines[i]
-            indented = len(line) - len(line.lstrip(" ")) >= width
-            if line.strip() and (indented or (item[-1].strip() and not _starts_block(line)
-                                              and not _ITEM.match(line))):
-                item.append(line[width:] if indented else line)
-            elif not line.strip() and i + 1 < len(lines) and (
-                    len(lines[i + 1]) - len(lines[i + 1].lstrip(" ")) >= width
-                    or _same_kind(lines[i + 1], kind, ordered)):
-                item.append("")
-                loose = loose or bool(lines[i + 1].strip())
-            else:
-                break
-            i += 1
-        items.append(item)
-    tag = "ol" if ordered else "ul"
-    start = int(first.group(2)[:-1]) if ordered else 1
-    attributes = f' start="{start}"' if start != 1 else ""
-    body = "".join("<li>" + "\n".join(_blocks(item, ctx, tight=not loose)) + "</li>\n"
-                   for item in items)
-    out.append(f"<{tag}{attributes}>\n{body}</{tag}>")
-    return i
+def _math_block(self, tokens: list[Token], i: int, options, env: dict) -> str:
+    return f'<div class="math-display">{_math(env, tokens[i].content, True)}</div>\n'
 
 
-def _same_kind(line: str, kind: str, ordered: bool) -> bool:
-    m = _ITEM.match(line)
-    return bool(m) and (m.group(2)[-1] if ordered else m.group(2)) == kind
+def _table(self, tokens: list[Token], i: int, options, env: dict) -> str:
+    """A table scrolls sideways in its own box (a phone's screen is narrower)."""
+    if tokens[i].nesting == 1:
+        return '<div class="table-scroll">' + self.renderToken(tokens, i, options, env)
+    return self.renderToken(tokens, i, options, env).rstrip("\n") + "</div>\n"
 
 
-def _cells(row: str) -> list[str]:
-    """A table row's cells: split at each | outside code spans and not escaped."""
-    row = row.strip()
-    row = row[1:] if row.startswith("|") else row
-    row = row[:-1] if row.endswith("|") and not row.endswith("\\|") else row
-    cells, current, ticks = [], "", 0
-    for piece in re.split(r"(`+|\\\||\|)", row):
-        if piece.startswith("`"):
-            ticks = 0 if ticks == len(piece) else (ticks or len(piece))
-        if piece == "|" and not ticks:
-            cells.append(current)
-            current = ""
-        else:
-            current += "|" if piece == "\\|" else piece
-    return [c.strip() for c in [*cells, current]]
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.use(dollarmath_plugin, allow_space=False, allow_digits=False, double_inline=True)
+    md.validateLink = lambda url: True  # (every target is judged by _served instead)
+    md.core.ruler.push("headings_and_links", _headings_and_links)
+    for name, rule in (("heading_close", _heading_close), ("image", _image), ("fence", _fence),
+                       ("math_inline", _math_inline), ("math_inline_double", _math_inline_double),
+                       ("math_block", _math_block), ("table_open", _table),
+                       ("table_close", _table)):
+        md.add_render_rule(name, rule)
+    return md
 
 
-def _table(lines: list[str], i: int, ctx: Context, out: list[str]) -> int:
-    head = _cells(lines[i])
-    aligns = []
-    for rule in _cells(lines[i + 1]):
-        side = {(True, True): "center", (False, True): "right", (True, False): "left"}
-        aligns.append(side.get((rule.startswith(":"), rule.endswith(":"))))
-    i += 2
-    rows = []
-    while i < len(lines) and lines[i].strip() and "|" in lines[i]:
-        rows.append(_cells(lines[i]))
-        i += 1
-
-    styles = [f' style="text-align: {a}"' if a else "" for a in aligns] + [""] * len(head)
-
-    def row(cells: list[str], tag: str) -> str:
-        padded = (cells + [""] * len(head))[:len(head)]
-        return "<tr>" + "".join(f"<{tag}{style}>{inline(c, ctx)}</{tag}>"
-                                for c, style in zip(padded, styles)) + "</tr>"
-
-    body = "".join(row(r, "td") + "\n" for r in rows)
-    out.append(f'<div class="table-scroll"><table>\n<thead>{row(head, "th")}</thead>\n'
-               f"<tbody>\n{body}</tbody>\n</table></div>")
-    return i
+_MARKDOWN = _markdown()

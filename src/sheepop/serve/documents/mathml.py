@@ -1,214 +1,192 @@
-"""TeX formulas to MathML Core, which Chromium, Firefox and Safari draw themselves: the maths
-pages need no JavaScript renderer (docs/page.md, "The mathematics, rendered").
+"""TeX formulas to MathML, which Chromium, Firefox and Safari draw themselves: the maths pages
+need no JavaScript renderer (docs/page.md, "The mathematics, rendered").
 
-`to_mathml(tex, display)` reads the subset of TeX that docs/math and docs/derivations use:
-letters, numbers and operators; sub- and superscripts (under and over a \\sum, \\prod, \\max in
-a display); \\frac, \\dfrac, \\tfrac, \\sqrt, \\binom; Greek letters; \\mathbf, \\mathbb and the
-other alphabets; \\text, \\mathrm, \\operatorname; accents (\\hat, \\bar, ...), \\underbrace;
-\\left ... \\right and \\big-sized fences; spaces (\\, \\; \\quad ...); the environments pmatrix,
-bmatrix, cases, aligned and their kin, with & and \\\\. A command outside it is shown as its
-source in a <code class="tex-unsupported"> and listed in `Math.unsupported`: never dropped.
+latex2mathml reads the TeX; this module adds what the pages need around it, each measured on
+docs/ (docs/page.md lists them):
 
-Every character of the source reaches the output through html.escape: a formula cannot inject
-markup. The source itself rides along as the <annotation> (copy, search, screen readers).
+- safety: latex2mathml's own `convert` unescapes its whole output (to keep the `&#x2211;` it
+  writes), so `\\text{<b>}` would become markup. The element tree is serialised here instead,
+  each character reference turned into its character first, so every character of the source
+  reaches the page escaped;
+- `aligned`, which latex2mathml does not know (it draws `&` as a letter), is read as `align*`
+  (the same columns: right, left, right, left), and each environment as a group;
+- what TeX typesets and latex2mathml leaves to the browser (`_as_tex_sets`);
+- a command or an environment it does not know (shown as `\\foo` in an <mi>, or dropped), or a
+  formula it cannot read at all, is shown as its source in a <code class="tex-unsupported"> and
+  listed in `Math.unsupported`: never dropped.
+
+The source rides along as the <annotation> (copy, search, screen readers).
 """
 
 from __future__ import annotations
 
 import re
-from html import escape
 from typing import NamedTuple
+from xml.etree.ElementTree import Element, SubElement, tostring
 
-from sheepop.serve.documents.mathml_commands import Atom, command, mrow, operator
+import latex2mathml.commands
+import latex2mathml.converter
+import latex2mathml.exceptions
 
-_TOKEN = re.compile(r"\\([a-zA-Z]+|.)|(%[^\n]*)|(\s+)|(.)", re.S)
-_THIN = '<mspace width="0.1667em"/>'
-_NO_SPACE = ("(", "\\left", "^", "_", "\\big", "\\Big", "\\bigl", "\\Bigl", "\\!", "\\,", "")
+_REFERENCE = re.compile(r"&#x([0-9A-Fa-f]+);")
+_ENVIRONMENT = re.compile(r"\\begin\{([^}]*)\}")
+_KNOWN_ENVIRONMENTS = {name.lstrip("\\") for name in (
+    *latex2mathml.commands.MATRICES, latex2mathml.commands.ALIGN,
+    latex2mathml.commands.ALIGNSTAR, latex2mathml.commands.SPLIT)} | {"aligned"}
+_CANNOT_READ = (RecursionError, *(e for e in vars(latex2mathml.exceptions).values()
+                                  if isinstance(e, type) and issubclass(e, Exception)))
+"""latex2mathml's errors (a missing argument, an unclosed environment), and braces nested
+deeper than Python's stack."""
+
+
+_SCRIPTS = {"msub": "munder", "msup": "mover", "msubsup": "munderover"}
+_LARGE_OPERATORS = frozenset("\u2211\u220f\u2210\u22c3\u22c2")
+"""sum, product, coproduct, big union and intersection: limits under and over in a display
+(latex2mathml writes them so only at a formula's top level, not inside a root or \\left)."""
+_FENCES = frozenset("()[]{}|\u2016\u2223\u230a\u230b\u2308\u2309\u27e8\u27e9")
+"""Fences that TeX keeps at the text's size unless \\left, \\right or \\big asks."""
+_ROWS = ("mrow", "mtd", "msqrt", "mstyle", "mpadded", "mphantom", "menclose")
+"""The elements whose children are laid out in a row (the others have a fixed number)."""
 
 
 class Math(NamedTuple):
     markup: str                   # one <math> element
-    unsupported: tuple[str, ...]  # the commands shown as their source, in order
+    unsupported: tuple[str, ...]  # what is shown as its source, in order
 
 
 def to_mathml(tex: str, display: bool = False) -> Math:
     """The formula `tex` as a <math> element, a block when `display` (TeX's $$...$$)."""
-    parser = Parser(tex)
+    unsupported = [f"\\begin{{{name}}}" for name in _ENVIRONMENT.findall(tex)
+                   if name not in _KNOWN_ENVIRONMENTS]
     try:
-        lines = [parser.row(stops=("\\\\",))]
-        while parser.take() == "\\\\":  # lines outside an environment: one centred column
-            parser.optional()
-            lines.append(parser.row(stops=("\\\\",)))
-        body = mrow(lines[0], always=True) if len(lines) == 1 else (
-            '<mrow><mtable displaystyle="true">' + "".join(
-                f"<mtr><mtd>{mrow(line, always=True)}</mtd></mtr>" for line in lines if line)
-            + "</mtable></mrow>")
-    except RecursionError:  # braces nested thousands deep: show the source
-        parser.unsupported = ["(nesting too deep)"]
-        body = f'<mrow><mtext><code class="tex-unsupported">{escape(tex)}</code></mtext></mrow>'
-    head = '<math display="block">' if display else "<math>"
-    return Math(f'{head}<semantics>{body}<annotation encoding="application/x-tex">'
-                f"{escape(tex)}</annotation></semantics></math>", tuple(parser.unsupported))
+        body = latex2mathml.converter.convert_to_element(
+            _as_latex2mathml_reads(tex), display="block" if display else "inline")[0]
+    except _CANNOT_READ as e:
+        unsupported.append(f"(cannot read: {type(e).__name__})")
+        body = Element("mrow")
+        _source(SubElement(body, "mtext"), tex)
+    for element in body.iter():
+        element.text = _characters(element.text)
+        element.tail = _characters(element.tail)
+        if element.tag in ("mi", "mo") and re.fullmatch(r"\\[A-Za-z]+.*", element.text or ""):
+            unsupported.append(element.text)
+            element.tag, element.attrib = "mtext", {}
+            _source(element, element.text)
+    _as_tex_sets(body)
+    math = Element("math", {"display": "block"} if display else {})
+    semantics = SubElement(math, "semantics")
+    semantics.append(body)
+    SubElement(semantics, "annotation", {"encoding": "application/x-tex"}).text = tex
+    return Math(tostring(math, encoding="unicode", short_empty_elements=False),
+                tuple(unsupported))
 
 
-def _operand_expected(nodes: list[str]) -> bool:
-    """After nothing, or after an operator that is not a closing fence (= - or ( -), a minus
-    is a sign: TeX sets it with no space around it."""
-    if not nodes:
-        return True
-    last = re.fullmatch(r"<mo[^>]*>([^<]*)</mo>", nodes[-1])
-    return bool(last) and last.group(1) not in (")", "]", "|", "}", "\u2016", "\u230b", "\u2309")
+def _as_latex2mathml_reads(tex: str) -> str:
+    """`aligned` as `align*`; each environment a group of its own, so that the fences of a
+    pmatrix stretch to its own height, not to the tallest thing on its line."""
+    tex = re.sub(r"\\(begin|end)\{aligned\}", r"\\\1{align*}", tex)
+    tex = re.sub(r"\\\\\[[^\]]*\]", r"\\\\", tex)  # (\\[2ex]: latex2mathml shows [2ex])
+    return re.sub(r"\\end\{[^}]*\}", lambda m: m.group(0) + "}",
+                  re.sub(r"\\begin\{", "{\\\\begin{", tex))
 
 
-class Parser:
-    """A formula as tokens (\\name, one character, a space), read left to right: rows of atoms,
-    each with its scripts; commands are read by sheepop.serve.documents.mathml_commands."""
+def _as_tex_sets(body: Element) -> None:
+    """What TeX does and latex2mathml's output does not, in Chromium (which reads MathML Core:
+    no `mathvariant` but "normal", no automatic spacing after a function's name)."""
+    for element in list(body.iter()):
+        _upright(element)
+        _scripted(element)
+    for element in list(body.iter()):
+        _text_sized(element)
+        _spaces(element)
 
-    def __init__(self, tex: str):
-        self.tokens: list[str] = []
-        for m in _TOKEN.finditer(tex):
-            if m.group(1) is not None:
-                self.tokens.append("\\" + m.group(1))
-            elif m.group(3) is not None:
-                self.tokens.append(" ")
-            elif m.group(4) is not None:
-                self.tokens.append(m.group(4))
-        self.i = 0
-        self.unsupported: list[str] = []
 
-    def peek(self) -> str:
-        while self.i < len(self.tokens) and self.tokens[self.i] == " ":
-            self.i += 1
-        return self.tokens[self.i] if self.i < len(self.tokens) else ""
+def _scripted(element: Element) -> None:
+    """A sum's limits go under and over it in a display; a prime stands beside its letter."""
+    if element.tag in _SCRIPTS and element[0].tag == "mo" and element[0].text in _LARGE_OPERATORS:
+        element.tag = _SCRIPTS[element.tag]
+    elif element.tag in ("msup", "msubsup"):
+        _primes_beside(element)
 
-    def take(self) -> str:
-        token = self.peek()
-        self.i += 1
-        return token
 
-    def raw_group(self) -> str:
-        """The source of the next {...} argument (or of the next token), braces balanced."""
-        if self.peek() != "{":
-            return self.take()
-        self.i += 1
-        depth, out = 1, []
-        while self.i < len(self.tokens):
-            token = self.tokens[self.i]
-            self.i += 1
-            depth += (token == "{") - (token == "}")
-            if depth == 0:
-                break
-            out.append(token)
-        return "".join(out)
+def _text_sized(parent: Element) -> None:
+    """\\lVert, \\{ and their kin stay at the text's size, as a plain ( does (a matrix's fences
+    stretch to its height)."""
+    if any(child.tag == "mtable" for child in parent):
+        return
+    for fence in parent:
+        if fence.tag == "mo" and not fence.attrib and fence.text in _FENCES:
+            fence.set("stretchy", "false")
 
-    def optional(self) -> str | None:
-        """An optional [...] argument (\\sqrt[3], the spacing of \\\\[2ex]), or None."""
-        if self.peek() != "[":
-            return None
-        self.i += 1
-        out = []
-        while self.i < len(self.tokens) and self.tokens[self.i] != "]":
-            out.append(self.tokens[self.i])
-            self.i += 1
-        self.i += 1
-        return "".join(out)
 
-    def sub(self, tex: str) -> Parser:
-        """A parser of `tex` (an argument read raw) that reports to this one's list."""
-        inner = Parser(tex)
-        inner.unsupported = self.unsupported
-        return inner
+def _upright(element: Element) -> None:
+    """A name (\\operatorname, \\max) is an upright identifier, with no operator's spacing
+    around it; upper-case Greek is upright; \\texttt is monospace; text shows \\_ as _."""
+    text = element.text or ""
+    if element.tag == "mo" and len(text) > 1 and text.isalpha() \
+            and "movablelimits" not in element.attrib:  # (\operatorname*: limits under)
+        element.tag, element.attrib = "mi", {}
+    elif element.tag == "mi" and re.fullmatch("[\u0391-\u03a9]", text):
+        element.set("mathvariant", "normal")
+    elif element.tag == "mtext":
+        element.text = re.sub(r"\\([_#%&${}])", r"\1", text)
+        if element.attrib.pop("mathvariant", None) == "monospace":
+            element.set("class", "tt")
 
-    def unknown(self, source: str) -> Atom:
-        self.unsupported.append(source)
-        return Atom(f'<mtext><code class="tex-unsupported">{escape(source)}</code></mtext>')
 
-    # ----- rows, atoms and their scripts ---------------------------------------------------------
+def _spaces(row: Element) -> None:
+    """A minus after an operator is a sign, set close to its operand (= -1); a thin space
+    follows a function's name (\\sin x) unless a bracket does."""
+    if row.tag not in _ROWS:
+        return
+    for before, sign in zip(row[:-1], row[1:]):
+        if _is_sign(before, sign):
+            sign.set("lspace", "0")
+            sign.set("rspace", "0")
+    for k in range(len(row) - 2, -1, -1):
+        if _is_name(row[k]) and not re.fullmatch(r"[(\[|{\u2016]", row[k + 1].text or ""):
+            row.insert(k + 1, Element("mspace", {"width": "0.1667em"}))
 
-    def row(self, stops: tuple[str, ...]) -> list[str]:
-        """Atoms with their scripts up to (not including) one of `stops` or the end."""
-        nodes: list[str] = []
-        while (token := self.peek()) != "" and token not in stops:
-            if token in ("\\displaystyle", "\\textstyle"):
-                self.i += 1
-                style = "true" if token == "\\displaystyle" else "false"
-                nodes.append(f'<mrow displaystyle="{style}">{"".join(self.row(stops))}</mrow>')
-                break
-            if token in ("\\limits", "\\nolimits"):
-                self.i += 1
-                continue
-            if token in ("-", "+") and _operand_expected(nodes):  # a sign, not an operation
-                self.i += 1
-                sign = "\u2212" if token == "-" else "+"
-                nodes.append(f'<mo lspace="0" rspace="0">{sign}</mo>')
-                continue
-            atom = self.atom(merge_digits=True)
-            nodes.append(self.scripts(atom))
-            if atom.function and self.peek() not in _NO_SPACE:
-                nodes.append(_THIN)
-        return nodes
 
-    def argument(self) -> str:
-        """One argument: a {group}, or the single next token (\\frac12 is \\frac{1}{2})."""
-        if self.peek() == "{":
-            self.i += 1
-            nodes = self.row(stops=("}",))
-            self.i += 1
-            if len(nodes) == 1 and nodes[0].startswith("<mo>"):  # {:} is an ordinary symbol
-                nodes = ['<mo lspace="0" rspace="0">' + nodes[0][4:]]
-            return mrow(nodes)
-        if self.peek() in ("", "}", "&", "\\\\"):
-            return "<mrow></mrow>"
-        return self.atom(merge_digits=False).markup
+def _is_sign(before: Element, element: Element) -> bool:
+    """A + or - right after an operator that is not a closing fence."""
+    return element.tag == "mo" and element.text in ("\u2212", "+") and before.tag == "mo" \
+        and before.text not in (")", "]", "|", "}", "\u2016")
 
-    def scripts(self, base: Atom) -> str:
-        sub = sup = None
-        primes = ""
-        while True:
-            token = self.peek()
-            if token == "_" and sub is None:
-                self.i += 1
-                sub = self.argument()
-            elif token == "^" and sup is None:
-                self.i += 1
-                sup = self.argument()
-            elif token == "'":
-                self.i += 1
-                primes += "\u2032"
-            else:
-                break
-        if primes:  # the prime glyph is already raised: at script size it would be a speck
-            base = Atom(f'<mrow>{base.markup}<mo lspace="0" rspace="0">{primes}</mo></mrow>')
-        if sub is None and sup is None:
-            return base.markup
-        under, over, both = ("munder", "mover", "munderover") if base.limits \
-            else ("msub", "msup", "msubsup")
-        if sup is None:
-            return f"<{under}>{base.markup}{sub}</{under}>"
-        if sub is None:
-            return f"<{over}>{base.markup}{sup}</{over}>"
-        return f"<{both}>{base.markup}{sub}{sup}</{both}>"
 
-    def atom(self, merge_digits: bool) -> Atom:
-        token = self.take()
-        if token == "{":
-            self.i -= 1
-            return Atom(self.argument())
-        if token.startswith("\\") and len(token) > 1:
-            return command(self, token[1:])
-        if token.isdigit():
-            number = token
-            while merge_digits and self.i < len(self.tokens):
-                nxt = self.tokens[self.i]
-                if nxt.isdigit() or (nxt == "." and self.i + 1 < len(self.tokens)
-                                     and self.tokens[self.i + 1].isdigit()):
-                    number += nxt
-                    self.i += 1
-                else:
-                    break
-            return Atom(f"<mn>{number}</mn>")
-        if token.isalpha():
-            return Atom(f"<mi>{escape(token)}</mi>")
-        if token == "~":
-            return Atom("<mtext>\u00a0</mtext>")
-        return operator({"-": "\u2212", "*": "\u2217"}.get(token, token))
+def _primes_beside(scripted: Element) -> None:
+    """x' is written x^{\\prime}: the prime glyph is already raised, and at a superscript's size
+    it is a speck. It is set beside its base at full size, as TeX's fonts draw it."""
+    prime = scripted[-1]
+    if not re.fullmatch("[\u2032-\u2034]+", "".join(prime.itertext())):
+        return
+    base = Element("mrow")
+    base.append(scripted[0])
+    SubElement(base, "mo", {"lspace": "0", "rspace": "0"}).text = "".join(prime.itertext())
+    scripts = list(scripted)[1:-1]
+    scripted[:] = [base, *scripts]
+    if not scripts:
+        scripted.tag = "mrow"
+        scripted[:] = list(base)
+    else:
+        scripted.tag = "msub"
+
+
+def _is_name(element: Element) -> bool:
+    """An upright name of several letters (sin, softmax), alone or under its scripts."""
+    if element.tag in (*_SCRIPTS, *_SCRIPTS.values()) and len(element):
+        element = element[0]
+    text = element.text or ""
+    return element.tag == "mi" and len(text) > 1 and text.isalpha()
+
+
+def _characters(text: str | None) -> str | None:
+    """latex2mathml's character references (`&#x02211;`) as the characters themselves."""
+    return text and _REFERENCE.sub(lambda m: chr(int(m.group(1), 16)), text)
+
+
+def _source(element: Element, tex: str) -> None:
+    """`element` shows `tex` as code, marked as not drawn."""
+    element.text = None
+    element[:] = []
+    SubElement(element, "code", {"class": "tex-unsupported"}).text = tex

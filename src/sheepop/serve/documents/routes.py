@@ -1,7 +1,7 @@
 """The maths pages as web pages: GET /docs/{path} (docs/page.md, "The mathematics, rendered").
 
-    GET /docs/math/04-attention.md    the page, rendered (sheepop.serve.documents.markdown) into a whole
-                                      HTML page in the page's style, its formulas in MathML
+    GET /docs/math/04-attention.md    the page, rendered (documents.markdown) into a whole HTML
+                                      page in the page's style, its formulas in MathML
     GET /docs/images/attention.png    a picture one of the pages shows
     GET /docs/math/, /docs/math       redirected to the folder's index.md
 

@@ -3,30 +3,24 @@ mathematics, rendered").
 
 Shown: every page of docs/math/ and docs/derivations/, the two derivations the maths pages
 lean on (docs/backprop.md, docs/architectures.md), and the pictures of docs/images/ those pages
-show. They are read from the source checkout's docs/ when sheepop runs from one, and otherwise
-from the copy shipped inside the package (src/sheepop/serve/docs/, package data), since an
-installed package holds no docs/. tests/serve/test_markdown.py keeps the copy equal to docs/;
+show. They are read from the source checkout's docs/ when sheepop runs from one (an editable
+install, the tests), and otherwise from the package's own `documents/docs/`, which building the
+package fills from docs/ (setup.py's build_py, with `files` below): docs/ is the one copy in
+the repository. tests/serve/test_documents_wheel.py builds a wheel and serves its pages.
 
-    python -m sheepop.serve.documents.shown
-
-refreshes it (it copies what is shown, and removes what is no longer).
+This module imports nothing of sheepop's, so setup.py can load it before sheepop is installed.
 """
 
 from __future__ import annotations
 
-import filecmp
 import posixpath
 import re
-import shutil
 from pathlib import Path
 
-from sheepop.errors import UserError
-
 SOURCE = Path(__file__).resolve().parents[4] / "docs"
-SHIPPED = Path(__file__).resolve().parents[1] / "docs"
+SHIPPED = Path(__file__).resolve().with_name("docs")
 FOLDERS = ("math", "derivations")
 PAGES = ("backprop.md", "architectures.md")
-REFRESH = "python -m sheepop.serve.documents.shown"
 _PICTURE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)")
 
 
@@ -54,38 +48,5 @@ def pictures(docs: Path) -> list[str]:
 
 
 def files(docs: Path) -> list[str]:
-    """Every file shown, pages then pictures."""
+    """Every file shown, pages then pictures: what a built package carries."""
     return pages(docs) + pictures(docs)
-
-
-def differences(source: Path = SOURCE, shipped: Path = SHIPPED) -> list[str]:
-    """The files where the package's copy is not docs/: missing, changed or left over."""
-    wanted = files(source)
-    have = sorted(str(p.relative_to(shipped)) for p in shipped.rglob("*") if p.is_file()) \
-        if shipped.is_dir() else []
-    changed = [f for f in wanted if f not in have
-               or not filecmp.cmp(source / f, shipped / f, shallow=False)]
-    return changed + [f for f in have if f not in wanted]
-
-
-def refresh(source: Path = SOURCE, shipped: Path = SHIPPED) -> list[str]:
-    """Makes the package's copy equal to docs/; returns the files it changed."""
-    if not (source / "math" / "index.md").is_file():
-        raise UserError(f"{source}: no docs/math/index.md: run this from a source checkout")
-    changed = differences(source, shipped)
-    wanted = set(files(source))
-    for name in changed:
-        if name in wanted:
-            (shipped / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source / name, shipped / name)
-        else:
-            (shipped / name).unlink()
-    return changed
-
-
-if __name__ == "__main__":
-    try:
-        for name in refresh() or ["(nothing to do: the copy is docs/)"]:
-            print(name)
-    except UserError as e:
-        raise SystemExit(f"error: {e}") from None
