@@ -107,137 +107,152 @@ _REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fie
 BUSY = ApiError(503, "the server has too many open connections; try again shortly",
                 type="server_error", code="too_many_connections", headers={"Retry-After": "1"})
 SLOW = ApiError(408, "the request did not arrive in time", code="request_timeout")
+HEAD_TOO_LARGE = ApiError(431, f"the request's head is larger than {H11_MAX_HEAD} bytes",
+                          code="request_header_too_large")
 
 
 def guarded_protocol(lim: Limits) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with the rules of this module (the class goes in Config.http)."""
-    refusing: set[Guarded] = set()
+    """uvicorn's h11 protocol with the rules of this module (the class goes in Config.http):
+    GuardedProtocol bound to one server's limits and its own set of lingering refusals."""
+    return type("Guarded", (GuardedProtocol,), {"limits": lim, "refusing": set()})
 
-    class Guarded(H11Protocol):
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            self._deadline: asyncio.TimerHandle | None = None
-            self._stalled: asyncio.TimerHandle | None = None
+
+class GuardedProtocol(H11Protocol):
+    """One connection under the rules of this module. A connection past `max_connections` is
+    refused (`_refuse`) and then only waits to be closed; any other is uvicorn's, timed: idle
+    until its first byte, `read` seconds for the whole request, `idle` seconds stalled on a
+    client that reads nothing."""
+
+    limits: Limits
+    refusing: set[GuardedProtocol]  # refusals lingering, at most limits.max_refusing
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._deadline: asyncio.TimerHandle | None = None
+        self._stalled: asyncio.TimerHandle | None = None
+        self._reading = False
+        self._refused = len(self.connections) >= self.limits.max_connections
+        if self._refused:
+            self._refuse(transport)
+            return
+        super().connection_made(transport)
+        self._arm(self.limits.idle, self._idle_out)
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        """503 at once, before reading the request; the connection lingers while the client
+        reads it, unless too many already do."""
+        self.transport = transport
+        transport.write(error_bytes(BUSY))
+        if len(self.refusing) >= self.limits.max_refusing:
+            transport.close()  # (at once: its descriptor is given back)
+            return
+        self.refusing.add(self)
+        transport.write_eof()  # (then read what the client sent: closing on unread data would
+        # reset the connection, and the client could lose the answer)
+        self._arm(REFUSAL_LINGER_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        if not self._reading:
+            self._reading = True
+            self._arm(self.limits.read, self._read_out)
+        if self.conn.their_state is h11.IDLE and _head_too_large(self.conn, data):
+            self._answer(HEAD_TOO_LARGE)
+            return
+        super().data_received(data)
+        if self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR):
             self._reading = False
-            self._refused = len(self.connections) >= lim.max_connections
-            if self._refused:
-                self.transport = transport
-                if len(refusing) >= lim.max_refusing:
-                    transport.write(error_bytes(BUSY))
-                    transport.close()  # (at once: its descriptor is given back)
-                    return
-                refusing.add(self)
-                transport.write(error_bytes(BUSY))
-                transport.write_eof()  # (then read what the client sent: closing on unread
-                # data would reset the connection, and the client could lose the answer)
-                self._arm(REFUSAL_LINGER_S, transport.close)
-                return
-            super().connection_made(transport)
-            self._arm(lim.idle, self._idle_out)
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return
-            if not self._reading:
-                self._reading = True
-                self._arm(lim.read, self._read_out)
-            if self.conn.their_state is h11.IDLE and self._head_too_large(data):
-                self._answer(ApiError(431, f"the request's head is larger than {H11_MAX_HEAD} "
-                                           f"bytes", code="request_header_too_large"))
-                return
-            super().data_received(data)
-            if self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.ERROR):
-                self._reading = False
-                self._disarm()
-
-        def eof_received(self) -> bool | None:
-            if self._refused:
-                self.transport.close()
-            return None
-
-        def pause_writing(self) -> None:
-            if self._refused:
-                return
-            super().pause_writing()
-            if self._stalled is None:
-                self._stalled = self.loop.call_later(lim.idle, self._stalled_out)
-
-        def resume_writing(self) -> None:
-            if self._refused:
-                return
-            super().resume_writing()
-            if self._stalled is not None:
-                self._stalled.cancel()
-                self._stalled = None
-
-        def _stalled_out(self) -> None:
-            self._stalled = None
-            self.transport.abort()  # (closing would wait for the buffer to drain: never)
-
-        def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
-            if self._stalled is not None:
-                self._stalled.cancel()
-                self._stalled = None
-            if self._refused:
-                refusing.discard(self)
-                return
-            super().connection_lost(exc)
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            # The next request starts with the next byte; meanwhile uvicorn's keep-alive timer
-            # (Config.timeout_keep_alive = idle) holds the connection.
-            self._reading = False
+    def eof_received(self) -> bool | None:
+        if self._refused:
+            self.transport.close()
+        return None
 
-        def send_400_response(self, msg: str) -> None:
-            data, _ = self.conn.trailing_data
-            self._answer(ApiError(431, f"the request's head is larger than {H11_MAX_HEAD} bytes",
-                                  code="request_header_too_large")
-                         if len(data) > H11_MAX_HEAD else
-                         ApiError(400, f"{msg.rstrip('.')}: not HTTP/1.1", code="invalid_http"))
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # The next request starts with the next byte; meanwhile uvicorn's keep-alive timer
+        # (Config.timeout_keep_alive = idle) holds the connection.
+        self._reading = False
 
-        def _head_too_large(self, data: bytes) -> bool:
-            """Whether the head being received passes H11_MAX_HEAD bytes (h11 checks it only
-            while the head is incomplete, and a whole one in a single read passes)."""
-            buffered, _ = self.conn.trailing_data
-            if len(buffered) + len(data) <= H11_MAX_HEAD:
-                return False
-            return (buffered + data).find(b"\r\n\r\n", 0, H11_MAX_HEAD + 4) < 0
+    def send_400_response(self, msg: str) -> None:
+        data, _ = self.conn.trailing_data
+        self._answer(HEAD_TOO_LARGE if len(data) > H11_MAX_HEAD else
+                     ApiError(400, f"{msg.rstrip('.')}: not HTTP/1.1", code="invalid_http"))
 
-        def _answer(self, e: ApiError) -> None:
-            self.transport.write(error_bytes(e))
+    def _answer(self, e: ApiError) -> None:
+        self.transport.write(error_bytes(e))
+        self.transport.close()
+
+    # ----- a client that reads nothing -------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        if self._refused:
+            return
+        super().pause_writing()
+        if self._stalled is None:
+            self._stalled = self.loop.call_later(self.limits.idle, self._stalled_out)
+
+    def resume_writing(self) -> None:
+        if self._refused:
+            return
+        super().resume_writing()
+        self._unstall()
+
+    def _stalled_out(self) -> None:
+        self._stalled = None
+        self.transport.abort()  # (closing would wait for the buffer to drain: never)
+
+    def _unstall(self) -> None:
+        if self._stalled is not None:
+            self._stalled.cancel()
+            self._stalled = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._unstall()
+        if self._refused:
+            self.refusing.discard(self)
+            return
+        super().connection_lost(exc)
+
+    # ----- the idle and read deadlines -------------------------------------------------------
+
+    def _arm(self, seconds: float, then: Any) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, then)
+
+    def _disarm(self) -> None:
+        if getattr(self, "_deadline", None) is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _idle_out(self) -> None:
+        if not self._reading and self.cycle is None and not self.transport.is_closing():
             self.transport.close()
 
-        # ----- timers ------------------------------------------------------------------------
-
-        def _arm(self, seconds: float, then: Any) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(seconds, then)
-
-        def _disarm(self) -> None:
-            if getattr(self, "_deadline", None) is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _idle_out(self) -> None:
-            if not self._reading and self.cycle is None and not self.transport.is_closing():
+    def _read_out(self) -> None:
+        if not self._reading or self.transport.is_closing():
+            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if cycle.response_started:  # (a response under way: nothing more to say)
                 self.transport.close()
-
-        def _read_out(self) -> None:
-            if not self._reading or self.transport.is_closing():
                 return
-            cycle = self.cycle
-            if cycle is not None and not cycle.response_complete:
-                if cycle.response_started:  # (a response under way: nothing more to say)
-                    self.transport.close()
-                    return
-                # The head arrived but the body did not: the app's read sees a disconnection,
-                # and whatever it answers is dropped for this 408.
-                cycle.disconnected = True
-                cycle.message_event.set()
-            self._answer(SLOW)
+            # The head arrived but the body did not: the app's read sees a disconnection,
+            # and whatever it answers is dropped for this 408.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self._answer(SLOW)
 
-    return Guarded
+
+def _head_too_large(conn: h11.Connection, data: bytes) -> bool:
+    """Whether the head being received passes H11_MAX_HEAD bytes (h11 checks it only while the
+    head is incomplete, and a whole one in a single read passes)."""
+    buffered, _ = conn.trailing_data
+    if len(buffered) + len(data) <= H11_MAX_HEAD:
+        return False
+    return (buffered + data).find(b"\r\n\r\n", 0, H11_MAX_HEAD + 4) < 0
 
 
 class OnceLog:
