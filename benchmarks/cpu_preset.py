@@ -1,0 +1,95 @@
+"""Which preset trains best on a CPU in `make run`'s time: tiny (nanoGPT's recipe at tiny's
+shape) against `cpu` (the same shape with the modern recipe) and variants of it.
+
+    python benchmarks/cpu_preset.py                 # tiny's 1,500 steps against each candidate
+    python benchmarks/cpu_preset.py --steps 300     # a quick look
+
+Each candidate's step costs what its pieces cost (Muon's iteration, RMSNorm), so "the same
+time" is not "the same steps": each candidate's step is timed first (the candidates
+alternating, a few steps each, after a warm-up), and it then trains for tiny's `--steps` times
+tiny's step over its own, so that its schedule ends when tiny's time does. The runs alternate
+too, on the built-in data `make run` trains on; each prints its last validation loss (the
+same held-out windows for all) and its wall time. The load average is printed beside them: the
+machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import machine
+import torch
+
+from sheepop.config.build import build_config
+from sheepop.data.dataset import load_dataset
+from sheepop.train.start import setup
+
+CANDIDATES = {
+    "tiny": ("tiny", []),
+    "cpu": ("cpu", []),
+    "cpu, AdamW (no Muon)": ("cpu", ["train.optimizer=adamw"]),
+    "cpu, LayerNorm": ("cpu", ["model.norm=layernorm"]),
+}
+
+
+def trainer_for(preset: str, sets: list[str], steps: int, folder: str, dataset):
+    cfg = build_config(preset, None, [*sets, f"train.steps={steps}", "train.checkpoint_interval=0",
+                                      f"train.eval_interval={max(1, steps // 6)}",
+                                      "train.log_interval=1000000"])
+    return setup(None, cfg, Path(folder) / "run", dataset=dataset, progress=False,
+                 log=lambda *_: None)
+
+
+def step_seconds(preset: str, sets: list[str], dataset, steps: int = 12) -> float:
+    """Median seconds a step, over `steps` steps after two of warm-up (no evaluation)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = trainer_for(preset, sets, 10_000, tmp, dataset)
+        times = []
+        for i in range(steps + 2):
+            batch = [trainer.sampler.next_batch()]
+            t0 = time.perf_counter()
+            trainer.engine.train_step(batch, trainer.cfg.train.lr)
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=1500, help="tiny's steps (make run's)")
+    ap.add_argument("--only", default="", help="comma-separated candidate names")
+    args = ap.parse_args()
+    names = [n for n in CANDIDATES if not args.only or n in args.only.split(",")]
+    print(machine.summary())
+    dataset = load_dataset(None, build_config("tiny", None, []).data)
+    per_step = {n: [] for n in names}
+    for _ in range(3):  # alternating rounds, so a burst of load lands on every candidate
+        for n in names:
+            per_step[n].append(step_seconds(*CANDIDATES[n], dataset))
+    step_s = {n: statistics.median(v) for n, v in per_step.items()}
+    budget = args.steps * step_s["tiny"]
+    print("step times (median of 3 rounds): "
+          + ", ".join(f"{n} {1000 * s:.1f} ms" for n, s in step_s.items())
+          + f"; tiny's {args.steps} steps ~ {budget:.0f} s  (load {os.getloadavg()[0]:.1f})",
+          flush=True)
+    print("| preset | steps | step x tiny | val loss | seconds | load |")
+    print("|---|---|---|---|---|---|")
+    for n in names:
+        steps = max(1, round(budget / step_s[n]))
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer = trainer_for(*CANDIDATES[n], steps, tmp, dataset)
+            torch.manual_seed(0)
+            t0 = time.perf_counter()
+            summary = trainer.run()
+            seconds = time.perf_counter() - t0
+        print(f"| {n} | {steps} | {step_s[n] / step_s['tiny']:.2f} | {summary.val_loss:.4f} | "
+              f"{seconds:.0f} | {os.getloadavg()[0]:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
