@@ -30,10 +30,11 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
     checks += [
         (m.vocab_size >= 0, "model.vocab_size must be >= 0 (0: taken from the tokenizer)"),
         (m.logit_softcap >= 0, "model.logit_softcap must be >= 0 (0: off)"),
-        (0 <= 2 * m.value_embeds <= m.n_layer, f"model.value_embeds must be 0 to n_layer / 2 "
-         f"({m.n_layer // 2}): the first N layers and the last N read the tables, not "
-         f"{m.value_embeds}"),
         (m.n_layer >= 1, "model.n_layer must be at least 1"),
+        # After n_layer's own rule: a bad n_layer is named as such, not as a table count.
+        (m.value_embeds == 0 or 0 <= 2 * m.value_embeds <= m.n_layer,
+         f"model.value_embeds must be 0 to n_layer / 2 ({max(m.n_layer, 0) // 2}): the first N "
+         f"layers and the last N read the tables, not {m.value_embeds}"),
         (m.n_head >= 1, "model.n_head must be at least 1"),
         (m.n_embd >= 1, "model.n_embd must be at least 1"),
         (m.n_head >= 1 and m.n_embd % m.n_head == 0,
