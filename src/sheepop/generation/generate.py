@@ -34,8 +34,10 @@ a batch sees what it sees alone.
 Every step of every sequence draws the next token from its own `numpy.random.Generator`, so a
 prompt generated inside a batch gets the same tokens as generated alone. The tokens a model lists
 in `never_generate` (set by sheepop.inference.load: padding, BOS, unknown) get probability 0
-in every loop. sheepop.generation.text_stream turns these tokens into text: pieces streamed as
-they become certain, and stop strings.
+in every loop. A sequence may carry a constraint's state (sheepop.generation.constraint): its
+mask of the tokens the grammar allows is applied first, and the state takes each token drawn; in
+a batch each row has its own. sheepop.generation.text_stream turns these tokens into text:
+pieces streamed as they become certain, and stop strings.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sheepop.config.schema import SampleConfig
+from sheepop.generation.constraint import ConstraintState
 from sheepop.generation.protocol import BatchLanguageModel, LanguageModel
 from sheepop.generation.sample import (
     check_finite,
@@ -98,18 +101,24 @@ def never_generated(lm: LanguageModel | BatchLanguageModel) -> list[int]:
 
 def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
                seen: np.ndarray | None = None, want_probs: bool = False,
-               never: Sequence[int] = ()) -> tuple[int, np.ndarray | None]:
+               never: Sequence[int] = (), allowed: np.ndarray | None = None
+               ) -> tuple[int, np.ndarray | None]:
     """One token from one row of logits, and the distribution it was drawn from.
 
-    The `never` ids get logit -inf first (probability 0). Greedy (temperature 0) takes the
+    The `never` ids, and where `allowed` (bool, the logits' shape: a constraint's mask) is
+    False, get logit -inf first (probability 0). Greedy (temperature 0) takes the
     argmax and reports softmax(z) as the distribution, only when `want_probs` (a float64
     softmax over a 50k vocabulary is not free).
     """
     check_settings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)  # ValueError: a bad call
     check_finite(logits)
-    if never:
+    if never or allowed is not None:
         logits = np.array(logits, copy=True)
-        logits[never] = -np.inf
+        logits[list(never)] = -np.inf  # (a list: logits[()] would be every element)
+        if allowed is not None:
+            if not allowed.any():  # (a bug: a state that has ended is not asked again)
+                raise ValueError("the constraint allows no token")
+            logits[~allowed] = -np.inf
     z = logits if seen is None else penalize_repeats(logits, seen, cfg.repetition_penalty)
     if cfg.temperature <= 0:
         return int(np.argmax(z)), (softmax(np.asarray(z, np.float64)) if want_probs else None)
@@ -119,9 +128,10 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
 
 @quiet_overflow
 def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
-             use_cache: bool = True, eos_id: int | None = None, show_probs: int = 0
-             ) -> Iterator[Step]:
-    """Yield up to `cfg.max_new_tokens` tokens after `prompt`, stopping after `eos_id`.
+             use_cache: bool = True, eos_id: int | None = None, show_probs: int = 0,
+             constraint: ConstraintState | None = None) -> Iterator[Step]:
+    """Yield up to `cfg.max_new_tokens` tokens after `prompt`, stopping after `eos_id`; only
+    tokens `constraint` allows, when given.
 
     An iterator: each token is yielded as soon as it is drawn (stop iterating to stop early).
     """
@@ -137,7 +147,10 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     slides = getattr(lm, "slides", False)
     chunk, start = slide_chunk(cfg, T), 0  # absolute positions: the model sees ids[start:]
     for n in range(cfg.max_new_tokens):
-        token, shown = next_token(logits, cfg, rng, seen, show_probs > 0, never)
+        allowed = None if constraint is None else constraint.allowed(logits.shape[-1])
+        token, shown = next_token(logits, cfg, rng, seen, show_probs > 0, never, allowed)
+        if constraint is not None:
+            constraint.advance(token)
         shown_top = top_tokens(shown, show_probs) if show_probs and shown is not None else []
         yield Step(token, shown_top)
         if (eos_id is not None and token == eos_id) or n == cfg.max_new_tokens - 1:
@@ -168,13 +181,14 @@ def _seen_mask(ids: Sequence[int], vocab: int) -> np.ndarray:
 class _Rows:
     """The prompts of a batch as it runs: prompt b's tokens `ids[b]` (the prompt cropped to the
     context, then what it generated), its generator and repeated-token mask, and `starts[b]`,
-    the first token its window holds (absolute positions: s(n)); row r of the model's batch is
-    prompt `active[r]`."""
+    the first token its window holds (absolute positions: s(n)), its constraint's state (or
+    None); row r of the model's batch is prompt `active[r]`."""
     ids: list[list[int]]
     rngs: list[np.random.Generator]
     seen: list[np.ndarray] | None
     starts: list[int]
     active: list[int]
+    constraints: list[ConstraintState | None]
 
     def windows(self) -> list[list[int]]:
         """What each active row's model sees: ids[b][starts[b]:]."""
@@ -192,17 +206,21 @@ class _Rows:
 
 
 def _start_rows(prompts: Sequence[Sequence[int]], cfg: SampleConfig, block_size: int,
-                seeds: Sequence[int] | None) -> _Rows:
-    """Check the prompts and seeds; each prompt's row, before its first token."""
+                seeds: Sequence[int] | None,
+                constraints: Sequence[ConstraintState | None] | None) -> _Rows:
+    """Check the prompts, seeds and constraints; each prompt's row, before its first token."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generation needs at least one prompt token in every prompt")
     _check(cfg)
     seeds = [resolved_seed(cfg.seed)] * len(prompts) if seeds is None else list(seeds)
     if len(seeds) != len(prompts):
         raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+    constraints = [None] * len(prompts) if constraints is None else list(constraints)
+    if len(constraints) != len(prompts):
+        raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
     return _Rows([list(p)[-block_size:] for p in prompts],
                  [np.random.default_rng(s) for s in seeds], None, [0] * len(prompts),
-                 list(range(len(prompts))))
+                 list(range(len(prompts))), constraints)
 
 
 def _draw_rows(rows: _Rows, logits: np.ndarray, cfg: SampleConfig, never: Sequence[int],
@@ -213,7 +231,12 @@ def _draw_rows(rows: _Rows, logits: np.ndarray, cfg: SampleConfig, never: Sequen
     still = []
     for r, b in enumerate(rows.active):
         row_seen = rows.seen[b] if rows.seen is not None else None
-        token, _ = next_token(logits[r], cfg, rows.rngs[b], row_seen, never=never)
+        state = rows.constraints[b]
+        allowed = None if state is None else state.allowed(logits.shape[-1])
+        token, _ = next_token(logits[r], cfg, rows.rngs[b], row_seen, never=never,
+                              allowed=allowed)
+        if state is not None:
+            state.advance(token)
         out[b] = token
         rows.ids[b].append(token)
         if row_seen is not None:
@@ -251,7 +274,8 @@ def _next_logits(lm: BatchLanguageModel, rows: _Rows, use_cache: bool, chunk: in
 @quiet_overflow
 def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
                    cfg: SampleConfig, use_cache: bool = True, eos_id: int | None = None,
-                   seeds: Sequence[int] | None = None
+                   seeds: Sequence[int] | None = None,
+                   constraints: Sequence[ConstraintState | None] | None = None
                    ) -> Generator[list[int | None], Collection[int] | None, None]:
     """Generate after several prompts at once; yield, at each step, one token per prompt.
 
@@ -259,9 +283,10 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
     `send(indices)` instead of `next` ends those prompts too.
     Row b draws from `numpy.random.default_rng(seeds[b])` (default: `cfg.seed` for every row;
     a fresh one shared by every row when it is -1),
-    so its tokens are those `generate` gives for that prompt and seed alone.
+    so its tokens are those `generate` gives for that prompt and seed alone. Row b draws only
+    what `constraints[b]` allows (None: any token), each row's state its own.
     """
-    rows = _start_rows(prompts, cfg, lm.block_size, seeds)
+    rows = _start_rows(prompts, cfg, lm.block_size, seeds, constraints)
     logits = lm.prefill_batch(rows.ids) if use_cache else lm.full_batch(rows.ids)
     if cfg.repetition_penalty != 1.0:
         rows.seen = [_seen_mask(p, logits.shape[-1]) for p in prompts]
@@ -279,10 +304,12 @@ def generate_batch(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
 
 def generate_batch_ids(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]],
                        cfg: SampleConfig, use_cache: bool = True, eos_id: int | None = None,
-                       seeds: Sequence[int] | None = None) -> list[list[int]]:
+                       seeds: Sequence[int] | None = None,
+                       constraints: Sequence[ConstraintState | None] | None = None
+                       ) -> list[list[int]]:
     """The new tokens of each prompt (its `eos_id` included when it ended on one)."""
     outputs: list[list[int]] = [[] for _ in prompts]
-    for step in generate_batch(lm, prompts, cfg, use_cache, eos_id, seeds):
+    for step in generate_batch(lm, prompts, cfg, use_cache, eos_id, seeds, constraints):
         for b, token in enumerate(step):
             if token is not None:
                 outputs[b].append(token)

@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from sheepop.config.schema import SampleConfig
+from sheepop.generation.constraint import ConstraintState
 from sheepop.generation.generate import generate, generate_batch
 from sheepop.generation.protocol import BatchLanguageModel, LanguageModel
 from sheepop.generation.speed import Stopwatch
@@ -64,15 +65,17 @@ class StopStrings:
 
 def stream_text(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
                 decoder: TextDecoder, stop: Sequence[str] = (), eos_id: int | None = None,
-                use_cache: bool = True, stopwatch: Stopwatch | None = None) -> Iterator[str]:
+                use_cache: bool = True, stopwatch: Stopwatch | None = None,
+                constraint: ConstraintState | None = None) -> Iterator[str]:
     """Yield the generated text in pieces as soon as they are certain.
 
     Generation ends at `eos_id` (not shown), after `cfg.max_new_tokens`, or at the first of
     the `stop` strings (cut off, not shown). Concatenated, the pieces are the decoded new tokens
     up to that point. `stopwatch` notes when each token is drawn (sheepop.generation.speed).
+    `constraint`: only the tokens its grammar allows (sheepop.generation.constraint).
     """
     cut = StopStrings(stop)
-    steps = generate(lm, prompt, cfg, use_cache, eos_id)
+    steps = generate(lm, prompt, cfg, use_cache, eos_id, constraint=constraint)
     for step in steps if stopwatch is None else stopwatch.watch(steps):
         if eos_id is not None and step.token == eos_id:
             break
@@ -90,14 +93,16 @@ def stream_text(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
 def generate_texts(lm: BatchLanguageModel, prompts: Sequence[Sequence[int]], cfg: SampleConfig,
                    decoders: Sequence[TextDecoder], stop: Sequence[str] = (),
                    eos_id: int | None = None, use_cache: bool = True,
-                   seeds: Sequence[int] | None = None) -> list[str]:
-    """The text generated after each prompt, all prompts in one batch (see `stream_text`)."""
+                   seeds: Sequence[int] | None = None,
+                   constraints: Sequence[ConstraintState | None] | None = None) -> list[str]:
+    """The text generated after each prompt, all prompts in one batch (see `stream_text`);
+    prompt b's only what `constraints[b]` allows."""
     if len(decoders) != len(prompts):
         raise ValueError(f"{len(decoders)} decoders for {len(prompts)} prompts")
     cuts = [StopStrings(stop) for _ in prompts]
     texts = [""] * len(prompts)
     done = [False] * len(prompts)
-    steps = generate_batch(lm, prompts, cfg, use_cache, eos_id, seeds)
+    steps = generate_batch(lm, prompts, cfg, use_cache, eos_id, seeds, constraints)
     step = next(steps, None)
     while step is not None:
         ended = set()

@@ -239,6 +239,15 @@ class Tokenizer(ABC):
             return self.special_tokens[token]
         return self._str_to_id(token)
 
+    def vocabulary_bytes(self) -> list[bytes | None]:
+        """Each id's bytes as it writes them after another token (what a token mask over the
+        vocabulary matches against the text: sheepop.generation.constraint); None for a special
+        token, which writes no text. A kind whose bytes depend on the token before (word: its
+        spaces) refuses with UserError."""
+        prev = 0  # (any id: only "after the first token" matters, e.g. a metaspace's space)
+        return [None if i in self._special_by_id else self._piece_bytes(i, prev)
+                for i in range(self.vocab_size)]
+
     # ----- the file ---------------------------------------------------------------------------
 
     def to_json(self) -> str:

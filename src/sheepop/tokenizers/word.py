@@ -95,6 +95,11 @@ class WordTokenizer(Tokenizer):
     def _piece_bytes(self, i: int, prev: int | None) -> bytes:
         return self._spaced(self._itos[i], prev)
 
+    def vocabulary_bytes(self) -> list[bytes | None]:
+        raise UserError("a word tokenizer's tokens have no bytes of their own (the space before "
+                        "a word depends on the word before it), so its output cannot be "
+                        "constrained: use a char, bpe or pretrained tokenizer")
+
     def _spaced(self, word: str, prev: int | None) -> bytes:
         if prev is None or word in NO_SPACE_BEFORE:
             return word.encode("utf-8")
