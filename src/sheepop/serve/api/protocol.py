@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from sheepop.config.schema import SampleConfig
 from sheepop.errors import UserError
@@ -153,22 +153,22 @@ def _completion_prompts(body: dict, tokenizer: Tokenizer) -> tuple[list[list[int
     if not isinstance(p, list) or not p:
         raise bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids "
                             f"or a list of such lists, not {shown(body.get('prompt'))}")
-    ids, texts = [], []
-    for item in p:
-        if isinstance(item, str):
-            ids.append(tokenizer.encode(item) or _start(tokenizer))
-            texts.append(item)
-        elif isinstance(item, list) and item and all(type(i) is int for i in item):
-            bad_id = next((i for i in item if not 0 <= i < tokenizer.vocab_size), None)
-            if bad_id is not None:
-                raise bad("prompt", f"token id {bad_id} is outside the vocabulary "
-                                    f"(0..{tokenizer.vocab_size - 1})")
-            ids.append(list(item))
-            texts.append(tokenizer.decode(item))
-        else:
-            raise bad("prompt", f"a prompt must be a string or a non-empty list of token ids, "
-                                f"not {shown(item)}")
-    return ids, texts
+    read = [_completion_prompt(item, tokenizer) for item in p]
+    return [ids for ids, _ in read], [text for _, text in read]
+
+
+def _completion_prompt(item: Any, tokenizer: Tokenizer) -> tuple[list[int], str]:
+    """(ids, text) of one prompt: a string, or a non-empty list of token ids."""
+    if isinstance(item, str):
+        return tokenizer.encode(item) or _start(tokenizer), item
+    if not (isinstance(item, list) and item and all(type(i) is int for i in item)):
+        raise bad("prompt", f"a prompt must be a string or a non-empty list of token ids, "
+                            f"not {shown(item)}")
+    bad_id = next((i for i in item if not 0 <= i < tokenizer.vocab_size), None)
+    if bad_id is not None:
+        raise bad("prompt", f"token id {bad_id} is outside the vocabulary "
+                            f"(0..{tokenizer.vocab_size - 1})")
+    return list(item), tokenizer.decode(item)
 
 
 def _start(tokenizer: Tokenizer) -> list[int]:
@@ -184,29 +184,53 @@ def _messages(body: dict) -> list[dict[str, str]]:
     raw = body.get("messages")
     if not isinstance(raw, list):
         raise bad("messages", f"'messages' must be a list of messages, not {shown(raw)}")
-    out = []
-    for m in raw:
-        if not isinstance(m, dict):
-            out.append(m)  # (message_problem names it)
-            continue
-        content = m.get("content")
-        if isinstance(content, list):
-            if not all(isinstance(c, dict) and c.get("type") == "text"
-                       and isinstance(c.get("text"), str) for c in content):
-                raise bad("messages", "only text content parts are supported")
-            content = "".join(c["text"] for c in content)
-        role = "system" if m.get("role") == "developer" else m.get("role")
-        out.append({"role": role, "content": content})
-    problem = message_problem(out)
+    out = [_message(m) if isinstance(m, dict) else m for m in raw]  # (message_problem names
+    problem = message_problem(out)  # a message that is no object)
     if problem is not None:
         raise bad("messages", f"not a conversation: {problem}")
     return out
+
+
+def _message(m: dict) -> dict[str, Any]:
+    """One message: its text parts joined, 'developer' read as 'system'."""
+    content = m.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(c, dict) and c.get("type") == "text"
+                   and isinstance(c.get("text"), str) for c in content):
+            raise bad("messages", "only text content parts are supported")
+        content = "".join(c["text"] for c in content)
+    role = "system" if m.get("role") == "developer" else m.get("role")
+    return {"role": role, "content": content}
 
 
 # ----- the whole request -------------------------------------------------------------------------
 
 def parse(body: Any, served: Served, chat: bool) -> Request:
     """A checked `Request` from a decoded JSON body, or ApiError."""
+    _for_this_server(body, served)
+    prompts, texts, end, stops, top, max_tokens = (
+        _chat_part if chat else _completion_part)(body, served.tokenizer)
+    if _bool(body, "ignore_eos"):  # (an extension, as vLLM's: benchmarks run to max_tokens)
+        end = frozenset()
+    n = _int(body, "n", 1, MAX_N, 1)
+    if len(prompts) * n > served.max_choices:
+        raise bad("n", f"{len(prompts)} prompt(s) x n={n} choices is more than this server's "
+                       f"queue holds ({served.max_choices})")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise bad("stream_options", f"'stream_options' must be an object, not {shown(options)}")
+    return Request(
+        chat=chat, prompts=prompts, prompt_texts=texts, n=n,
+        max_tokens=[_fit(len(p), max_tokens, served, "messages" if chat else "prompt")
+                    for p in prompts], sample=_sampling(body, served.defaults),
+        seed=_int(body, "seed", 0, 2**63 - 1, None), stop=stops + _stops(body),
+        end_ids=end, logprobs=top, echo=not chat and _bool(body, "echo"),
+        stream=_bool(body, "stream"),
+        include_usage=bool(options) and _bool(options, "include_usage"))
+
+
+def _for_this_server(body: Any, served: Served) -> None:
+    """A JSON object, naming this server's model (or none), asking nothing it does not do."""
     if not isinstance(body, dict):
         raise bad(None, "the request body must be a JSON object")
     model = body.get("model")
@@ -214,55 +238,57 @@ def parse(body: Any, served: Served, chat: bool) -> Request:
         raise ApiError(404, f"the model {shown(model)} does not exist: this server serves "
                             f"'{served.name}'", param="model", code="model_not_found")
     _refuse_unsupported(body)
-    tok, d = served.tokenizer, served.defaults
-    if chat:
-        if not can_chat(tok):
-            raise bad("messages", NO_TEMPLATE, code="no_chat_template")
-        try:  # the model's own template, or sheepop's (sheepop.tokenizers.chat_format)
-            prompts = [chat_ids(tok, _messages(body), add_generation_prompt=True)[0]]
-            turn = turn_end(tok)
-        except UserError as e:  # e.g. a message holding a special token, a template's refusal
-            raise bad("messages", str(e)) from None
-        texts = [tok.decode(prompts[0])]
-        end = turn.ids
-        stops = [t for t in turn.stops if tok.special_tokens[t] not in end]  # (another turn)
-        top = None
-        if _bool(body, "logprobs"):
-            top = _int(body, "top_logprobs", 0, MAX_LOGPROBS, 0)
-        elif body.get("top_logprobs") is not None:
-            raise bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
-        max_tokens = _int(body, "max_completion_tokens", 1, None, None)
-        max_tokens = _int(body, "max_tokens", 1, None, max_tokens)
-    else:
-        prompts, texts = _completion_prompts(body, tok)
-        end = frozenset() if tok.eos_id is None else frozenset({tok.eos_id})
-        stops = []
-        top = _int(body, "logprobs", 0, MAX_LOGPROBS, None)
-        max_tokens = _int(body, "max_tokens", 1, None, None)
-    if _bool(body, "ignore_eos"):  # (an extension, as vLLM's: benchmarks run to max_tokens)
-        end = frozenset()
-    n = _int(body, "n", 1, MAX_N, 1)
-    if len(prompts) * n > served.max_choices:
-        raise bad("n", f"{len(prompts)} prompt(s) x n={n} choices is more than this server's "
-                       f"queue holds ({served.max_choices})")
-    sample = SampleConfig(
+
+
+class _Part(NamedTuple):
+    """What a chat and a completion read differently: the prompts, where a choice ends, the
+    log-probabilities asked, the tokens asked."""
+    prompts: list[list[int]]
+    texts: list[str]
+    end: frozenset[int]
+    stops: list[str]
+    top: int | None
+    max_tokens: int | None
+
+
+def _chat_part(body: dict, tok: Tokenizer) -> _Part:
+    """A chat: one prompt, the conversation through the chat template with the assistant's
+    turn opened; it ends at the turn's end (another turn's start is a stop string)."""
+    if not can_chat(tok):
+        raise bad("messages", NO_TEMPLATE, code="no_chat_template")
+    try:  # the model's own template, or sheepop's (sheepop.tokenizers.chat_format)
+        prompt = chat_ids(tok, _messages(body), add_generation_prompt=True)[0]
+        turn = turn_end(tok)
+    except UserError as e:  # e.g. a message holding a special token, a template's refusal
+        raise bad("messages", str(e)) from None
+    stops = [t for t in turn.stops if tok.special_tokens[t] not in turn.ids]  # (another turn)
+    top = None
+    if _bool(body, "logprobs"):
+        top = _int(body, "top_logprobs", 0, MAX_LOGPROBS, 0)
+    elif body.get("top_logprobs") is not None:
+        raise bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+    max_tokens = _int(body, "max_completion_tokens", 1, None, None)
+    return _Part([prompt], [tok.decode(prompt)], turn.ids, stops, top,
+                 _int(body, "max_tokens", 1, None, max_tokens))
+
+
+def _completion_part(body: dict, tok: Tokenizer) -> _Part:
+    """A completion: its prompts, ending at EOS."""
+    prompts, texts = _completion_prompts(body, tok)
+    end = frozenset() if tok.eos_id is None else frozenset({tok.eos_id})
+    return _Part(prompts, texts, end, [], _int(body, "logprobs", 0, MAX_LOGPROBS, None),
+                 _int(body, "max_tokens", 1, None, None))
+
+
+def _sampling(body: dict, d: SampleConfig) -> SampleConfig:
+    """The sampling asked, each field within its bounds, the server's defaults for the rest."""
+    return SampleConfig(
         temperature=_number(body, "temperature", 0, 2, d.temperature),
         top_p=_number(body, "top_p", 0, 1, d.top_p, open_lo=True),
         top_k=_int(body, "top_k", 0, None, d.top_k),
         min_p=_number(body, "min_p", 0, 1, d.min_p),  # (llama.cpp's and vLLM's field)
         repetition_penalty=_number(body, "repetition_penalty", 0, 10, d.repetition_penalty,
                                    open_lo=True))
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, dict):
-        raise bad("stream_options", f"'stream_options' must be an object, not {shown(options)}")
-    return Request(
-        chat=chat, prompts=prompts, prompt_texts=texts, n=n,
-        max_tokens=[_fit(len(p), max_tokens, served, "messages" if chat else "prompt")
-                    for p in prompts], sample=sample,
-        seed=_int(body, "seed", 0, 2**63 - 1, None), stop=stops + _stops(body),
-        end_ids=end, logprobs=top, echo=not chat and _bool(body, "echo"),
-        stream=_bool(body, "stream"),
-        include_usage=bool(options) and _bool(options, "include_usage"))
 
 
 def _fit(prompt: int, max_tokens: int | None, served: Served, what: str) -> int:

@@ -78,6 +78,7 @@ class JobResponse:
 
     async def _events(self) -> list[Event]:
         events = await self.job.inbox.get()
+        self.render.cached_tokens = self.job.cached_tokens  # (set before its first event)
         for e in events:
             if e.token is not None:  # (the tokens usage counts)
                 self.job.stopwatch.tick()
@@ -86,10 +87,11 @@ class JobResponse:
         return events
 
     def _log(self) -> None:
-        """One line on stderr per request answered: its tokens, as its usage counts them, and
-        its speed (sheepop.generation.speed; the time to first token counts the queue too)."""
-        print(f"sheepop: {self.render.id}: {self.job.stopwatch.speed().line()}",
-              file=sys.stderr, flush=True)
+        """One line on stderr per request answered: its tokens, as its usage counts them, its
+        speed (sheepop.generation.speed; the time to first token counts the queue too) and the
+        prompt tokens the prefix cache held."""
+        print(f"sheepop: {self.render.id}: {self.job.stopwatch.speed().line()}; "
+              f"{self.job.cached_tokens} prompt tokens cached", file=sys.stderr, flush=True)
 
     async def _whole(self, send: Send) -> None:
         events: list[Event] = []
@@ -104,6 +106,18 @@ class JobResponse:
         await _send_json(send, self.render.whole(events))
         self._log()
 
+    def _chunks(self, events: list[Event], out: list[bytes]) -> bool:
+        """The server-sent events of these events, appended to `out`; True after an error (an
+        error mid-stream: OpenAI's error object, and nothing after it)."""
+        for e in events:
+            if e.error is not None:
+                out.append(_sse(e.error.body()))
+                return True
+            chunk = self.render.chunk(e)
+            if chunk is not None:
+                out.append(_sse(chunk))
+        return False
+
     async def _stream(self, send: Send) -> None:
         self.started = True
         await send({"type": "http.response.start", "status": 200, "headers": [
@@ -112,14 +126,7 @@ class JobResponse:
         out = [_sse(c) for c in self.render.opening()]
         failed = False
         while self.left and not failed:
-            for e in await self._events():
-                if e.error is not None:  # (an error mid-stream: OpenAI's error object)
-                    out.append(_sse(e.error.body()))
-                    failed = True
-                    break
-                chunk = self.render.chunk(e)
-                if chunk is not None:
-                    out.append(_sse(chunk))
+            failed = self._chunks(await self._events(), out)
             if out:
                 await send({"type": "http.response.body", "body": b"".join(out),
                             "more_body": True})

@@ -60,12 +60,14 @@ class Render:
         self.object = "chat.completion" if self.chat else "text_completion"
         self.generated = [0] * request.choices   # tokens per choice (usage)
         self.offset = [0] * request.choices      # text written per choice (text_offset)
+        self.cached_tokens = 0  # of the prompts' tokens, those the prefix cache held (usage)
 
     # ----- pieces ------------------------------------------------------------------------------
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, Any]:
         prompt = sum(len(p) for p in self.r.prompts)
         done = sum(self.generated)
-        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
 
     def _head(self, chunk: bool) -> dict[str, Any]:
         kind = "chat.completion.chunk" if chunk and self.chat else self.object
@@ -125,10 +127,7 @@ class Render:
     def chunk(self, event: Event) -> dict[str, Any] | None:
         """The chunk of one event (None: nothing to say yet, e.g. text held back)."""
         i = event.index
-        text, entries = event.text, [event.logprob] if event.logprob is not None else []
-        if self.r.echo and self.generated[i] == 0:  # the choice's first event: its prompt first
-            text = self.r.prompt_texts[i // self.r.n] + text
-            entries = self._prompt_entries(i // self.r.n, event) + entries
+        text, entries = self._said(event)
         if event.token is not None:
             self.generated[i] += 1
         if not text and not entries and event.finish is None:
@@ -138,6 +137,16 @@ class Render:
             return self._chunk(i, {"content": text} if text or entries else {}, lp,
                                event.finish)
         return self._chunk(i, text, lp, event.finish)
+
+    def _said(self, event: Event) -> tuple[str, list[Logprob]]:
+        """The text and log-probabilities an event adds: with echo, the choice's first event
+        brings its prompt first."""
+        i = event.index
+        text, entries = event.text, [event.logprob] if event.logprob is not None else []
+        if self.r.echo and self.generated[i] == 0:
+            text = self.r.prompt_texts[i // self.r.n] + text
+            entries = self._prompt_entries(i // self.r.n, event) + entries
+        return text, entries
 
     def _chunk(self, index: int, content: Any, lp: Any, finish: str | None) -> dict[str, Any]:
         if self.chat:

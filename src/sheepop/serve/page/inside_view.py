@@ -186,16 +186,22 @@ def to_json(x: Inspection, layers: list[int], lens: bool, text: Callable[[int], 
                       "formula": POSITION_FORMULAS[x.positions_kind]},
     }
     if lens and x.lens is not None:
-        names = [EMBEDDING] + [f"block {i}" for i in range(1, x.n_layer + 1)]
-        out["lens"] = {"layers": names, **_top(x.lens, text),
-                       "next_prob": [_maybe(row) for row in x.lens_next],
-                       "rank": [[int(r) or None for r in row] for row in x.lens_rank],
-                       "entropy": x.lens_entropy.tolist(), "kl": x.lens_kl.tolist()}
+        out["lens"] = _lens_json(x, text)
     for t, z in x.logits.items():  # (-inf stays -inf in float32: a never-generated id)
         out["logits"] = {"position": t, "vocab_size": len(z),
                          "float32": base64.b64encode(z.astype("<f4").tobytes()).decode(),
                          "texts": _named(z, x.ids[:t + 1], text)}
     return out
+
+
+def _lens_json(x: Inspection, text: Callable[[int], str]) -> dict[str, Any]:
+    """The logit lens: after the embedding and after each block, the top tokens, the actual next
+    token's probability and rank, the entropy and the KL divergence from the final layer's."""
+    names = [EMBEDDING] + [f"block {i}" for i in range(1, x.n_layer + 1)]
+    return {"layers": names, **_top(x.lens, text),
+            "next_prob": [_maybe(row) for row in x.lens_next],
+            "rank": [[int(r) or None for r in row] for row in x.lens_rank],
+            "entropy": x.lens_entropy.tolist(), "kl": x.lens_kl.tolist()}
 
 
 NAMED = 64

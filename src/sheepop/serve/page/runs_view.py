@@ -63,23 +63,23 @@ def find_runs(served: Path | None, runs_dir: Path | None) -> dict[str, Path]:
         found[served.resolve().name] = served
     if runs_dir is None or not runs_dir.is_dir():
         return found
+    served_at = () if served is None else (served.resolve(),)  # (listed once, first)
     level = [runs_dir]
     for _ in range(MAX_DEPTH):
-        below = []
-        for folder in level:
-            try:
-                children = sorted(p for p in folder.iterdir()
-                                  if p.is_dir() and not p.is_symlink())
-            except OSError:
-                continue
-            for child in children:
-                if is_regular(child / METRICS):
-                    name = child.relative_to(runs_dir).as_posix()
-                    if served is None or child.resolve() != served.resolve():
-                        found.setdefault(name, child)
-                below.append(child)
-        level = below
+        level = [child for folder in level for child in _folders_in(folder)]
+        for child in level:
+            if is_regular(child / METRICS) and child.resolve() not in served_at:
+                found.setdefault(child.relative_to(runs_dir).as_posix(), child)
     return found
+
+
+def _folders_in(folder: Path) -> list[Path]:
+    """The folders directly in `folder`, by name, symbolic links left out (none if it cannot be
+    read)."""
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
 
 
 def _row(line: bytes) -> dict[str, Any] | None:
