@@ -293,3 +293,13 @@ def test_a_base_with_its_own_chat_template_trains_on_the_assistants_tokens(tmp_p
     rows = [json.loads(line) for line in (tmp_path / "ft" / "metrics.jsonl").read_text()
             .splitlines()]
     assert all(np.isfinite(r["loss"]) for r in rows if "loss" in r)
+
+
+def test_help_config_shows_what_a_finetune_of_the_base_would_use(base, capsys):
+    """The base's config.json is a saved run (its format keys are not sections): read as a
+    bare config, `--help-config BASE_RUN` stopped at its 'format' key."""
+    from sheepop.cli import main
+    assert main(["finetune", str(base / "base"), "--help-config", "--lora-rank", "4"]) == 0
+    out = capsys.readouterr().out
+    for line in ("model.block_size = 32", "lora.rank = 4"):
+        assert f"\n  {line}" in out, line

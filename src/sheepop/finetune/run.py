@@ -204,7 +204,7 @@ def settings_for(base_run: str | None, config_file: str | Path | None,
     base_cfg = Config()
     if base_run is not None:
         where = str(Path(base_run) / checkpoint.CONFIG_FILE)
-        base_cfg = Config.from_dict(checkpoint.load_config(base_run), where)
+        base_cfg = Config.from_saved(checkpoint.load_config(base_run), where)
     return _settings(base_cfg, config_file, overrides, values)
 
 
