@@ -29,9 +29,11 @@ from typing import Any, TextIO
 from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
+    add_constraint_flags,
     add_dtype_option,
     add_sampling_flags,
     add_threads_option,
+    constraint_spec,
     flag_values,
     model_dir,
     run_config,
@@ -65,6 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system", default="", metavar="TEXT",
                    help="the system message that opens the conversation (empty: none)")
     add_sampling_flags(p, seed_note="; answer n draws with seed + n")
+    add_constraint_flags(p)
     p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
                    help="the engine that runs the model; auto: numpy on the CPU (it starts "
                         "without importing torch), torch on a GPU")
@@ -105,10 +108,11 @@ class Chat:
     """The conversation with one model, and the answer to each new user message."""
 
     def __init__(self, model: Any, sample: SampleConfig, system: str, show_prompt: bool,
-                 note: TextIO, show_speed: bool = False):
+                 note: TextIO, show_speed: bool = False, constraint: Any = None):
         from sheepop.tokenizers.chat_format import turn_end
         self.model, self.sample, self.show_prompt, self.note = model, sample, show_prompt, note
         self.show_speed = show_speed
+        self.constraint = constraint  # every answer's shape (sheepop.generation.constraint)
         self.after_answer: list[str] = []  # notes for after the answer's line (Ctrl-C, speed)
         self.tokenizer = model.tokenizer
         self.system = system
@@ -158,8 +162,10 @@ class Chat:
         self.answers += 1
         pieces: list[str] = []
         try:
+            shape = None if self.constraint is None else self.constraint.start({self.end_id})
             for piece in stream_text(self.model.lm, ids, cfg, IncrementalDecoder(self.tokenizer),
-                                     stop=self.stops, eos_id=self.end_id, stopwatch=stopwatch):
+                                     stop=self.stops, eos_id=self.end_id, stopwatch=stopwatch,
+                                     constraint=shape):
                 pieces.append(piece)
                 write(piece)
         except KeyboardInterrupt as e:
@@ -249,10 +255,12 @@ def interactive(chat: Chat, stdin: TextIO, out: TextIO, note: TextIO) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sheepop.generation.constraint import compile_constraint
     from sheepop.inference.load import load
     from sheepop.tokenizers.chat_format import can_chat, require_chat_tokens
     sample = run_config(args.run_dir, [], None, flag_values(args), only=("sample",)
                         ).validate().sample
+    spec = constraint_spec(args)  # (a bad schema file is refused before the model loads)
     model = load(model_dir(args), args.engine, args.device, args.dtype)
     if not can_chat(model.tokenizer):
         if model.tokenizer.chat_template is not None:
@@ -262,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
     note = sys.stderr
     if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 become U+FFFD, not a crash
         sys.stdin.reconfigure(errors="replace")
-    chat = Chat(model, sample, args.system, args.show_prompt, note, args.speed)
+    chat = Chat(model, sample, args.system, args.show_prompt, note, args.speed,
+                compile_constraint(spec, model.tokenizer))
     tty = sys.stdin.isatty()
     print(f"sheepop: chat with {args.run_dir} ({param_count(m):,} parameters, context "
           f"{m.block_size}, {model.engine} engine)" + (f"; {COMMANDS}" if tty else ""),

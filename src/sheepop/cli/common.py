@@ -12,6 +12,7 @@ from sheepop.config.build import build_config
 from sheepop.config.presets import PRESETS
 from sheepop.config.schema import Config, SampleConfig, config_field
 from sheepop.config.values import field_type
+from sheepop.errors import UserError
 from sheepop.words import near_match
 
 CONFIG_FLAGS = "config_flags"  # parser default: {dest: "section.key"} of the flags that set keys
@@ -259,3 +260,36 @@ def run_config(run_dir: str | Path, overrides: list[str] | None = None,
     saved = checkpoint.load_config(run_dir)
     cfg = Config.from_saved(saved, str(Path(run_dir) / checkpoint.CONFIG_FILE))
     return build_config(None, config_file, overrides, base=cfg, values=values, only=only)
+
+
+def add_constraint_flags(p: argparse.ArgumentParser) -> None:
+    """--json-schema FILE, --json-object, --regex REGEX: the shape the output must have,
+    enforced token by token (sheepop.generation.constraint); at most one of them."""
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument("--json-schema", metavar="FILE",
+                       help="the output is JSON valid against the JSON schema in FILE (a "
+                            "keyword that cannot be enforced is refused by name; "
+                            "docs/serve.md, 'Structured output')")
+    shape.add_argument("--json-object", action="store_true",
+                       help="the output is a JSON object")
+    shape.add_argument("--regex", metavar="REGEX",
+                       help="the output matches the regular expression REGEX whole")
+
+
+def constraint_spec(args: argparse.Namespace) -> Any:
+    """The ConstraintSpec the constraint flags ask for (None: none), the schema file read and
+    checked to be a JSON object (one UserError line otherwise)."""
+    from sheepop.files import read_json
+    from sheepop.generation.constraint import ConstraintSpec
+    if args.json_object:
+        return ConstraintSpec("json_object")
+    if args.regex is not None:
+        return ConstraintSpec("regex", args.regex)
+    if args.json_schema is None:
+        return None
+    schema = read_json(args.json_schema, f"--json-schema {args.json_schema}: no such file",
+                       "JSON schema")
+    if not isinstance(schema, dict):
+        raise UserError(f"--json-schema {args.json_schema}: a JSON schema is a JSON object, "
+                        f"not {type(schema).__name__}")
+    return ConstraintSpec("json_schema", schema)

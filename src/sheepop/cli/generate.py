@@ -9,10 +9,12 @@ from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
     add_config_flag,
+    add_constraint_flags,
     add_dtype_option,
     add_sampling_flags,
     add_set_option,
     add_threads_option,
+    constraint_spec,
     flag_values,
     model_dir,
     run_config,
@@ -57,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", action="append", default=[], metavar="TEXT",
                    help="stop when TEXT appears, without printing it (repeatable; escapes such "
                    "as \\n are understood)")
+    add_constraint_flags(p)
     p.add_argument("--no-cache", action="store_true", help="recompute the whole context at "
                    "every step instead of using the KV cache (slower, same output)")
     p.add_argument("--show-probs", type=int, default=0,
@@ -131,6 +134,7 @@ def model_line(model, dtype: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sheepop.generation.constraint import compile_constraint
     from sheepop.generation.generate import generate
     from sheepop.generation.speed import Stopwatch
     from sheepop.generation.text_stream import stream_text
@@ -138,8 +142,14 @@ def run(args: argparse.Namespace) -> int:
     from sheepop.tokenizers import IncrementalDecoder
     sample_cfg = validate(args)
     stops = stop_strings(args.stop)
+    spec = constraint_spec(args)  # (a bad schema file is refused before the model loads)
     model = load(args.run_dir, args.engine, args.device, args.dtype, args.compile)
     print(model_line(model, args.dtype), file=sys.stderr)
+    constraint = compile_constraint(spec, model.tokenizer)
+    if constraint is not None and model.tokenizer.eos_id is None:
+        raise UserError("--json-schema, --json-object and --regex need a tokenizer with an "
+                        "EOS token: the output ends only where the shape is complete")
+    state = None if constraint is None else constraint.start({model.tokenizer.eos_id})
     sample_cfg = with_fresh_seed(sample_cfg)  # (said once the model is there to draw from)
     tokenizer, lm = model.tokenizer, model.lm
     text = sys.stdin.read() if args.prompt == "-" else args.prompt
@@ -154,12 +164,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.show_probs:
         for piece in stream_text(lm, ids, sample_cfg, decoder, stop=stops,
                                  eos_id=tokenizer.eos_id, use_cache=not args.no_cache,
-                                 stopwatch=stopwatch):
+                                 stopwatch=stopwatch, constraint=state):
             out.write(piece)
             out.flush()
     else:
         steps = generate(lm, ids, sample_cfg, use_cache=not args.no_cache,
-                         eos_id=tokenizer.eos_id, show_probs=args.show_probs)
+                         eos_id=tokenizer.eos_id, show_probs=args.show_probs,
+                         constraint=state)
         for step in stopwatch.watch(steps):
             shown = ", ".join(f"{tokenizer.id_to_token(i)!r} {p:.3f}" for i, p in step.top)
             out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   drawn from: {shown}")
