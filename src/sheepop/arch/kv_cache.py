@@ -55,6 +55,12 @@ def cache_shape(cfg: ModelConfig, batch: int, max_len: int | None = None) -> tup
     return (cfg.n_layer, batch, cfg.kv_heads, T, cfg.head_dim)
 
 
+def copied(block: Any) -> Any:
+    """A copy of an array or tensor (a slice kept past its buffer's next write, or a shift
+    within one buffer, which must not read what it wrote)."""
+    return block.clone() if hasattr(block, "clone") else block.copy()
+
+
 def slides(cfg: ModelConfig) -> bool:
     """Whether a full cache of this model can roll on (relative positions: rope)."""
     return POSITION_KINDS[cfg.pos_encoding] == "relative"

@@ -60,6 +60,8 @@ class CachedLM:
         """A fresh single-sequence cache, and no batch cache yet (an engine calls this once its
         model is ready, and again when the model's dtype or device changes)."""
         self.cache = self._new_cache(1)
+        self._cache_ids: list[int] = []  # the tokens `cache` holds, in order (prompt reuse)
+        self.reused = 0  # the tokens the last `prefill` kept from the one before
         self.batch_cache = None
 
     # ----- one sequence: sheepop.generation.protocol.LanguageModel ----------------------------
@@ -92,12 +94,37 @@ class CachedLM:
         return [logits for _, logits in self._chunks(idx, cache, pos_ids, key_mask)][-1]
 
     def prefill(self, ids: Sequence[int]) -> np.ndarray:
-        """Start a fresh cache holding `ids`; the logits (V,) after the last of them."""
-        self.cache.reset()
-        return self._prefill(self._row(ids), self.cache)[0]
+        """Make the cache hold `ids`; the logits (V,) after the last of them.
+
+        The tokens the cache already holds are kept as far as they are a prefix of `ids`
+        (`reused` of them; at most all but the last): a conversation's next turn computes only
+        what follows what was said before (`sheepop chat`). Attention is causal, so the kept
+        keys and values are those a fresh cache would compute (docs/serve.md, "Prompt
+        reuse")."""
+        ids = list(ids)
+        self.reused = self._reusable(ids)
+        self.cache.length = self.reused
+        self._cache_ids = ids
+        return self._prefill(self._row(ids[self.reused:]), self.cache)[0]
+
+    def _reusable(self, ids: list[int]) -> int:
+        """How many of the cached tokens `prefill(ids)` keeps: their common prefix with `ids`,
+        but the last of `ids`; none when the columns are not the tokens in order (a ring that
+        rolled on) or the cache carries state a shorter prefix would not have (digit places)."""
+        cache, held = self.cache, self._cache_ids
+        if cache.length != len(held) or cache.length > cache.max_len or \
+                cache.digit_run is not None:
+            return 0
+        n = 0
+        for a, b in zip(held, ids[:-1]):
+            if a != b:
+                break
+            n += 1
+        return n
 
     def decode(self, token: int) -> np.ndarray:
         """Append one token to the cache; the logits (V,) after it."""
+        self._cache_ids.append(token)
         return self._logits(self._row([token]), self.cache)[0]
 
     def full(self, ids: Sequence[int]) -> np.ndarray:

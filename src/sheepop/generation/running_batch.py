@@ -20,7 +20,8 @@ every row exactly as if it ran alone: the same positions, the same visible keys.
 Joining. New prompts are prefilled together as one left-padded batch in a cache of their own,
 then their keys and values are copied into free rows, right-aligned on column `length`: a prompt
 of p tokens takes columns length-p .. length-1. A prompt longer than `length` first shifts every
-running row right (the batch grows on the left with padding columns).
+running row right (the batch grows on the left with padding columns). A prompt prefilled apart
+(`place`: a chunk at a time, from a prefix cache, sheepop.generation.prefill) joins the same way.
 
 Room. A row never holds more than T_max tokens (the server checks prompt + max_tokens), but the
 shared column counter grows with the oldest running row. When it reaches T_max, or when the
@@ -45,15 +46,11 @@ from typing import Any
 import numpy as np
 
 from sheepop.arch.batch import left_pad
-from sheepop.arch.kv_cache import KVCache, grown, shrunk
+from sheepop.arch.kv_cache import KVCache, copied, grown, shrunk
 from sheepop.generation.cached_lm import CachedLM
+from sheepop.generation.prefill import Prefill
 
 ROW_STATE = ("digit_run",)  # (B, ...) values a KVCache carries for each row, besides K, V
-
-
-def _copy(block: Any) -> Any:
-    """A copy of an array or tensor (a shift within one buffer must not read what it wrote)."""
-    return block.clone() if hasattr(block, "clone") else block.copy()
 
 
 class RunningBatch:
@@ -94,10 +91,25 @@ class RunningBatch:
         if any(len(p) > self.max_len for p in prompts):
             raise ValueError(f"a prompt longer than the context ({self.max_len})")
         idx, pos, real = left_pad(prompts)
-        L = idx.shape[1]
-        fresh = self.lm._new_cache(len(prompts), L)
+        fresh = self.lm._new_cache(len(prompts), idx.shape[1])
         padding = {} if real.all() else {"pos_ids": pos, "key_mask": real}
         logits = self.lm._prefill(idx, fresh, **padding)
+        self._place(fresh, [len(p) for p in prompts], copies)
+        return logits
+
+    def place(self, prefill: Prefill, copies: int = 1) -> None:
+        """Add a finished `Prefill` (one prompt, prefilled apart, e.g. a chunk at a time) as
+        `copies` consecutive last rows."""
+        if not prefill.finished:
+            raise ValueError(f"the prompt's prefill has {prefill.left} tokens left")
+        if copies > self.free:
+            raise ValueError(f"{copies} rows asked, {self.free} free")
+        self._place(prefill.cache, [len(prefill.prompt)], [copies])
+
+    def _place(self, fresh: KVCache, lengths: Sequence[int], copies: Sequence[int]) -> None:
+        """Copy each row i of `fresh` (a prompt of lengths[i] tokens, right-aligned on its
+        last column) into copies[i] new last rows, right-aligned on column `length`."""
+        L = fresh.length
         if self.rows == 0:
             self.length = 0
         self._fit(self.rows + sum(copies), max(L, self.length))
@@ -106,13 +118,17 @@ class RunningBatch:
         lo, r = self.length - L, self.rows
         for i, n in enumerate(copies):
             for buf, new in ((self.store.k, fresh.k), (self.store.v, fresh.v)):
-                buf[:, r:r + n, :, lo:self.length] = new[:, i:i + 1]
-            self.start[r:r + n] = self.length - len(prompts[i])
+                buf[:, r:r + n, :, lo:self.length] = new[:, i:i + 1, :, :L]
+            self.start[r:r + n] = self.length - lengths[i]
             for name, values in self._row_state(fresh).items():
                 values[r:r + n] = getattr(fresh, name)[i]
             r += n
         self.rows = r
-        return logits
+
+    def row_keys(self, row: int) -> tuple[Any, Any]:
+        """Row `row`'s keys and values (n_layer, H_kv, span, d_k), from its first token."""
+        cols = slice(int(self.start[row]), self.length)
+        return self.store.k[:, row, :, cols], self.store.v[:, row, :, cols]
 
     # ----- one decode step -------------------------------------------------------------------
     def step(self, tokens: Sequence[int]) -> np.ndarray:
@@ -205,7 +221,7 @@ class RunningBatch:
         B, n = self.rows, self.length
         if B and n:
             for buf in (self.store.k, self.store.v):
-                buf[:, :B, :, by:by + n] = _copy(buf[:, :B, :, :n])
+                buf[:, :B, :, by:by + n] = copied(buf[:, :B, :, :n])
         self.start[:B] += by
         self.length += by
 
@@ -215,6 +231,6 @@ class RunningBatch:
             return
         B, n = self.rows, self.length - by
         for buf in (self.store.k, self.store.v):
-            buf[:, :B, :, :n] = _copy(buf[:, :B, :, by:self.length])
+            buf[:, :B, :, :n] = copied(buf[:, :B, :, by:self.length])
         self.start[:B] -= by
         self.length = n

@@ -1,0 +1,65 @@
+"""One prompt's prefill, a chunk at a time, from its longest cached prefix.
+
+A server's running batch decodes one token per stream per step; a prompt that joins it must
+first be prefilled, and a long one (SmolLM2, 3,782 tokens: ~35 s on 2 cores) would stop every
+stream for all of it if done at once. `Prefill` holds the prompt's keys and values in a
+single-row cache of its own, and `advance(n)` computes the next n of its tokens, continuing
+that cache: the scheduler (sheepop.serve.api.scheduler) interleaves these chunks with the
+batch's decode steps, and the prompt joins the batch (`RunningBatch.place`) once its last
+token's logits are known.
+
+Chunks change no number that matters: with a cache, a pass over tokens s .. e-1 sees exactly
+the keys of tokens 0 .. e-1 at their own positions (attention is causal), so the keys, values
+and last logits are those of one pass over the whole prompt, up to float rounding (a pass of
+another size sums in another order); whole prompts are themselves computed CHUNK_ROWS
+positions a pass (sheepop.generation.cached_lm).
+
+A prefix cache (sheepop.generation.prefix_cache) may supply the first tokens' keys and values
+(`cached`); the prompt's whole blocks are stored back in it when it is done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sheepop.generation.cached_lm import CachedLM
+from sheepop.generation.prefix_cache import PrefixCache
+
+
+class Prefill:
+    """The prefill of `prompt` in progress: `done` of its tokens are in `cache` (the first
+    `cached` of them copied from `prefix`); `logits` (V,) after its last token once finished."""
+
+    def __init__(self, lm: CachedLM, prompt: Sequence[int], prefix: PrefixCache | None = None):
+        if len(prompt) == 0:
+            raise ValueError("a prompt needs at least one token")
+        self.lm, self.prompt, self.prefix = lm, list(prompt), prefix
+        self.cache = lm._new_cache(1, len(self.prompt))
+        self.cached = prefix.fill(self.prompt, self.cache) if prefix is not None else 0
+        self.done = self.cached
+        self.logits: np.ndarray | None = None
+
+    @property
+    def left(self) -> int:
+        """Tokens still to compute."""
+        return len(self.prompt) - self.done
+
+    @property
+    def finished(self) -> bool:
+        return self.left == 0
+
+    def advance(self, tokens: int) -> int:
+        """Compute the next `tokens` tokens (at most what is left); the number computed. The
+        last chunk sets `logits` and stores the prompt's blocks in the prefix cache."""
+        end = min(len(self.prompt), self.done + max(1, tokens))
+        chunk = np.asarray(self.prompt[self.done:end], dtype=np.int64)[None, :]
+        logits = self.lm._prefill(chunk, self.cache)
+        count, self.done = end - self.done, end
+        if self.finished:
+            self.logits = logits[0]
+            if self.prefix is not None:
+                self.prefix.store(self.prompt, self.cache.k[:, 0], self.cache.v[:, 0],
+                                  self.cache.digit_run)
+        return count
