@@ -8,6 +8,8 @@ gets the tokens `sheepop generate --seed` gives. Its text is released as it beco
 (`sheepop.generation.text_stream.StopStrings`, `IncrementalDecoder`), and it ends at one of
 the request's end tokens (EOS; <|end|> in a chat; not shown), at a stop string (cut off, not shown)
 or after `max_tokens` tokens. Each token gives one `Event`, which the app turns into OpenAI's JSON.
+A request with a response format (sheepop.serve.api.response_format) gives each choice its own
+constraint state: the tokens it allows are the only ones drawn, before every other rule.
 
 Log-probabilities are those of the model's own distribution, log softmax(z) with the
 never-generated ids at -inf, whatever the temperature or top-p the token was drawn with (as
@@ -119,6 +121,7 @@ class Choice:
         if r.sample.repetition_penalty != 1.0:
             self.seen = np.zeros(tokenizer.vocab_size, dtype=bool)
             self.seen[self.prompt] = True
+        self.shape = None if r.constraint is None else r.constraint.start(r.end_ids)
         self.generated = 0
         self.last = -1
         self.finish: str | None = None
@@ -127,11 +130,15 @@ class Choice:
         """Draw the next token from `logits` (V,); the event it makes."""
         r = self.job.request
         try:
+            allowed = None if self.shape is None else self.shape.allowed(len(logits))
             token, q = next_token(logits, r.sample, self.rng, self.seen,
-                                  want_probs=r.logprobs is not None, never=never)
+                                  want_probs=r.logprobs is not None, never=never,
+                                  allowed=allowed)
         except NonFiniteLogits:  # (weights that overflow: no distribution to draw)
             self.finish = "error"
             return Event(self.index, error=NOT_FINITE)
+        if self.shape is not None:
+            self.shape.advance(token)
         self.generated += 1
         self.last = token
         if self.seen is not None:

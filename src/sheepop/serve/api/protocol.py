@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 from sheepop.config.schema import SampleConfig
 from sheepop.errors import UserError
 from sheepop.files import shown
+from sheepop.generation.constraint import Constraint
+from sheepop.serve.api.response_format import FormatError, response_constraint
 from sheepop.tokenizers import Tokenizer
 from sheepop.tokenizers.chat_format import can_chat, chat_ids, message_problem, turn_end
 
@@ -79,6 +81,7 @@ class Request:
     echo: bool
     stream: bool
     include_usage: bool
+    constraint: Constraint | None = None  # response_format or regex (each choice its state)
 
     @property
     def choices(self) -> int:
@@ -132,8 +135,7 @@ def _stops(body: dict) -> list[str]:
 
 # Known fields this server does not implement, and the values that ask for nothing.
 INERT = {"frequency_penalty": (0, 0.0), "presence_penalty": (0, 0.0), "logit_bias": ({},),
-         "suffix": ("",), "best_of": (1,), "tools": ([],), "functions": ([],),
-         "response_format": ({"type": "text"},)}
+         "suffix": ("",), "best_of": (1,), "tools": ([],), "functions": ([],)}
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -219,6 +221,10 @@ def parse(body: Any, served: Served, chat: bool) -> Request:
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad("stream_options", f"'stream_options' must be an object, not {shown(options)}")
+    try:  # (sheepop.serve.api.response_format: 400 naming what cannot be enforced)
+        constraint = response_constraint(body, served.tokenizer, end)
+    except FormatError as e:
+        raise bad(e.param, e.message) from None
     return Request(
         chat=chat, prompts=prompts, prompt_texts=texts, n=n,
         max_tokens=[_fit(len(p), max_tokens, served, "messages" if chat else "prompt")
@@ -226,7 +232,7 @@ def parse(body: Any, served: Served, chat: bool) -> Request:
         seed=_int(body, "seed", 0, 2**63 - 1, None), stop=stops + _stops(body),
         end_ids=end, logprobs=top, echo=not chat and _bool(body, "echo"),
         stream=_bool(body, "stream"),
-        include_usage=bool(options) and _bool(options, "include_usage"))
+        include_usage=bool(options) and _bool(options, "include_usage"), constraint=constraint)
 
 
 def _for_this_server(body: Any, served: Served) -> None:
