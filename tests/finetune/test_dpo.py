@@ -197,3 +197,37 @@ def test_bad_pairs_are_refused_in_one_line(base, tmp_path, capsys, line, said):
     assert status == 2
     assert err.startswith("sheepop: ") and err.count("\n") == 1 and said in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_held_out_pairs_can_come_from_their_own_file(base, tmp_path):
+    """finetune.val_data: the held-out pairs are that file's (prompts DATA never asks), every
+    pair of DATA trains, and a resumed run reads the same file again."""
+    held = base / "held.jsonl"
+    held.write_text("".join(json.dumps({"prompt": f"say {w} now", "chosen": w,
+                                        "rejected": w[::-1]}) + "\n"
+                            for w in ("fox", "dog", "lazy")))
+    out, lines = tmp_path / "run", []
+    finetune(str(base / "base"), str(base / "pairs.jsonl"), out,
+             overrides=[*SETTINGS, f"finetune.val_data={held}"], values={"train.steps": 10},
+             log=lines.append, progress=False)
+    assert f"preference pairs: {len(PAIRS)} in {base / 'pairs.jsonl'}" in lines, lines
+    assert f"preference pairs: 3 in {held}" in lines, lines
+    assert any(f"preference pairs: {len(PAIRS)} train, 3 held out" in line for line in lines)
+    assert lines[-1].endswith("(3 pairs)"), lines[-1]  # the final reward accuracy's
+    assert json.loads((out / "finetune.json").read_text())["val_data"] == str(held)
+    # the reference holds every pair of both files, the held-out ones last
+    kept = np.array(json.loads((out / REFERENCE_FILE).read_text())["log_probs"])
+    assert kept.shape == (len(PAIRS) + 3, 2)
+    from sheepop.finetune.pairs import read_pairs
+    from sheepop.finetune.run import base_model
+    from sheepop.train.start import make_engine
+    cfg, tokenizer, weights, _ = base_model(base / "base")
+    cfg.set("train.device", "cpu")
+    fresh = Reference.computed(make_engine(cfg, weights), read_pairs(held, tokenizer, 48), 4,
+                               tokenizer.pad_id or 0, False)
+    np.testing.assert_allclose(kept[-3:], fresh.values, rtol=1e-5)
+    lines.clear()
+    finetune(None, None, out, overrides=[s for s in SETTINGS if not s.startswith("finetune.")],
+             values={"train.steps": 12},
+             resume=True, log=lines.append, progress=False)
+    assert f"preference pairs: 3 in {held}" in lines and lines[-1].endswith("(3 pairs)")

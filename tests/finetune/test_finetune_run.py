@@ -303,3 +303,19 @@ def test_help_config_shows_what_a_finetune_of_the_base_would_use(base, capsys):
     out = capsys.readouterr().out
     for line in ("model.block_size = 32", "lora.rank = 4"):
         assert f"\n  {line}" in out, line
+
+
+def test_the_held_out_conversations_can_come_from_their_own_file(base, tmp_path):
+    """finetune.val_data: the validation loss is that file's conversations', and every usable
+    conversation of DATA trains (36 of them: the 'not json' line is skipped)."""
+    held = base / "held.jsonl"
+    held.write_text("".join(json.dumps({"prompt": f"upper {w}", "completion": w.upper()}) + "\n"
+                            for w in ("jumps", "the")))
+    lines = []
+    finetune(str(base / "base"), str(base / "chats.jsonl"), tmp_path / "run",
+             overrides=[*SETTINGS, f"finetune.val_data={held}"], values={"train.steps": 3},
+             log=lines.append, progress=False)
+    assert any("conversations: 36 train, 2 held out" in line for line in lines), lines
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert any("val_loss" in r for r in rows)

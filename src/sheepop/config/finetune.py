@@ -25,6 +25,9 @@ class FinetuneConfig:
     beta: float = setting(0.1, "dpo: beta of -log sigma(beta [(log pi(c) - log pi_ref(c)) - "
                           "(log pi(r) - log pi_ref(r))]), how far the policy may move from the "
                           "reference for a preference (> 0; docs/derivations/dpo.md)")
+    val_data: str = setting("", "a file of held-out examples in DATA's form (conversations for "
+                            "sft, pairs for dpo) to evaluate on; all of DATA then trains (no "
+                            "data.val_fraction split)")
 
 
 @dataclass

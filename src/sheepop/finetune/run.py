@@ -11,7 +11,7 @@ What belongs to the fine-tuning lives in the run's `finetune.json`:
     {"format": "sheepop-finetune-run", "version": 1, "base_run": "/abs/path", "data": "...",
      "train_on": "assistant",
      "lora": null | {"rank": r, "alpha": a, "targets": [...], "new_tokens": n, ...},
-     "method": "sft" | "dpo", "beta": 0.1}
+     "method": "sft" | "dpo", "beta": 0.1, "val_data": "" | "/abs/path"}
 
 A full fine-tune is a plain run afterwards (every weight saved; `generate`, `eval`, `chat`
 read it like any other). A LoRA run saves only its adapters; `sheepop.inference.load` rebuilds the
@@ -23,6 +23,7 @@ must stay where it was.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class FinetuneOptions:
     lora: dict[str, Any] | None = field(default=None)
     method: str = "sft"  # finetune.method and finetune.beta: a resumed run keeps them
     beta: float = 0.1
+    val_data: str = ""  # finetune.val_data: the held-out examples' file ("": a share of data)
 
     def lora_config(self) -> LoraConfig | None:
         return None if self.lora is None else LoraConfig.from_dict(self.lora, self.base_run)
@@ -84,7 +86,8 @@ class FinetuneOptions:
                           f"{RUN_FILE}): start it with `sheepop finetune BASE_RUN`")
         try:
             return cls(str(d["base_run"]), str(d["data"]), str(d["train_on"]), d.get("lora"),
-                       str(d.get("method", "sft")), float(d.get("beta", 0.1)))
+                       str(d.get("method", "sft")), float(d.get("beta", 0.1)),
+                       str(d.get("val_data", "")))
         except (KeyError, TypeError) as e:
             raise UserError(f"{path}: missing or bad field {e}") from None
 
@@ -108,6 +111,14 @@ def split_examples(examples: list, val_fraction: float, seed: int) -> tuple[list
                 len(examples) - 1)
     val = [examples[i] for i in order[:n_val]]
     return [examples[i] for i in order[n_val:]], val
+
+
+def held_out(examples: list, read: Callable[[str], list], cfg: Config) -> tuple[list, list]:
+    """(training examples, held-out examples): every example of DATA and those `read` from
+    finetune.val_data when it names a file, else a data.val_fraction share of DATA's."""
+    if cfg.finetune.val_data:
+        return examples, read(cfg.finetune.val_data)
+    return split_examples(examples, cfg.data.val_fraction, cfg.train.seed)
 
 
 def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
@@ -134,6 +145,7 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
         cfg = build_config(None, config_file, overrides, base=saved, values=values,
                            only=RESUME_SECTIONS)
         cfg.finetune.method, cfg.finetune.beta = opts.method, opts.beta
+        cfg.finetune.val_data = opts.val_data
     else:
         if base_run is None or data_path is None:
             raise UserError("sheepop finetune needs BASE_RUN and --data")
@@ -149,9 +161,11 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
         adapters = LoraConfig.for_run(cfg.lora, cfg.model, base_run, added)
         train_on = cfg.finetune.train_on
         # absolute, as `train` records its data, so --resume works from any directory
+        if cfg.finetune.val_data:
+            cfg.finetune.val_data = str(Path(cfg.finetune.val_data).absolute())
         opts = FinetuneOptions(base_run, str(Path(data_path).absolute()), train_on,
                                None if adapters is None else adapters.to_dict(),
-                               cfg.finetune.method, cfg.finetune.beta)
+                               cfg.finetune.method, cfg.finetune.beta, cfg.finetune.val_data)
         if has_model_template(tokenizer):
             log(f"base: {base_run}; conversations through the model's own chat template "
                 f"({tokenizer.vocab_size} ids)")
@@ -159,11 +173,12 @@ def finetune(base_run: str | None, data_path: str | None, run_dir: str | Path,
             log(f"base: {base_run}; the tokenizer gained {added} chat token"
                 f"{'s' if added != 1 else ''} ({tokenizer.vocab_size} ids)")
     cfg.validate()
-    t = cfg.train
     if cfg.finetune.method == "dpo":
-        pairs = read_pairs(data_path, tokenizer, cfg.model.block_size, train_on)
-        log(f"preference pairs: {len(pairs):,} in {data_path}")
-        train_pairs, val_pairs = split_examples(pairs, cfg.data.val_fraction, t.seed)
+        def pairs_in(path: str) -> list:
+            pairs = read_pairs(path, tokenizer, cfg.model.block_size, train_on)
+            log(f"preference pairs: {len(pairs):,} in {path}")
+            return pairs
+        train_pairs, val_pairs = held_out(pairs_in(data_path), pairs_in, cfg)
         trainer = dpo_trainer(cfg, train_pairs, val_pairs, tokenizer, weights, adapters,
                               run_dir, resume, log, progress)
     else:
@@ -179,13 +194,16 @@ def _sft_trainer(cfg: Config, data_path: str, tokenizer: Any, weights: dict[str,
                  adapters: LoraConfig | None, train_on: str, run_dir: Path, resume: bool, log,
                  progress: bool):
     """The shared trainer on the conversations of `data_path`: loss on the tokens `train_on`
-    names, evaluated on a held-out share of them."""
+    names, evaluated on held-out ones (`held_out`)."""
     from sheepop.train.start import setup
-    chats = read_conversations(data_path, tokenizer, cfg.model.block_size, train_on)
-    for line in chats.report():
-        log(line)
+
+    def conversations_in(path: str) -> list:
+        chats = read_conversations(path, tokenizer, cfg.model.block_size, train_on)
+        for line in chats.report():
+            log(line)
+        return chats.examples
     t = cfg.train
-    train, val = split_examples(chats.examples, cfg.data.val_fraction, t.seed)
+    train, val = held_out(conversations_in(data_path), conversations_in, cfg)
     pad = tokenizer.pad_id if tokenizer.pad_id is not None else 0
     sampler = ChatSampler(train, t.batch_size, t.seed, pad)
     eval_data = fixed_batches(val, t.eval_batches * t.batch_size, pad) if val else None
