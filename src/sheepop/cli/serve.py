@@ -57,6 +57,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_sampling_flags(p, seed_note=None)
     p.add_argument("--max-batch", type=int, default=16,
                    help="the most sequences decoding together (one KV cache row each)")
+    p.add_argument("--cache-mb", type=float, default=1024, metavar="MIB",
+                   help="memory for prompt reuse: the keys and values of earlier requests, kept "
+                        "in blocks of 16 tokens and copied into any later prompt that starts "
+                        "with the same tokens (least recently used evicted first; 0: off; "
+                        "GET /health shows what it holds)")
+    p.add_argument("--prefill-chunk", type=int, default=32, metavar="TOKENS",
+                   help="the most prompt tokens computed between two decode steps: a long "
+                        "prompt joins a chunk at a time, so running streams pause for one "
+                        "chunk per token, not for its whole prompt")
     p.add_argument("--max-queue", type=int, default=256,
                    help="the most sequences waiting for a row; past it a request gets 503 with "
                         "Retry-After")
@@ -102,6 +111,8 @@ def _check(args: argparse.Namespace) -> None:
     checks = [(0 <= args.port <= 65535, "--port must be in 0..65535"),
               (args.max_batch >= 1, "--max-batch must be at least 1"),
               (args.max_queue >= 1, "--max-queue must be at least 1"),
+              (args.cache_mb >= 0, "--cache-mb must be >= 0"),
+              (args.prefill_chunk >= 1, "--prefill-chunk must be at least 1"),
               (args.timeout > 0, "--timeout must be a positive number of seconds"),
               (args.max_body >= 1024, "--max-body must be at least 1024 bytes"),
               (args.shutdown_timeout >= 0, "--shutdown-timeout must be >= 0"),
@@ -150,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
         name = args.model_name or Path(args.run_dir).resolve().name
         app = create_app(model, Settings(name=name, api_key=key, max_batch=args.max_batch,
                                          max_queue=args.max_queue, timeout=args.timeout,
+                                         cache_mb=args.cache_mb,
+                                         prefill_chunk=args.prefill_chunk,
                                          max_body=args.max_body, host=args.host,
                                          allow_origins=tuple(args.allow_origin)),
                          page_routes(args.run_dir, args.runs))

@@ -65,7 +65,8 @@ class Settings:
     max_queue: int = 256           # choices waiting for a row (more: 503)
     timeout: float = 600.0         # seconds from arrival to the last token (more: 504)
     max_body: int = 1 << 20        # bytes of a request body (more: 413)
-    prefill_tokens: int = 2048     # padded prompt tokens prefilled per scheduler iteration
+    prefill_chunk: int = 32        # prompt tokens computed per scheduler iteration
+    cache_mb: float = 1024         # MiB of keys and values kept for prompt reuse (0: none)
 
 
 def error_response(e: ApiError) -> JSONResponse:
@@ -206,7 +207,7 @@ def create_app(model: InferenceModel, settings: Settings, routes: Sequence[BaseR
                ) -> Starlette:
     """The server's ASGI app for `model`; `routes` are added after OpenAI's."""
     scheduler = Scheduler(model, settings.max_batch, settings.max_queue, settings.timeout,
-                          settings.prefill_tokens)
+                          settings.prefill_chunk, int(settings.cache_mb * 2**20))
 
     @asynccontextmanager
     async def lifespan(app: Starlette):

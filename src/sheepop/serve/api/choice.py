@@ -100,6 +100,7 @@ class Job:
         self.deadline = time.monotonic() + timeout
         self.stopwatch = Stopwatch(sum(len(p) for p in request.prompts))  # its speed, logged
         self.cancelled: str | None = None  # set from any thread; read by the scheduler
+        self.cached_tokens = 0  # prompt tokens found in the prefix cache (set at admission)
         self.inbox: Any = None
         n = request.n
         self.choices = [Choice(self, p * n + j, p, j, tokenizer)
@@ -123,6 +124,7 @@ class Choice:
             self.seen[self.prompt] = True
         self.shape = None if r.constraint is None else r.constraint.start(r.end_ids)
         self.generated = 0
+        self.tokens: list[int] = []  # those generated, in order
         self.last = -1
         self.finish: str | None = None
 
@@ -141,6 +143,7 @@ class Choice:
             self.shape.advance(token)
         self.generated += 1
         self.last = token
+        self.tokens.append(token)
         if self.seen is not None:
             self.seen[token] = True
         if token in r.end_ids:

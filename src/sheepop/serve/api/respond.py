@@ -78,6 +78,7 @@ class JobResponse:
 
     async def _events(self) -> list[Event]:
         events = await self.job.inbox.get()
+        self.render.cached_tokens = self.job.cached_tokens  # (set before its first event)
         for e in events:
             if e.token is not None:  # (the tokens usage counts)
                 self.job.stopwatch.tick()
@@ -86,10 +87,11 @@ class JobResponse:
         return events
 
     def _log(self) -> None:
-        """One line on stderr per request answered: its tokens, as its usage counts them, and
-        its speed (sheepop.generation.speed; the time to first token counts the queue too)."""
-        print(f"sheepop: {self.render.id}: {self.job.stopwatch.speed().line()}",
-              file=sys.stderr, flush=True)
+        """One line on stderr per request answered: its tokens, as its usage counts them, its
+        speed (sheepop.generation.speed; the time to first token counts the queue too) and the
+        prompt tokens the prefix cache held."""
+        print(f"sheepop: {self.render.id}: {self.job.stopwatch.speed().line()}; "
+              f"{self.job.cached_tokens} prompt tokens cached", file=sys.stderr, flush=True)
 
     async def _whole(self, send: Send) -> None:
         events: list[Event] = []

@@ -60,12 +60,14 @@ class Render:
         self.object = "chat.completion" if self.chat else "text_completion"
         self.generated = [0] * request.choices   # tokens per choice (usage)
         self.offset = [0] * request.choices      # text written per choice (text_offset)
+        self.cached_tokens = 0  # of the prompts' tokens, those the prefix cache held (usage)
 
     # ----- pieces ------------------------------------------------------------------------------
-    def usage(self) -> dict[str, int]:
+    def usage(self) -> dict[str, Any]:
         prompt = sum(len(p) for p in self.r.prompts)
         done = sum(self.generated)
-        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+        return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
 
     def _head(self, chunk: bool) -> dict[str, Any]:
         kind = "chat.completion.chunk" if chunk and self.chat else self.object

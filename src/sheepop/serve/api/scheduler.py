@@ -5,11 +5,15 @@ loop (docs/serve.md, "Continuous batching"):
 
 1. drops the running choices whose request was cancelled (client gone) or ran past its deadline:
    their rows leave the batch at once;
-2. admits waiting choices into the free rows, FIFO, up to a prefill budget of padded prompt
-   tokens per iteration (so that a burst of long prompts stalls the running ones for a bounded
-   time), prefills them together and draws each one's first token (the time to first token);
-3. runs one decode step for every running choice, the new ones included: each gets one token;
-4. lets the finished ones leave, and hands the iteration's events to the app in one call.
+2. admits waiting choices into the free rows, FIFO; each prompt's prefill starts from the
+   longest prefix of it the prefix cache holds (sheepop.generation.prefix_cache);
+3. computes at most `prefill_chunk` tokens of the admitted prompts, in order
+   (sheepop.serve.api.joining): a prompt whose last token is computed joins the batch and draws
+   its first token (the time to first token), so a long prompt stalls the running ones by one
+   chunk per step, never by its whole prefill;
+4. runs one decode step for every running choice, the new ones included: each gets one token;
+5. lets the finished ones leave (their tokens' whole blocks go into the prefix cache), and hands
+   the iteration's events to the app in one call.
 
 Nothing waits for the batch to drain: a choice joins at the step after its prefill and leaves at
 the step it ends. The rows are a `RunningBatch` (sheepop.generation.running_batch), so each
@@ -30,9 +34,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from sheepop.generation.prefix_cache import PrefixCache
 from sheepop.generation.running_batch import RunningBatch
 from sheepop.inference.load import InferenceModel
 from sheepop.serve.api.choice import Choice, Event, Job, prompt_logprobs
+from sheepop.serve.api.joining import Joining
 from sheepop.serve.api.protocol import ApiError
 
 Delivery = Callable[[list[tuple[Job, list[Event]]]], None]
@@ -51,41 +57,16 @@ SHUTTING_DOWN = ApiError(503, "the server is shutting down", type="server_error"
                          code="shutting_down")
 
 
-def _copies_together(admitted: list[Choice]) -> list[list[Choice]]:
-    """The admitted choices in groups of the copies of one prompt (n > 1), in order."""
-    groups: list[list[Choice]] = []
-    for c in admitted:
-        if groups and groups[-1][0].job is c.job and groups[-1][0].prompt_index == c.prompt_index:
-            groups[-1].append(c)
-        else:
-            groups.append([c])
-    return groups
-
-
-def _buckets(groups: list[list[Choice]], waste: float = 0.25) -> list[list[list[Choice]]]:
-    """The prompt groups, shortest first, cut where padding them together would cost more
-    than `waste` of their own tokens: a left-padded prefill computes every padding position."""
-    out: list[list[list[Choice]]] = []
-    for g in sorted(groups, key=lambda g: len(g[0].prompt)):
-        n = len(g[0].prompt)  # (the longest so far: sorted)
-        if out and n * (len(out[-1]) + 1) > (1 + waste) * (
-                sum(len(h[0].prompt) for h in out[-1]) + n):
-            out.append([])
-        if not out:
-            out.append([])
-        out[-1].append(g)
-    return out
-
-
 class Scheduler:
     def __init__(self, model: InferenceModel, max_batch: int, max_queue: int,
-                 timeout: float, prefill_tokens: int = 2048):
+                 timeout: float, prefill_chunk: int = 32, cache_bytes: int = 0):
         self.model = model
         self.lm = model.lm
         self.never = list(self.lm.never_generate)
         self.max_batch, self.max_queue, self.timeout = max_batch, max_queue, timeout
-        self.prefill_tokens = prefill_tokens
         self.batch = RunningBatch(self.lm, max_batch)
+        self.prefix = PrefixCache(cache_bytes)
+        self.joining = Joining(self.lm, self.prefix, prefill_chunk)
         self.running: list[Choice] = []  # row r of the batch is running[r]
         self.waiting: deque[Choice] = deque()
         self.calls: deque[tuple[Callable[[InferenceModel], Any], Future]] = deque()
@@ -96,7 +77,8 @@ class Scheduler:
         self.out: dict[Job, list[Event]] = {}
         self.stats = {"steps": 0, "tokens": 0, "prefills": 0, "decode_s": 0.0,
                       "prefill_s": 0.0, "cancelled": 0, "peak_running": 0,
-                      "kv_cache_peak_bytes": 0}
+                      "kv_cache_peak_bytes": 0, "prefill_chunks": 0}
+        self.logged_prompts = 0  # prompts when the prefix cache's hit rate was last logged
 
     # ----- the event loop's side ---------------------------------------------------------------
     def start(self, deliver: Delivery) -> None:
@@ -134,7 +116,8 @@ class Scheduler:
         holds now (it follows the tokens in flight), `kv_cache_peak_bytes` the most so far."""
         return {"running": len(self.running), "waiting": len(self.waiting),
                 "max_batch": self.max_batch, "max_queue": self.max_queue,
-                "kv_cache_bytes": self.batch.nbytes, **self.stats}
+                "kv_cache_bytes": self.batch.nbytes, "joining": self.joining.rows,
+                **self.stats, **self.prefix.status()}
 
     def stop(self) -> None:
         """Cancel what is left (the app has let the running requests finish until its
@@ -160,7 +143,8 @@ class Scheduler:
         """Asleep until there is something to do; then the calls to run and the choices
         admitted to the batch (None: the server is stopping)."""
         with self.cond:
-            while not (self.waiting or self.running or self.calls or self.stopping):
+            while not (self.waiting or self.running or self.joining or self.calls
+                       or self.stopping):
                 self.cond.wait()
             if self.stopping:
                 return None
@@ -168,10 +152,12 @@ class Scheduler:
             return calls, self._admit()
 
     def _generate(self, admitted: list[Choice]) -> None:
-        """One iteration: prefill the admitted choices, then one token for every running one."""
+        """One iteration: a chunk of the admitted prompts, then one token for every running
+        choice."""
         try:
-            if admitted:
-                self._join(admitted)
+            self.joining.add(admitted)
+            if self.joining:
+                self._join()
             if self.running:
                 self._step()
         except Exception:  # a bug, or out of memory: fail those requests, keep serving
@@ -179,18 +165,13 @@ class Scheduler:
             self._fail_all(ApiError(500, "internal error while generating", type="server_error"))
 
     def _admit(self) -> list[Choice]:
-        """Waiting choices for the free rows, FIFO, within the prefill budget (under the lock);
-        cancelled and expired ones are dropped on the way."""
-        now, taken, longest = time.monotonic(), [], 0
+        """Waiting choices for the rows neither running nor reserved by a joining prompt, FIFO
+        (under the lock); cancelled and expired ones are dropped on the way."""
+        now, taken = time.monotonic(), []
         if any([self._gone(c, now) for c in self.waiting]):  # (a list: every one is checked)
             self.waiting = deque(c for c in self.waiting if c.finish is None)
-        while self.waiting and len(taken) < self.batch.free:
-            c = self.waiting[0]
-            longest2 = max(longest, len(c.prompt))
-            if taken and longest2 * (len(taken) + 1) > self.prefill_tokens:
-                break
+        while self.waiting and len(taken) < self.batch.free - self.joining.rows:
             taken.append(self.waiting.popleft())
-            longest = longest2
         return taken
 
     def _gone(self, c: Choice, now: float) -> bool:
@@ -209,27 +190,44 @@ class Scheduler:
 
     def _drop_cancelled(self) -> None:
         now = time.monotonic()
+        self.joining.drop(lambda c: self._gone(c, now))
         self._leave([r for r, c in enumerate(self.running) if self._gone(c, now)])
 
     def _leave(self, rows: list[int]) -> None:
         if rows:
+            for r in rows:  # a sequence that ended well: its blocks for later prompts
+                c = self.running[r]
+                if c.finish in ("stop", "length"):
+                    k, v = self.batch.row_keys(r)
+                    self.prefix.store((c.prompt + c.tokens)[:k.shape[2]], k, v)
             order = self.batch.leave(rows)
             self.running = [self.running[i] for i in order]
 
-    def _join(self, admitted: list[Choice]) -> None:
-        """Prefill the admitted choices: the copies of one prompt share one row of prefill, and
-        prompts of similar lengths are prefilled together (`_buckets`), each bucket's first
-        tokens sent as soon as it is done."""
-        for bucket in _buckets(_copies_together(admitted)):
-            t0 = time.perf_counter()
-            logits = self.batch.join([g[0].prompt for g in bucket], [len(g) for g in bucket])
-            for g, row in zip(bucket, logits):
-                self._first_tokens(g, row)
-            self.running += [c for g in bucket for c in g]
+    def _join(self) -> None:
+        """Compute this iteration's chunk of the joining prompts; each one done joins the batch
+        (its copies as rows of its own cache) and its first tokens are sent at once."""
+        t0 = time.perf_counter()
+        for copies, prefill in self.joining.advance():
+            self.batch.place(prefill, len(copies))
+            self._first_tokens(copies, prefill.logits)
+            self.running += copies
             self.stats["prefills"] += 1
-            self.stats["prefill_s"] += time.perf_counter() - t0
             self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
             self._flush()
+            self._log_hits()
+        self.stats["prefill_chunks"] += 1
+        self.stats["prefill_s"] += time.perf_counter() - t0
+
+    def _log_hits(self, every: int = 100) -> None:
+        """One line on stderr per `every` prompts: how much of them the prefix cache held."""
+        p = self.prefix
+        if p.usable and self.stats["prefills"] >= self.logged_prompts + every:
+            self.logged_prompts = self.stats["prefills"]
+            s = p.status()
+            print(f"sheepop: prefix cache: {s['cached_tokens']:,} of {s['prompt_tokens']:,} "
+                  f"prompt tokens reused ({100 * s['prefix_cache_hit_rate']:.1f}%), "
+                  f"{p.nbytes / 2**20:,.1f} of {p.max_bytes / 2**20:,.0f} MiB held, "
+                  f"{p.evicted:,} blocks evicted", file=sys.stderr, flush=True)
 
     def _first_tokens(self, copies: list[Choice], row: Any) -> None:
         """Each copy of one prompt draws its first token from the prompt's last logits (and
@@ -280,7 +278,7 @@ class Scheduler:
                 pass
 
     def _fail_all(self, error: ApiError) -> None:
-        for c in self.running:
+        for c in self.running + self.joining.clear():
             if c.finish is None:
                 c.finish = "error"
                 self._emit(c.job, Event(c.index, error=error))
