@@ -59,6 +59,13 @@ def test_the_whole_element_carries_its_source_as_the_annotation():
     (r"\operatorname{Var}(x) = \cos \omega",
      '<mrow><mi>Var</mi><mo stretchy="false">(</mo><mi>x</mi><mo stretchy="false">)</mo><mo>=</mo>'
      '<mi>cos</mi><mspace width="0.1667em"></mspace><mi>\u03c9</mi></mrow>'),
+    # ours: ... none before a bracket, \left( included, nor where the formula sets a space (\!,
+    # a named width MathML Core does not read, as em)
+    (r"\tanh\left( x \right) \sin\!x", '<mrow><mi>tanh</mi><mrow><mo stretchy="true" '
+                                            'fence="true" form="prefix">(</mo><mi>x</mi><mo '
+                                            'stretchy="true" fence="true" form="postfix">)</mo>'
+                                            '</mrow><mi>sin</mi><mspace width="-0.1667em">'
+                                            "</mspace><mi>x</mi></mrow>"),
     # ours: upper-case Greek upright
     (r"\Phi", '<mrow><mi mathvariant="normal">\u03a6</mi></mrow>'),
     # ours: \texttt monospace, its \_ an underscore

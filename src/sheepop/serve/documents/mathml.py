@@ -45,6 +45,9 @@ _LARGE_OPERATORS = frozenset("\u2211\u220f\u2210\u22c3\u22c2")
 (latex2mathml writes them so only at a formula's top level, not inside a root or \\left)."""
 _FENCES = frozenset("()[]{}|\u2016\u2223\u230a\u230b\u2308\u2309\u27e8\u27e9")
 """Fences that TeX keeps at the text's size unless \\left, \\right or \\big asks."""
+_NAMED_SPACES = {"negativethinmathspace": "-0.1667em", "thinmathspace": "0.1667em",
+                 "mediummathspace": "0.2222em", "thickmathspace": "0.2778em"}
+"""MathML 3's named widths, which MathML Core does not read (latex2mathml writes \\! so)."""
 _ROWS = ("mrow", "mtd", "msqrt", "mstyle", "mpadded", "mphantom", "menclose")
 """The elements whose children are laid out in a row (the others have a fixed number)."""
 
@@ -92,10 +95,13 @@ def _as_latex2mathml_reads(tex: str) -> str:
 
 def _as_tex_sets(body: Element) -> None:
     """What TeX does and latex2mathml's output does not, in Chromium (which reads MathML Core:
-    no `mathvariant` but "normal", no automatic spacing after a function's name)."""
+    no `mathvariant` but "normal", no named widths, no automatic spacing after a function's
+    name)."""
     for element in list(body.iter()):
         _upright(element)
         _scripted(element)
+        if element.tag == "mspace" and element.get("width") in _NAMED_SPACES:
+            element.set("width", _NAMED_SPACES[element.get("width")])
     for element in list(body.iter()):
         _text_sized(element)
         _spaces(element)
@@ -144,8 +150,16 @@ def _spaces(row: Element) -> None:
             sign.set("lspace", "0")
             sign.set("rspace", "0")
     for k in range(len(row) - 2, -1, -1):
-        if _is_name(row[k]) and not re.fullmatch(r"[(\[|{\u2016]", row[k + 1].text or ""):
+        if _is_name(row[k]) and not _spaced_or_bracketed(row[k + 1]):
             row.insert(k + 1, Element("mspace", {"width": "0.1667em"}))
+
+
+def _spaced_or_bracketed(element: Element) -> bool:
+    """Whether what follows a function's name is a bracket (\\left( too) or a space the formula
+    sets itself (\\tanh\\!\\left(): TeX adds no thin space there."""
+    if element.tag == "mrow" and len(element):
+        element = element[0]
+    return element.tag == "mspace" or bool(re.fullmatch(r"[(\[|{\u2016]", element.text or ""))
 
 
 def _is_sign(before: Element, element: Element) -> bool:
