@@ -203,3 +203,17 @@ def test_smollm2s_samples_of_a_nested_schema_all_validate(smollm2_run):
     for o in outputs:
         assert o[-1] == end, tok.decode(o)
         jsonschema.validate(json.loads(tok.decode(o[:-1])), NESTED)
+
+
+def test_json_is_written_as_json_dumps_writes_it():
+    """One line, a space after ':' and ',', none elsewhere: after '{"n":' only the space may
+    come, after '{"n": 3' only '}' (the object is complete) and no space."""
+    tok = train_tokenizer("char", ['{}[]":, 0123456789n\n'])
+    state = compile_constraint(ConstraintSpec("json_schema", SMALL), tok).start({tok.eos_id})
+    for t in tok.encode('{"n":'):
+        state.advance(t)
+    allowed = {tok.decode([i]) for i in np.flatnonzero(state.allowed(tok.vocab_size))}
+    assert allowed == {" "}
+    for t in tok.encode(" 3"):
+        state.advance(t)
+    assert {tok.decode([i]) for i in np.flatnonzero(state.allowed(tok.vocab_size))} == {"}"}

@@ -41,10 +41,10 @@ import numpy as np
 from sheepop.errors import UserError
 
 KINDS = ("json_object", "json_schema", "regex")
-# JSON as the model writes it: one space after ':' and ',' and none elsewhere (llguidance's
-# whitespace_flexible false). A free choice of whitespace lets a sampled sequence spend its
-# tokens on blank lines and never close the object.
-JSON_OPTIONS = {"whitespace_flexible": False}
+# JSON on one line, a space after ':' and ',' and none elsewhere: Python's json.dumps, the form
+# a model has read most. A free choice of whitespace (llguidance's default) lets a sampled
+# sequence spend its tokens on blank lines and never close the object.
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 class UnsupportedConstraint(UserError):
