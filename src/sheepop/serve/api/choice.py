@@ -101,6 +101,7 @@ class Job:
         self.stopwatch = Stopwatch(sum(len(p) for p in request.prompts))  # its speed, logged
         self.cancelled: str | None = None  # set from any thread; read by the scheduler
         self.cached_tokens = 0  # prompt tokens found in the prefix cache (set at admission)
+        self.prefill_chunks = 0  # the passes that computed its prompts (past the cached part)
         self.inbox: Any = None
         n = request.n
         self.choices = [Choice(self, p * n + j, p, j, tokenizer)

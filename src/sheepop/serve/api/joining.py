@@ -59,6 +59,7 @@ class Joining:
         while self.groups and budget > 0:
             copies, prefill = self.groups[0]
             budget -= prefill.advance(budget)
+            copies[0].job.prefill_chunks += 1
             if not prefill.finished:
                 return
             self.groups.pop(0)

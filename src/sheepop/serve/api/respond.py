@@ -78,7 +78,9 @@ class JobResponse:
 
     async def _events(self) -> list[Event]:
         events = await self.job.inbox.get()
-        self.render.cached_tokens = self.job.cached_tokens  # (set before its first event)
+        # (both set before its first event, on the model's thread)
+        self.render.cached_tokens = self.job.cached_tokens
+        self.render.prefill_chunks = self.job.prefill_chunks
         for e in events:
             if e.token is not None:  # (the tokens usage counts)
                 self.job.stopwatch.tick()

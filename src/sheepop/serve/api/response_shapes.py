@@ -61,13 +61,15 @@ class Render:
         self.generated = [0] * request.choices   # tokens per choice (usage)
         self.offset = [0] * request.choices      # text written per choice (text_offset)
         self.cached_tokens = 0  # of the prompts' tokens, those the prefix cache held (usage)
+        self.prefill_chunks = 0  # the chunks the rest was computed in (sheepop's extension)
 
     # ----- pieces ------------------------------------------------------------------------------
     def usage(self) -> dict[str, Any]:
         prompt = sum(len(p) for p in self.r.prompts)
         done = sum(self.generated)
         return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
-                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+                "prefill_chunks": self.prefill_chunks}
 
     def _head(self, chunk: bool) -> dict[str, Any]:
         kind = "chat.completion.chunk" if chunk and self.chat else self.object

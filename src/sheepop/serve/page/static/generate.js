@@ -49,6 +49,15 @@ async function* events(response) {
   }
 }
 
+// How the prompt was computed: the tokens the server's prefix cache held, and the chunks the
+// rest took between the running batch's decode steps (usage's cached_tokens, prefill_chunks).
+function promptLine(usage) {
+  if (!usage) return "";
+  const cached = usage.prompt_tokens_details?.cached_tokens ?? 0, chunks = usage.prefill_chunks ?? 0;
+  return `; prompt ${usage.prompt_tokens} tokens: ${cached} from the prefix cache, ` +
+    `${usage.prompt_tokens - cached} computed in ${chunks} chunk${chunks === 1 ? "" : "s"}`;
+}
+
 export function generateView(state) {
   const chat = state.shape.chat;
   const form = $("#generate-form"), answer = $("#answer"), status = $("#generate-status");
@@ -113,7 +122,8 @@ export function generateView(state) {
 
   function request() {
     const number = (id) => Number($(id).value);
-    const body = { stream: true, temperature: number("#temperature"), top_p: number("#top-p"),
+    const body = { stream: true, stream_options: { include_usage: true },
+                   temperature: number("#temperature"), top_p: number("#top-p"),
                    top_k: number("#top-k"), min_p: number("#min-p"), max_tokens: number("#max-tokens") };
     if (chat) {
       history.push({ role: "user", content: prompt.value });
@@ -137,7 +147,7 @@ export function generateView(state) {
     controller = new AbortController();
     go.disabled = true; stop.disabled = false;
     setStatus(status, "generating…");
-    let count = 0, reply = "";
+    let count = 0, reply = "", usage = null;
     const started = performance.now();
     try {
       const response = await fetch(path, {
@@ -149,6 +159,7 @@ export function generateView(state) {
       }
       for await (const chunk of events(response)) {
         if (chunk.error) throw new Error(chunk.error.message);
+        if (chunk.usage) usage = chunk.usage;
         const { text, tokens } = entries(chunk, chat);
         reply += text;
         for (const t of tokens) {
@@ -161,7 +172,7 @@ export function generateView(state) {
         count += tokens.length;
       }
       const seconds = (performance.now() - started) / 1000;
-      setStatus(status, `${count} tokens in ${seconds.toFixed(2)} s`);
+      setStatus(status, `${count} tokens in ${seconds.toFixed(2)} s` + promptLine(usage));
     } catch (e) {
       if (e.name === "AbortError") setStatus(status, `stopped after ${count} tokens`);
       else setStatus(status, e.message, true);
