@@ -107,6 +107,8 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
                                    f"{s.repetition_penalty}"),
         (s.slide_chunk >= 0, f"sample.slide_chunk must be >= 0 (0: block_size // 4), not "
                              f"{s.slide_chunk}"),
+        (0 <= s.speculate <= 64, f"sample.speculate must be 0 to 64 (0: off), not "
+                                 f"{s.speculate}"),
         (lora.rank >= 0, f"lora.rank must be >= 0 (0: full fine-tuning), not {lora.rank}"),
         (lora.rank == 0 or t.optimizer != "muon", "train.optimizer=muon trains whole matrices; "
          "LoRA's adapters (lora.rank > 0) train with adamw"),

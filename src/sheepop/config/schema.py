@@ -221,6 +221,9 @@ class SampleConfig:
     slide_chunk: int = setting(0, "past the context, absolute positions: the oldest tokens dropped "
                                "at once, so the cache is refilled once per chunk (1: always the "
                                "last block_size tokens, the slowest; 0: block_size // 4)")
+    speculate: int = setting(0, "speculative decoding by prompt lookup: check up to this many "
+                             "tokens guessed from the text in one forward pass (the same "
+                             "greedy output, the same distribution; 0: off)")
 
 
 # The sections of a run: its config.json holds these.

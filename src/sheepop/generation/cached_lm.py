@@ -127,6 +127,31 @@ class CachedLM:
         self._cache_ids.append(token)
         return self._logits(self._row([token]), self.cache)[0]
 
+    # ----- speculative decoding: sheepop.generation.protocol.CheckingLanguageModel -----------
+    def room(self) -> int:
+        """The tokens `verify` may still append: the columns left before the context is full;
+        0 where a rollback would be wrong (a ring that rolled on overwrote the columns it would
+        give back; digit places carry the run of digits in the cache's state)."""
+        cache = self.cache
+        if cache.digit_run is not None or cache.length != len(self._cache_ids):
+            return 0
+        return max(0, cache.max_len - cache.length)
+
+    def verify(self, ids: Sequence[int]) -> np.ndarray:
+        """Append `ids` to the cache in one forward pass; the logits (len(ids), V) after each
+        of them (a causal pass over them continuing the cache: row j is what `decode` would
+        give after ids[j], up to the rounding of a wider product)."""
+        assert len(ids) <= self.room(), "verify past the cache's room"
+        self._cache_ids.extend(ids)
+        return self._logits(self._row(ids), self.cache, last_only=False)[0]
+
+    def rollback(self, n: int) -> None:
+        """Forget the last n tokens of the cache (rejected proposals): its length goes back,
+        so the next tokens overwrite their columns and no query reads them before."""
+        if n:
+            self.cache.length -= n
+            del self._cache_ids[-n:]
+
     def full(self, ids: Sequence[int]) -> np.ndarray:
         """The logits (V,) after the last of `ids`, recomputed without a cache."""
         return self._logits(self._row(ids), None)[0]

@@ -54,12 +54,13 @@ from sheepop.generation.sample import (
     check_finite,
     check_settings,
     draw,
-    penalize_repeats,
+    filtered_logits,
     probabilities,
     quiet_overflow,
     resolved_seed,
     top_tokens,
 )
+from sheepop.generation.speculative import Gate, speculated
 from sheepop.softmax import softmax
 
 # Past the context, absolute positions drop the oldest block_size // 4 tokens at once by default:
@@ -112,14 +113,7 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
     """
     check_settings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)  # ValueError: a bad call
     check_finite(logits)
-    if never or allowed is not None:
-        logits = np.array(logits, copy=True)
-        logits[list(never)] = -np.inf  # (a list: logits[()] would be every element)
-        if allowed is not None:
-            if not allowed.any():  # (a bug: a state that has ended is not asked again)
-                raise ValueError("the constraint allows no token")
-            logits[~allowed] = -np.inf
-    z = logits if seen is None else penalize_repeats(logits, seen, cfg.repetition_penalty)
+    z = filtered_logits(logits, seen, cfg.repetition_penalty, never, allowed)
     if cfg.temperature <= 0:
         return int(np.argmax(z)), (softmax(np.asarray(z, np.float64)) if want_probs else None)
     probs = probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)
@@ -134,6 +128,9 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     tokens `constraint` allows, when given.
 
     An iterator: each token is yielded as soon as it is drawn (stop iterating to stop early).
+    With `cfg.speculate` k > 0 (and the cache) up to k tokens guessed from the text are checked
+    in one pass (sheepop.generation.speculative): the same greedy tokens, and samples of the
+    same distribution (not the same draws: the seed's numbers are used differently).
     """
     if len(prompt) == 0:
         raise ValueError("generation needs at least one prompt token")
@@ -146,18 +143,29 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     never = never_generated(lm)
     slides = getattr(lm, "slides", False)
     chunk, start = slide_chunk(cfg, T), 0  # absolute positions: the model sees ids[start:]
-    for n in range(cfg.max_new_tokens):
+    gate = Gate() if cfg.speculate > 0 and use_cache and hasattr(lm, "verify") else None
+    n = 0
+    while n < cfg.max_new_tokens:
         allowed = None if constraint is None else constraint.allowed(logits.shape[-1])
         token, shown = next_token(logits, cfg, rng, seen, show_probs > 0, never, allowed)
         if constraint is not None:
             constraint.advance(token)
         shown_top = top_tokens(shown, show_probs) if show_probs and shown is not None else []
         yield Step(token, shown_top)
-        if (eos_id is not None and token == eos_id) or n == cfg.max_new_tokens - 1:
+        n += 1
+        if (eos_id is not None and token == eos_id) or n == cfg.max_new_tokens:
             return  # (no forward pass for logits nobody will read)
         ids.append(token)
         if seen is not None:
             seen[token] = True
+        if gate is not None:  # until the cache has no room: then the plain steps below
+            for token, shown in speculated(lm, ids, cfg, rng, seen, never, constraint, eos_id,
+                                           cfg.max_new_tokens - n, gate, show_probs > 0):
+                yield Step(token, top_tokens(shown, show_probs) if show_probs else [])
+                n += 1
+            if token == eos_id or n == cfg.max_new_tokens:
+                return
+            gate = None
         if slides:  # rotary positions: the ring (or the windowed reference) takes it
             logits = lm.decode(token) if use_cache else lm.full(ids)
             continue

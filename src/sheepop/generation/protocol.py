@@ -29,6 +29,20 @@ class LanguageModel(Protocol):
     def cache_length(self) -> int: ...
 
 
+class CheckingLanguageModel(LanguageModel, Protocol):
+    """A `LanguageModel` that checks several tokens in one pass and forgets the rejected ones
+    (speculative decoding, sheepop.generation.speculative)."""
+
+    def room(self) -> int:
+        """How many more tokens `verify` may append (0: none; it cannot roll back)."""
+
+    def verify(self, ids: Sequence[int]) -> np.ndarray:
+        """Append `ids` to the cache in one pass; the logits (len(ids), V) after each."""
+
+    def rollback(self, n: int) -> None:
+        """Forget the last n tokens of the cache."""
+
+
 class BatchLanguageModel(Protocol):
     block_size: int
     never_generate: Sequence[int]

@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import math
 import secrets
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,6 +59,22 @@ def penalize_repeats(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np
     if penalty == 1.0:
         return z
     return np.where(seen, np.where(z > 0, z / penalty, z * penalty), z)
+
+
+def filtered_logits(logits: np.ndarray, seen: np.ndarray | None, penalty: float,
+                    never: Sequence[int] = (), allowed: np.ndarray | None = None) -> np.ndarray:
+    """The logits a token is drawn from: the `never` ids, and where `allowed` (bool, the
+    logits' shape: a constraint's mask) is False, set to -inf (probability 0), then the
+    repetition penalty where `seen` is True (no penalty when `seen` is None). The input is
+    left as it was."""
+    if never or allowed is not None:
+        logits = np.array(logits, copy=True)
+        logits[list(never)] = -np.inf  # (a list: logits[()] would be every element)
+        if allowed is not None:
+            if not allowed.any():  # (a bug: a state that has ended is not asked again)
+                raise ValueError("the constraint allows no token")
+            logits[~allowed] = -np.inf
+    return logits if seen is None else penalize_repeats(logits, seen, penalty)
 
 
 def check_settings(temperature: float, top_k: int, top_p: float, min_p: float = 0.0) -> None:

@@ -1,0 +1,161 @@
+"""Speculative decoding by prompt lookup: tokens guessed from the text itself, checked by the
+model in one forward pass, kept only as far as the model would have written them.
+
+Proposal (prompt lookup; Saxena 2023). Let x_1..x_n be the text so far (prompt and output).
+For g = NGRAM_MAX down to 1, find the latest i < n - g + 1 with x_i..x_{i+g-1} = the last g
+tokens; the proposal is d_1..d_k = the k tokens that followed that occurrence (fewer where the
+text ends first). An edit of a given function, a summary that quotes: the output copies runs of
+its prompt, and a copied run is proposed whole.
+
+Check. The cache holds x_1..x_{n-1}; one pass over x_n, d_1, ..., d_k gives the model's logits
+after each of them, z_0..z_k (sheepop.generation.cached_lm.CachedLM.verify). Position j's
+distribution p_j is the one plain sampling would draw from there (the same filters: the
+`never` ids, a constraint's mask, the repetition penalty over the text up to it, temperature,
+top-k, top-p, min-p), and j walks 0, 1, ...:
+
+    accept d_{j+1} with probability p_j(d_{j+1});
+    else draw the token from r_j = (p_j - q)+ / sum (p_j - q)+,  q = onehot(d_{j+1}):
+         p_j with d_{j+1} removed, renormalised; and stop;
+    all k accepted: one more token from p_k (the pass computed it).
+
+Each token is then distributed exactly as p_j: P(t) = p_j(d) [t = d] + (1 - p_j(d)) r_j(t) =
+p_j(t) for t != d (r_j(t) = p_j(t) / (1 - p_j(d))), and p_j(d) for t = d
+(docs/inference.md, "Speculative decoding" derives it for the whole sequence). Greedy
+decoding is the case p_j = onehot(argmax z_j): d is kept iff it is the argmax, the same token
+plain decoding writes. The rejected proposals' keys and values leave the cache
+(`CachedLM.rollback`). A pass yields 1 .. k + 1 tokens for the cost of one pass over k + 1
+positions, which on a CPU costs little more than one (a decode step reads every weight once
+for one row; k + 1 rows reuse each weight read).
+
+It turns itself off where it does not pay (`Gate`): the accepted share of proposed tokens, a
+moving average, below MIN_ACCEPTANCE pauses proposing for PAUSE_TOKENS tokens, then it tries
+again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sheepop.config.schema import SampleConfig
+from sheepop.generation.constraint import ConstraintState
+from sheepop.generation.protocol import CheckingLanguageModel
+from sheepop.generation.sample import check_finite, draw, filtered_logits, probabilities
+from sheepop.softmax import softmax
+
+# The longest n-gram looked up: 3 tokens find the place a copy continues from more surely
+# than 1 (a single common token recurs everywhere); a shorter one is tried when it is absent.
+NGRAM_MAX = 3
+# Below this accepted share of proposed tokens a pass over k + 1 positions costs more than
+# the tokens it adds (SmolLM2 on 2 CPU cores: a 9-position pass ~1.4 decode steps;
+# benchmarks/speculative.py), so proposing pauses for PAUSE_TOKENS tokens.
+MIN_ACCEPTANCE = 0.2
+PAUSE_TOKENS = 32
+# Weight of the newest pass in the moving average of the accepted share.
+AVERAGE_WEIGHT = 0.3
+
+
+def propose(ids: Sequence[int], k: int, ngram_max: int = NGRAM_MAX) -> list[int]:
+    """Up to k tokens that followed the latest earlier occurrence of the last g tokens of
+    `ids` (g = ngram_max .. 1, the longest found first); [] when none recurs."""
+    if k <= 0 or len(ids) < 2:
+        return []
+    x = np.asarray(ids, dtype=np.int64)
+    n = len(x)
+    for g in range(min(ngram_max, n - 1), 0, -1):
+        tail = x[n - g:]
+        # starts i of g-grams x[i:i+g] that end before the text's own last g tokens
+        match = np.ones(n - g, dtype=bool)
+        for j in range(g):
+            match &= x[j:n - g + j] == tail[j]
+        found = np.flatnonzero(match)
+        if len(found):
+            after = int(found[-1]) + g
+            return x[after:after + k].tolist()
+    return []
+
+
+def judge(z: np.ndarray, cfg: SampleConfig, rng: np.random.Generator, proposed: int | None,
+          want_probs: bool = False) -> tuple[int, np.ndarray | None]:
+    """The token at one position, from its filtered logits `z`, given the `proposed` one (None:
+    a plain draw); and the distribution p it is distributed as (greedy: softmax(z), only when
+    `want_probs`). Sampling: `proposed` with probability p(proposed), else a draw from p with
+    `proposed` removed (the residual (p - onehot(d))+, renormalised); greedy: the argmax."""
+    if cfg.temperature <= 0:
+        return int(np.argmax(z)), (softmax(np.asarray(z, np.float64)) if want_probs else None)
+    probs = probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)
+    if proposed is None:
+        return draw(probs, rng), probs
+    if rng.random() < probs[proposed]:
+        return proposed, probs
+    residual = probs.copy()
+    residual[proposed] = 0.0  # p(proposed) < 1 here (u < 1 always accepts it at 1)
+    return draw(residual, rng), probs
+
+
+@dataclass
+class Gate:
+    """Whether to propose now: the accepted share of proposed tokens (a moving average,
+    starting hopeful at 1) below MIN_ACCEPTANCE closes it for PAUSE_TOKENS tokens."""
+    rate: float = 1.0
+    paused: int = 0  # tokens left before proposing again
+    passes: int = 0
+    proposed: int = 0
+    accepted: int = 0
+
+    def open(self) -> bool:
+        return self.paused == 0
+
+    def record(self, proposed: int, accepted: int) -> None:
+        self.passes += 1
+        self.proposed += proposed
+        self.accepted += accepted
+        self.rate += AVERAGE_WEIGHT * (accepted / proposed - self.rate)
+        if self.rate < MIN_ACCEPTANCE:
+            self.paused, self.rate = PAUSE_TOKENS, MIN_ACCEPTANCE  # retried at the threshold
+
+    def took(self, tokens: int) -> None:
+        self.paused = max(0, self.paused - tokens)
+
+
+def speculated(lm: CheckingLanguageModel, ids: list[int], cfg: SampleConfig,
+               rng: np.random.Generator, seen: np.ndarray | None, never: Sequence[int],
+               constraint: ConstraintState | None, eos_id: int | None, budget: int,
+               gate: Gate, want_probs: bool = False) -> Iterator[tuple[int, np.ndarray | None]]:
+    """(token, its distribution) after `ids`, whose last token `lm`'s cache does not hold yet,
+    `cfg.speculate` proposals a pass (module docstring); each token is appended to `ids`,
+    `seen` and `constraint` take it. Ends after `budget` tokens, `eos_id`, or when the cache
+    has no room for another pass (`lm.room()` 0: the context is full, or the cache cannot
+    roll back); the cache then holds all of `ids` but the last, as it did at the start."""
+    done = 0
+    while done < budget:
+        room = lm.room()
+        if room < 1:
+            return
+        k = min(cfg.speculate, room - 1, budget - done - 1) if gate.open() else 0
+        draft = propose(ids, k)
+        rows = lm.verify([ids[-1]] + draft)
+        for j, z in enumerate(rows):
+            proposed = draft[j] if j < len(draft) else None
+            check_finite(z)
+            allowed = None if constraint is None else constraint.allowed(z.shape[-1])
+            z = filtered_logits(z, seen, cfg.repetition_penalty, never, allowed)
+            token, shown = judge(z, cfg, rng, proposed, want_probs)
+            if constraint is not None:
+                constraint.advance(token)
+            if seen is not None:
+                seen[token] = True
+            ids.append(token)
+            done += 1
+            yield token, shown
+            ended = token == eos_id or done == budget
+            if token != proposed or ended:
+                lm.rollback(len(draft) - j)  # the cache keeps ids but the newest token
+                if draft:
+                    gate.record(len(draft), j + (token == proposed))
+                gate.took(j + 1)
+                if ended:
+                    return
+                break

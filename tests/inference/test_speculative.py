@@ -1,0 +1,161 @@
+"""Speculative decoding by prompt lookup (sheepop.generation.speculative): the proposal, the
+cache's check and rollback in both engines, greedy output equal to plain decoding, and
+sampling's distribution equal to plain sampling's, against the exact joint by enumeration."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from sheepop.config.schema import Config, ModelConfig, SampleConfig
+from sheepop.generation.generate import generate
+from sheepop.generation.sample import filtered_logits, probabilities
+from sheepop.generation.speculative import propose
+from sheepop.inference.load import build
+from sheepop.scratch.init import param_shapes
+
+
+def make_lm(engine: str, vocab: int = 23, block: int = 64, pos: str = "rope", seed: int = 3,
+            scale: float = 1.0):
+    """A tiny model with random weights (far from uniform attention; matrices' entries of
+    standard deviation `scale`: smaller, softer next-token distributions)."""
+    cfg = ModelConfig(vocab_size=vocab, block_size=block, n_layer=2, n_head=2, n_embd=16,
+                      pos_encoding=pos, dropout=0.0)
+    rng = np.random.default_rng(seed)
+    weights = {name: (1.0 + 0.1 * rng.standard_normal(shape) if len(shape) == 1
+                      else scale * rng.standard_normal(shape)).astype(np.float32)
+               for name, shape in param_shapes(cfg).items()}
+    config = Config()
+    config.model = cfg
+    return build(config, weights, engine=engine).lm
+
+
+class Counted:
+    """Counts the checking passes of a model and the tokens they took."""
+
+    def __init__(self, lm):
+        self.lm, self.passes, self.checked, self.sizes = lm, 0, 0, []
+
+    def __getattr__(self, name):
+        return getattr(self.lm, name)
+
+    def verify(self, ids):
+        self.passes += 1
+        self.checked += len(ids)
+        self.sizes.append(len(ids))
+        return self.lm.verify(ids)
+
+
+def test_the_proposal_follows_the_latest_occurrence_of_the_longest_ngram():
+    #        0  1  2  3  4  5  6  7  8  9 10 11
+    ids = [7, 1, 2, 3, 9, 1, 2, 4, 5, 8, 1, 2]
+    # (1, 2) ends the text; its latest earlier occurrence is at 5-6, followed by 4, 5, 8
+    assert propose(ids, 3) == [4, 5, 8]
+    assert propose(ids, 10) == [4, 5, 8, 1, 2]  # as far as the text goes
+    # (3, 1, 2) occurs nowhere before, (1, 2) does: the 3-gram is tried first, then 2
+    assert propose([3, 1, 2, 6, 0, 3, 1, 2], 2) == [6, 0]
+    assert propose([3, 1, 2, 6, 0, 9, 1, 2], 2) == [6, 0]
+    assert propose([5, 6, 7], 4) == []  # nothing recurs
+    assert propose(ids, 0) == []
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+def test_verify_gives_decodes_logits_and_rollback_forgets(engine):
+    lm = make_lm(engine)
+    prompt = [1, 5, 9, 2, 7]
+    lm.prefill(prompt)
+    rows = lm.verify([4, 8, 3])
+    plain = make_lm(engine)
+    plain.prefill(prompt)
+    expected = [plain.decode(t) for t in (4, 8, 3)]
+    # float32 logits of order 10 from sums over 16-32 terms: a wider product rounds differently
+    # by a few ulps (1e-6 relative); 1e-4 leaves two orders of margin
+    np.testing.assert_allclose(rows, np.stack(expected), atol=1e-4)
+    lm.rollback(2)  # 8 and 3 rejected: the cache holds prompt + [4]
+    after = lm.verify([6])[0]
+    fresh = make_lm(engine)
+    np.testing.assert_allclose(after, fresh.prefill(prompt + [4, 6]), atol=1e-4)
+    assert lm.cache_length == len(prompt) + 2
+
+
+REPEATING = [3, 4, 5, 6, 7, 8, 9, 10, 3, 4, 5, 6, 7, 8, 9, 10, 3, 4]
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("pos,block,new,penalty", [("rope", 64, 40, 1.0), ("rope", 32, 40, 1.0),
+                                                    ("learned", 32, 40, 1.0),
+                                                    ("rope", 64, 40, 1.3)])
+def test_greedy_speculation_writes_the_plain_greedy_tokens(engine, pos, block, new, penalty):
+    """Within the context and past it (block 32: the speculation stops when the cache is full
+    and plain decoding goes on), with the repetition penalty (which the proposals' own tokens
+    change); and proposals were taken (fewer passes than tokens)."""
+    lm = Counted(make_lm(engine, block=block, pos=pos))
+    plain_cfg = SampleConfig(max_new_tokens=new, temperature=0.0, repetition_penalty=penalty)
+    spec_cfg = SampleConfig(max_new_tokens=new, temperature=0.0, repetition_penalty=penalty,
+                            speculate=4)
+    plain = [s.token for s in generate(lm, REPEATING, plain_cfg)]
+    assert lm.passes == 0
+    speculated = [s.token for s in generate(lm, REPEATING, spec_cfg)]
+    assert speculated == plain
+    assert lm.checked > lm.passes  # proposals were checked ...
+    assert lm.passes < min(new, block - len(REPEATING))  # ... and taken: tokens > passes
+
+
+def chi2_quantile(df: int, z: float) -> float:
+    """The chi-square(df) quantile at the normal quantile z (Wilson and Hilferty, 1931:
+    (X/df)^(1/3) is nearly normal with mean 1 - 2/(9 df), variance 2/(9 df))."""
+    a = 2.0 / (9.0 * df)
+    return df * (1.0 - a + z * math.sqrt(a)) ** 3
+
+
+def exact_joint(lm, prompt, cfg, length):
+    """P(t_1..t_length) of plain sampling: the product of each step's filtered distribution
+    (the same filters as sheepop.generation.generate.next_token), by enumeration."""
+    V = lm.full(prompt).shape[-1]
+    joint = {}
+    for seq in itertools.product(range(V), repeat=length):
+        p = 1.0
+        for i in range(length):
+            ids = prompt + list(seq[:i])
+            seen = np.zeros(V, dtype=bool)
+            seen[ids] = True
+            z = filtered_logits(lm.full(ids), seen, cfg.repetition_penalty)
+            p *= probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)[seq[i]]
+            if p == 0.0:
+                break
+        joint[seq] = p
+    return joint
+
+
+def test_speculative_sampling_keeps_the_models_distribution():
+    """The first three of four tokens after a prompt holding every id: the first is drawn
+    plainly, the second and third by one checking pass of 2 proposals (each accepted, or the
+    residual drawn), under temperature, top-k, top-p, min-p and the repetition penalty. The
+    empirical joint of N draws (seeds 0..N-1) against the exact one: Pearson's X^2 over the
+    cells expected >= 5 times (the rest pooled) stays below chi-square(df)'s 1 - 1e-6 quantile
+    (z = 4.75): a correct rule fails it once in a million seeds; drawing the rejected token
+    from p instead of the residual (p(d) too high by p(d)(1 - p(d))) gave X^2 = 704 here."""
+    V, N = 4, 2000
+    lm = Counted(make_lm("numpy", vocab=V, seed=6, scale=0.5))
+    prompt = [0, 1, 2, 3, 0, 1, 2, 3, 0]
+    cfg = SampleConfig(max_new_tokens=4, temperature=0.9, top_k=3, top_p=0.97, min_p=0.02,
+                       repetition_penalty=1.3, speculate=2)
+    joint = exact_joint(lm, prompt, cfg, 3)
+    counts = dict.fromkeys(joint, 0)
+    for seed in range(N):
+        cfg.seed = seed
+        lm.sizes = []
+        counts[tuple(s.token for s in generate(lm, prompt, cfg))[:3]] += 1
+        assert lm.sizes[0] == 3  # tokens 2 and 3 came from one check of 2 proposals
+    big = [s for s in joint if joint[s] * N >= 5]
+    rest_expected = N * sum(joint[s] for s in joint if s not in big)
+    rest_observed = sum(counts[s] for s in joint if s not in big)
+    assert sum(counts[s] for s in joint if joint[s] == 0.0) == 0  # nothing the filters cut
+    x2 = sum((counts[s] - N * joint[s]) ** 2 / (N * joint[s]) for s in big)
+    df = len(big) - 1
+    if rest_expected >= 5:
+        x2 += (rest_observed - rest_expected) ** 2 / rest_expected
+        df += 1
+    assert df >= 10
+    assert x2 < chi2_quantile(df, 4.75), (x2, df)
