@@ -32,8 +32,8 @@ from sheepop.train.start import setup
 CANDIDATES = {
     "tiny": ("tiny", []),
     "cpu": ("cpu", []),
-    "cpu, AdamW (no Muon)": ("cpu", ["train.optimizer=adamw"]),
-    "cpu, LayerNorm": ("cpu", ["model.norm=layernorm"]),
+    "cpu-adamw": ("cpu", ["train.optimizer=adamw"]),
+    "cpu-layernorm": ("cpu", ["model.norm=layernorm"]),
 }
 
 
