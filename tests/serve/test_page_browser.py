@@ -131,10 +131,11 @@ def test_tokens_stream_in_and_show_their_alternatives(page, shots):
 
 def test_the_status_says_how_the_prompt_was_computed(page):
     """The generate view's status gives the prompt's tokens the prefix cache held and the
-    chunks the rest was computed in (the site's server: --prefill-chunk 32, the cache on)."""
+    chunks the rest was computed in (the site's server: the cache on; nothing else runs, so a
+    prompt is computed whole: one chunk)."""
     prompt = "hig fed cba " * 3 + "kji h"  # 41 one-character tokens, in no other test
     status = "document.querySelector('#generate-status').textContent"
-    for cached, computed, chunks in [(0, 41, "2 chunks"), (32, 9, "1 chunk")]:
+    for cached, computed, chunks in [(0, 41, "1 chunk"), (32, 9, "1 chunk")]:
         line = (f"; prompt 41 tokens: {cached} from the prefix cache, {computed} computed "
                 f"in {chunks}")
         generate(page, prompt, max_tokens=4)

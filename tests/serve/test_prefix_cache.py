@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sheepop.config.build import build_config
-from sheepop.generation.prefill import Prefill
+from sheepop.generation.prefill import Prefill, prefill_together
 from sheepop.generation.prefix_cache import BLOCK_TOKENS, PrefixCache
 from sheepop.generation.running_batch import RunningBatch
 from sheepop.inference.load import build
@@ -140,3 +140,28 @@ def test_the_next_turn_keeps_the_cached_conversation(engine):
     np.testing.assert_allclose(lm.prefill(edited), _lm(engine).prefill(edited),
                                atol=ATOL[engine])
     assert lm.reused == 10
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("pos, digits", [("rope", 0), ("learned", 6)])
+def test_prompts_prefilled_together_continue_as_each_alone(engine, pos, digits):
+    """(digit places: each row's run of digits goes with its own cache)"""
+    lm = _lm(engine, pos, digits)
+    # each ending in its own run of digits (ids below 10 of the digits tokenizer)
+    tails = [[1, 2, 3], [], [4], [5, 6]]
+    prompts = [_tokens(20 + i, n) + [11] + tail
+               for i, (n, tail) in enumerate(zip([5, 23, 17, 1], tails))]
+    together = [Prefill(lm, p) for p in prompts]
+    prefill_together(together)
+    joined, alone = RunningBatch(lm, 4), RunningBatch(lm, 4)
+    for p, prompt in zip(together, prompts):
+        assert p.finished and p.cache.length == len(prompt)
+        np.testing.assert_allclose(p.logits, _whole(lm, prompt), atol=ATOL[engine])
+        joined.place(p)
+        alone.join([prompt])
+    tokens = [int(np.argmax(p.logits)) for p in together]
+    for _ in range(8):
+        a, b = joined.step(tokens), alone.step(tokens)
+        np.testing.assert_allclose(a, b, atol=ATOL[engine])
+        tokens = [int(t) for t in a.argmax(-1)]
+        assert tokens == [int(t) for t in b.argmax(-1)]

@@ -12,7 +12,8 @@ import pytest
 from openai import OpenAI
 from serve_helpers import KEY, InProcess, call, reference, wait_until
 
-from sheepop.generation.prefix_cache import BLOCK_TOKENS
+from sheepop.generation.prefix_cache import BLOCK_TOKENS, PrefixCache
+from sheepop.serve.api.joining import MIN_CHUNK, MIN_STALL_S, WHOLE, Joining
 
 
 def _text(seed: int, n: int) -> str:
@@ -100,3 +101,19 @@ def test_a_stream_keeps_getting_tokens_while_a_long_prompt_joins(chat_model):
     assert out["long"].json()["choices"][0]["text"] == reference(
         chat_model, tok.encode(long_prompt), 3)
     assert out["stream"].json()["choices"][0]["text"] == reference(chat_model, tok.encode("a"), 60)
+
+
+def test_the_chunk_is_a_decode_steps_worth_of_prompt_and_whole_when_nothing_runs(chat_model):
+    auto, fixed = (Joining(chat_model.lm, PrefixCache(0), chunk) for chunk in (0, 7))
+    assert auto.budget(running=False) == fixed.budget(running=False) == WHOLE
+    assert fixed.budget(running=True) == 7
+    auto.measured(step_s=0.5)
+    auto.spent = 50
+    auto.measured(prefill_s=0.25)  # 5 ms a token: a 0.5 s step is worth 100 tokens
+    assert auto.budget(running=True) == 100
+    auto.measured(step_s=0.02)  # moving average: 0.7 * 0.5 + 0.3 * 0.02 = 0.356 s
+    assert auto.budget(running=True) == 71
+    auto.step_s = 0.001  # quicker than MIN_STALL_S: 0.1 s of prompt, 20 tokens
+    assert auto.budget(running=True) == round(MIN_STALL_S / 0.005) == 20
+    auto.token_s = 0.05
+    assert auto.budget(running=True) == MIN_CHUNK

@@ -62,10 +62,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "in blocks of 16 tokens and copied into any later prompt that starts "
                         "with the same tokens (least recently used evicted first; 0: off; "
                         "GET /health shows what it holds)")
-    p.add_argument("--prefill-chunk", type=int, default=32, metavar="TOKENS",
-                   help="the most prompt tokens computed between two decode steps: a long "
-                        "prompt joins a chunk at a time, so running streams pause for one "
-                        "chunk per token, not for its whole prompt")
+    p.add_argument("--prefill-chunk", type=int, default=0, metavar="TOKENS",
+                   help="the most prompt tokens computed between two decode steps while "
+                        "sequences run: a long prompt joins a chunk at a time, so running "
+                        "streams pause for one chunk per token, not for its whole prompt (0: as "
+                        "many as take one decode step's time, measured as the server runs)")
     p.add_argument("--max-queue", type=int, default=256,
                    help="the most sequences waiting for a row; past it a request gets 503 with "
                         "Retry-After")
@@ -112,7 +113,7 @@ def _check(args: argparse.Namespace) -> None:
               (args.max_batch >= 1, "--max-batch must be at least 1"),
               (args.max_queue >= 1, "--max-queue must be at least 1"),
               (args.cache_mb >= 0, "--cache-mb must be >= 0"),
-              (args.prefill_chunk >= 1, "--prefill-chunk must be at least 1"),
+              (args.prefill_chunk >= 0, "--prefill-chunk must be >= 0"),
               (args.timeout > 0, "--timeout must be a positive number of seconds"),
               (args.max_body >= 1024, "--max-body must be at least 1024 bytes"),
               (args.shutdown_timeout >= 0, "--shutdown-timeout must be >= 0"),

@@ -65,7 +65,7 @@ class Settings:
     max_queue: int = 256           # choices waiting for a row (more: 503)
     timeout: float = 600.0         # seconds from arrival to the last token (more: 504)
     max_body: int = 1 << 20        # bytes of a request body (more: 413)
-    prefill_chunk: int = 32        # prompt tokens computed per scheduler iteration
+    prefill_chunk: int = 0         # prompt tokens computed per iteration (0: a decode step's time)
     cache_mb: float = 1024         # MiB of keys and values kept for prompt reuse (0: none)
 
 

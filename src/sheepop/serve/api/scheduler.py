@@ -7,10 +7,11 @@ loop (docs/serve.md, "Continuous batching"):
    their rows leave the batch at once;
 2. admits waiting choices into the free rows, FIFO; each prompt's prefill starts from the
    longest prefix of it the prefix cache holds (sheepop.generation.prefix_cache);
-3. computes at most `prefill_chunk` tokens of the admitted prompts, in order
-   (sheepop.serve.api.joining): a prompt whose last token is computed joins the batch and draws
-   its first token (the time to first token), so a long prompt stalls the running ones by one
-   chunk per step, never by its whole prefill;
+3. computes a chunk of the admitted prompts, in order (sheepop.serve.api.joining: by default
+   the tokens that take one decode step's time; whole prompts while nothing runs): a prompt
+   whose last token is computed joins the batch and draws its first token (the time to first
+   token), so a long prompt stalls the running ones by one chunk per step, never by its whole
+   prefill;
 4. runs one decode step for every running choice, the new ones included: each gets one token;
 5. lets the finished ones leave (their tokens' whole blocks go into the prefix cache), and hands
    the iteration's events to the app in one call.
@@ -59,7 +60,7 @@ SHUTTING_DOWN = ApiError(503, "the server is shutting down", type="server_error"
 
 class Scheduler:
     def __init__(self, model: InferenceModel, max_batch: int, max_queue: int,
-                 timeout: float, prefill_chunk: int = 32, cache_bytes: int = 0):
+                 timeout: float, prefill_chunk: int = 0, cache_bytes: int = 0):
         self.model = model
         self.lm = model.lm
         self.never = list(self.lm.never_generate)
@@ -207,7 +208,7 @@ class Scheduler:
         """Compute this iteration's chunk of the joining prompts; each one done joins the batch
         (its copies as rows of its own cache) and its first tokens are sent at once."""
         t0 = time.perf_counter()
-        for copies, prefill in self.joining.advance():
+        for copies, prefill in self.joining.advance(self.joining.budget(bool(self.running))):
             self.batch.place(prefill, len(copies))
             self._first_tokens(copies, prefill.logits)
             self.running += copies
@@ -217,6 +218,7 @@ class Scheduler:
             self._log_hits()
         self.stats["prefill_chunks"] += 1
         self.stats["prefill_s"] += time.perf_counter() - t0
+        self.joining.measured(prefill_s=time.perf_counter() - t0)
 
     def _log_hits(self, every: int = 100) -> None:
         """One line on stderr per `every` prompts: how much of them the prefix cache held."""
@@ -256,6 +258,7 @@ class Scheduler:
         self.stats["kv_cache_peak_bytes"] = max(self.stats["kv_cache_peak_bytes"],
                                                 self.batch.peak_bytes)
         self.stats["decode_s"] += time.perf_counter() - t0
+        self.joining.measured(step_s=time.perf_counter() - t0)
         self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
 
     def _run_call(self, fn: Callable[[InferenceModel], Any], future: Future) -> None:
