@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from sheepop.config.schema import Config, ModelConfig, SampleConfig
+from sheepop.generation import speculative
 from sheepop.generation.generate import generate
 from sheepop.generation.sample import filtered_logits, probabilities
-from sheepop.generation.speculative import propose
+from sheepop.generation.speculative import Gate, propose
 from sheepop.inference.load import build
 from sheepop.scratch.init import param_shapes
 
@@ -35,7 +36,7 @@ class Counted:
     """Counts the checking passes of a model and the tokens they took."""
 
     def __init__(self, lm):
-        self.lm, self.passes, self.checked, self.sizes = lm, 0, 0, []
+        self.lm, self.passes, self.checked, self.sizes, self.decodes = lm, 0, 0, [], 0
 
     def __getattr__(self, name):
         return getattr(self.lm, name)
@@ -46,6 +47,10 @@ class Counted:
         self.sizes.append(len(ids))
         return self.lm.verify(ids)
 
+    def decode(self, token):
+        self.decodes += 1
+        return self.lm.decode(token)
+
 
 def test_the_proposal_follows_the_latest_occurrence_of_the_longest_ngram():
     #        0  1  2  3  4  5  6  7  8  9 10 11
@@ -53,10 +58,12 @@ def test_the_proposal_follows_the_latest_occurrence_of_the_longest_ngram():
     # (1, 2) ends the text; its latest earlier occurrence is at 5-6, followed by 4, 5, 8
     assert propose(ids, 3) == [4, 5, 8]
     assert propose(ids, 10) == [4, 5, 8, 1, 2]  # as far as the text goes
-    # (3, 1, 2) occurs nowhere before, (1, 2) does: the 3-gram is tried first, then 2
-    assert propose([3, 1, 2, 6, 0, 3, 1, 2], 2) == [6, 0]
+    # (3, 1, 2) occurs before, so do later (1, 2)s: the 3-gram is tried first, then 2
+    assert propose([3, 1, 2, 6, 0, 1, 2, 5, 3, 1, 2], 2) == [6, 0]
     assert propose([3, 1, 2, 6, 0, 9, 1, 2], 2) == [6, 0]
     assert propose([5, 6, 7], 4) == []  # nothing recurs
+    assert propose([5, 6, 7, 1, 7], 4) == []  # a single token is not looked up ...
+    assert propose([5, 6, 7, 1, 7], 4, ngram_min=1) == [1, 7]  # ... unless asked
     assert propose(ids, 0) == []
 
 
@@ -79,6 +86,24 @@ def test_verify_gives_decodes_logits_and_rollback_forgets(engine):
     assert lm.cache_length == len(prompt) + 2
 
 
+def test_the_gate_pauses_where_proposals_do_not_pay_and_tries_again():
+    gate = Gate()
+    gate.record(8, 8)  # 8 accepted: the average starts there
+    assert gate.open() and gate.gain == 8
+    for _ in range(4):  # 0 accepted a pass: 8 -> 5.6 -> 3.92 -> 2.744 -> 1.92 < MIN_GAIN 2
+        assert gate.open()
+        gate.took(1)
+        gate.record(8, 0)
+    assert not gate.open() and gate.paused == speculative.PAUSE_TOKENS
+    gate.took(speculative.PAUSE_TOKENS - 1)
+    assert not gate.open()
+    gate.took(1)
+    assert gate.open() and gate.gain == speculative.MIN_GAIN  # retried at the threshold
+    gate.record(8, 1)  # one more poor pass closes it again
+    assert not gate.open()
+    assert (gate.passes, gate.proposed, gate.accepted) == (6, 48, 9)
+
+
 REPEATING = [3, 4, 5, 6, 7, 8, 9, 10, 3, 4, 5, 6, 7, 8, 9, 10, 3, 4]
 
 
@@ -86,20 +111,24 @@ REPEATING = [3, 4, 5, 6, 7, 8, 9, 10, 3, 4, 5, 6, 7, 8, 9, 10, 3, 4]
 @pytest.mark.parametrize("pos,block,new,penalty", [("rope", 64, 40, 1.0), ("rope", 32, 40, 1.0),
                                                     ("learned", 32, 40, 1.0),
                                                     ("rope", 64, 40, 1.3)])
-def test_greedy_speculation_writes_the_plain_greedy_tokens(engine, pos, block, new, penalty):
+def test_greedy_speculation_writes_the_plain_greedy_tokens(engine, pos, block, new, penalty,
+                                                          monkeypatch):
     """Within the context and past it (block 32: the speculation stops when the cache is full
     and plain decoding goes on), with the repetition penalty (which the proposals' own tokens
-    change); and proposals were taken (fewer passes than tokens)."""
+    change); and proposals were taken (fewer forward passes than tokens). The gate never
+    pauses here (MIN_GAIN 0), so every proposal is checked."""
+    monkeypatch.setattr(speculative, "MIN_GAIN", 0.0)
     lm = Counted(make_lm(engine, block=block, pos=pos))
     plain_cfg = SampleConfig(max_new_tokens=new, temperature=0.0, repetition_penalty=penalty)
     spec_cfg = SampleConfig(max_new_tokens=new, temperature=0.0, repetition_penalty=penalty,
                             speculate=4)
     plain = [s.token for s in generate(lm, REPEATING, plain_cfg)]
     assert lm.passes == 0
+    lm.decodes = 0
     speculated = [s.token for s in generate(lm, REPEATING, spec_cfg)]
     assert speculated == plain
     assert lm.checked > lm.passes  # proposals were checked ...
-    assert lm.passes < min(new, block - len(REPEATING))  # ... and taken: tokens > passes
+    assert lm.passes + lm.decodes < new - 1  # ... and taken: fewer forward passes than tokens
 
 
 def chi2_quantile(df: int, z: float) -> float:
@@ -129,7 +158,8 @@ def exact_joint(lm, prompt, cfg, length):
 
 
 def test_speculative_sampling_keeps_the_models_distribution():
-    """The first three of four tokens after a prompt holding every id: the first is drawn
+    """The first three of four tokens after a prompt holding every bigram (0, t), ending on 0:
+    the first is drawn
     plainly, the second and third by one checking pass of 2 proposals (each accepted, or the
     residual drawn), under temperature, top-k, top-p, min-p and the repetition penalty. The
     empirical joint of N draws (seeds 0..N-1) against the exact one: Pearson's X^2 over the
@@ -138,7 +168,8 @@ def test_speculative_sampling_keeps_the_models_distribution():
     from p instead of the residual (p(d) too high by p(d)(1 - p(d))) gave X^2 = 704 here."""
     V, N = 4, 2000
     lm = Counted(make_lm("numpy", vocab=V, seed=6, scale=0.5))
-    prompt = [0, 1, 2, 3, 0, 1, 2, 3, 0]
+    prompt = [0, 0, 1, 2, 0, 1, 2, 3, 0, 2, 3, 1, 0, 3, 1, 2, 0]  # (0, t) for every t, each
+    # followed by 2 tokens: whatever the first token, the lookup proposes 2
     cfg = SampleConfig(max_new_tokens=4, temperature=0.9, top_k=3, top_p=0.97, min_p=0.02,
                        repetition_penalty=1.3, speculate=2)
     joint = exact_joint(lm, prompt, cfg, 3)

@@ -32,6 +32,7 @@ from sheepop.cli.common import (
     add_constraint_flags,
     add_dtype_option,
     add_sampling_flags,
+    add_speculate_flag,
     add_threads_option,
     constraint_spec,
     flag_values,
@@ -67,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system", default="", metavar="TEXT",
                    help="the system message that opens the conversation (empty: none)")
     add_sampling_flags(p, seed_note="; answer n draws with seed + n")
+    add_speculate_flag(p)
     add_constraint_flags(p)
     p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
                    help="the engine that runs the model; auto: numpy on the CPU (it starts "

@@ -158,6 +158,18 @@ def add_sampling_flags(p: argparse.ArgumentParser, seed_note: str | None = "") -
                          "loops")
 
 
+def add_speculate_flag(p: argparse.ArgumentParser) -> None:
+    """--speculate K of `generate` and `chat` (the server's batch does not speculate)."""
+    add_config_flag(p, "--speculate", "sample.speculate",
+                    note="the run's {key}; default {default}",
+                    help="speculative decoding by prompt lookup: propose up to SPECULATE tokens "
+                         "that followed the text's last words where they occur earlier in the "
+                         "prompt or answer, checked in one forward pass; the same greedy "
+                         "output, samples of the same distribution; pays where the answer "
+                         "copies its prompt (an edit, a quote), pauses itself where proposals "
+                         "are rejected; 0: off; see docs/inference.md")
+
+
 def with_fresh_seed(sample: SampleConfig) -> SampleConfig:
     """`sample` with a seed: its own, or a fresh one when it is -1, said on
     stderr so the same text can be drawn again (greedy decoding draws nothing: no line)."""

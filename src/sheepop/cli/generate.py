@@ -13,6 +13,7 @@ from sheepop.cli.common import (
     add_dtype_option,
     add_sampling_flags,
     add_set_option,
+    add_speculate_flag,
     add_threads_option,
     constraint_spec,
     flag_values,
@@ -46,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", default="", help="text to continue ('-' reads stdin; empty: "
                    "start from the tokenizer's BOS/EOS token)")
     add_sampling_flags(p)
+    add_speculate_flag(p)
     run_value = "the run's {key}; default {default}"
     add_config_flag(p, "--slide-chunk", "sample.slide_chunk", note=run_value,
                     help="past the context, a model with absolute positions drops its "

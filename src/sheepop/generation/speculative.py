@@ -2,10 +2,10 @@
 model in one forward pass, kept only as far as the model would have written them.
 
 Proposal (prompt lookup; Saxena 2023). Let x_1..x_n be the text so far (prompt and output).
-For g = NGRAM_MAX down to 1, find the latest i < n - g + 1 with x_i..x_{i+g-1} = the last g
-tokens; the proposal is d_1..d_k = the k tokens that followed that occurrence (fewer where the
-text ends first). An edit of a given function, a summary that quotes: the output copies runs of
-its prompt, and a copied run is proposed whole.
+For g = NGRAM_MAX down to NGRAM_MIN (3, 2), find the latest i < n - g + 1 with
+x_i..x_{i+g-1} = the last g tokens; the proposal is d_1..d_k = the k tokens that followed that
+occurrence (fewer where the text ends first). An edit of a given function, a summary that
+quotes: the output copies runs of its prompt, and a copied run is proposed whole.
 
 Check. The cache holds x_1..x_{n-1}; one pass over x_n, d_1, ..., d_k gives the model's logits
 after each of them, z_0..z_k (sheepop.generation.cached_lm.CachedLM.verify). Position j's
@@ -27,9 +27,13 @@ plain decoding writes. The rejected proposals' keys and values leave the cache
 positions, which on a CPU costs little more than one (a decode step reads every weight once
 for one row; k + 1 rows reuse each weight read).
 
-It turns itself off where it does not pay (`Gate`): the accepted share of proposed tokens, a
-moving average, below MIN_ACCEPTANCE pauses proposing for PAUSE_TOKENS tokens, then it tries
-again.
+It turns itself off where it does not pay (`Gate`). A pass over k + 1 positions costs more
+than a decode step: on a CPU the small products of k + 1 rows go through the BLAS library's
+matrix-matrix path, which repacks every weight it reads (SmolLM2, torch, 2 cores, one thread: a
+pass of 2 positions 1.5 decode steps, of 9 2.85, of 17 3.4; benchmarks/speculative.py). So a
+proposing pass must gain MIN_GAIN tokens beyond the one a decode step gives, on a moving
+average; below it, proposing pauses for PAUSE_TOKENS tokens (plain decode steps), then tries
+again. The gate reads only counts, never clocks, so a seed gives the same text every time.
 """
 
 from __future__ import annotations
@@ -45,26 +49,28 @@ from sheepop.generation.protocol import CheckingLanguageModel
 from sheepop.generation.sample import check_finite, draw, filtered_logits, probabilities
 from sheepop.softmax import softmax
 
-# The longest n-gram looked up: 3 tokens find the place a copy continues from more surely
-# than 1 (a single common token recurs everywhere); a shorter one is tried when it is absent.
-NGRAM_MAX = 3
-# Below this accepted share of proposed tokens a pass over k + 1 positions costs more than
-# the tokens it adds (SmolLM2 on 2 CPU cores: a 9-position pass ~1.4 decode steps;
-# benchmarks/speculative.py), so proposing pauses for PAUSE_TOKENS tokens.
-MIN_ACCEPTANCE = 0.2
-PAUSE_TOKENS = 32
-# Weight of the newest pass in the moving average of the accepted share.
+# The n-grams looked up, longest first: 3 tokens find the place a copy continues from more
+# surely than 2; a single token recurs everywhere (a space, a bracket), and its proposals were
+# mostly rejected on SmolLM2's code edit, each costing a pass (benchmarks/speculative.py).
+NGRAM_MAX, NGRAM_MIN = 3, 2
+# A proposing pass must gain this many accepted tokens on average (the moving average below
+# it pauses proposing for PAUSE_TOKENS tokens): about the extra cost, in decode steps, of a pass
+# over 9 positions on the 2-core machine (2.85 steps for 1 + gain tokens; module docstring).
+MIN_GAIN = 2.0
+PAUSE_TOKENS = 16
+# Weight of the newest pass in the moving average of the gain.
 AVERAGE_WEIGHT = 0.3
 
 
-def propose(ids: Sequence[int], k: int, ngram_max: int = NGRAM_MAX) -> list[int]:
+def propose(ids: Sequence[int], k: int, ngram_max: int = NGRAM_MAX,
+            ngram_min: int = NGRAM_MIN) -> list[int]:
     """Up to k tokens that followed the latest earlier occurrence of the last g tokens of
-    `ids` (g = ngram_max .. 1, the longest found first); [] when none recurs."""
-    if k <= 0 or len(ids) < 2:
+    `ids` (g = ngram_max .. ngram_min, the longest found first); [] when none recurs."""
+    if k <= 0 or len(ids) < ngram_min + 1:
         return []
     x = np.asarray(ids, dtype=np.int64)
     n = len(x)
-    for g in range(min(ngram_max, n - 1), 0, -1):
+    for g in range(min(ngram_max, n - 1), ngram_min - 1, -1):
         tail = x[n - g:]
         # starts i of g-grams x[i:i+g] that end before the text's own last g tokens
         match = np.ones(n - g, dtype=bool)
@@ -97,9 +103,10 @@ def judge(z: np.ndarray, cfg: SampleConfig, rng: np.random.Generator, proposed: 
 
 @dataclass
 class Gate:
-    """Whether to propose now: the accepted share of proposed tokens (a moving average,
-    starting hopeful at 1) below MIN_ACCEPTANCE closes it for PAUSE_TOKENS tokens."""
-    rate: float = 1.0
+    """Whether to propose now: the accepted tokens per proposing pass (a moving average,
+    starting hopeful at the first pass's own) below MIN_GAIN closes it for PAUSE_TOKENS
+    tokens, then it opens again with the average at MIN_GAIN."""
+    gain: float | None = None
     paused: int = 0  # tokens left before proposing again
     passes: int = 0
     proposed: int = 0
@@ -112,9 +119,10 @@ class Gate:
         self.passes += 1
         self.proposed += proposed
         self.accepted += accepted
-        self.rate += AVERAGE_WEIGHT * (accepted / proposed - self.rate)
-        if self.rate < MIN_ACCEPTANCE:
-            self.paused, self.rate = PAUSE_TOKENS, MIN_ACCEPTANCE  # retried at the threshold
+        self.gain = accepted if self.gain is None else \
+            self.gain + AVERAGE_WEIGHT * (accepted - self.gain)
+        if self.gain < MIN_GAIN:
+            self.paused, self.gain = PAUSE_TOKENS, MIN_GAIN  # retried at the threshold
 
     def took(self, tokens: int) -> None:
         self.paused = max(0, self.paused - tokens)
@@ -136,7 +144,8 @@ def speculated(lm: CheckingLanguageModel, ids: list[int], cfg: SampleConfig,
             return
         k = min(cfg.speculate, room - 1, budget - done - 1) if gate.open() else 0
         draft = propose(ids, k)
-        rows = lm.verify([ids[-1]] + draft)
+        # no proposal: a plain decode step (a one-row product, the fastest kind)
+        rows = lm.verify([ids[-1]] + draft) if draft else lm.decode(ids[-1])[None]
         for j, z in enumerate(rows):
             proposed = draft[j] if j < len(draft) else None
             check_finite(z)

@@ -1,0 +1,153 @@
+"""Speculative decoding by prompt lookup on SmolLM2-135M-Instruct, batch 1: tokens/s with and
+without on copy-heavy tasks (issue 45's target: >= 1.5x).
+
+    python benchmarks/speculative.py                          # imports SmolLM2; the full run
+    python benchmarks/speculative.py --run /tmp/smol --repeats 1 --new-tokens 64   # a check
+
+Tasks (--tasks): `edit`, a code edit of a given function (the answer copies most of it), and
+`quote`, a summary that quotes its text. Each is asked through the chat template and answered
+greedily (--temperature 0: the two answers must be the same tokens, checked) or sampled, up to
+--new-tokens or the turn's end. For each task and repetition the plain run (sample.speculate 0)
+and the speculative one (--speculate k) alternate, the order swapped every repetition; printed
+per run: tokens, seconds, tokens/s, the checking passes and the proposed tokens accepted, and the
+load average; then per task the median tokens/s each way and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import machine  # noqa: E402
+from structured_output import smollm2_run  # noqa: E402
+
+from sheepop.config.schema import SampleConfig  # noqa: E402
+from sheepop.generation.generate import generate  # noqa: E402
+
+FUNCTION = '''def moving_average(values, window):
+    """The mean of each run of `window` consecutive values."""
+    if window <= 0:
+        raise ValueError("window must be positive")
+    averages = []
+    total = 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        if i >= window - 1:
+            averages.append(total / window)
+    return averages
+'''
+
+TEXT = ("The river rose for three days after the storm. On the fourth morning the mayor "
+        "said: \"We will open the old spillway at noon, and every family below the mill must "
+        "leave their homes by ten.\" The engineers warned that the spillway had not been "
+        "opened in forty years. \"If the gates stick, the water will take the bridge first "
+        "and the school second,\" said the chief engineer, Maria Okafor. The gates opened at "
+        "twelve minutes past noon, and by evening the river had fallen by a metre.")
+
+TASKS = {
+    "edit": "Rename the variable `total` to `running_sum` in this function and write the whole "
+            "function again:\n\n" + FUNCTION,
+    "quote": "Summarise this news story in three sentences, quoting what the mayor and the "
+             "chief engineer said word for word:\n\n" + TEXT,
+}
+
+
+class Counted:
+    """The model, counting its checking passes, the tokens they were given, and its decode
+    steps (the passes without a proposal)."""
+
+    def __init__(self, lm):
+        self.lm, self.passes, self.checked, self.decodes = lm, 0, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.lm, name)
+
+    def verify(self, ids):
+        self.passes += 1
+        self.checked += len(ids)
+        return self.lm.verify(ids)
+
+    def decode(self, token):
+        self.decodes += 1
+        return self.lm.decode(token)
+
+
+def run_once(lm, prompt: list[int], cfg: SampleConfig, end: int) -> dict:
+    counted = Counted(lm)
+    t = time.perf_counter()
+    tokens = [s.token for s in generate(counted, prompt, cfg, eos_id=end)]
+    seconds = time.perf_counter() - t
+    # each forward pass after the prompt's gives one token beyond the proposals it accepts (the
+    # first token comes from the prompt's); a checking pass is given the newest token too
+    proposed = counted.checked - counted.passes
+    accepted = len(tokens) - 1 - counted.passes - counted.decodes
+    return {"tokens": tokens, "seconds": seconds, "rate": len(tokens) / seconds,
+            "passes": counted.passes, "decodes": counted.decodes, "proposed": proposed,
+            "accepted": accepted,
+            "load": os.getloadavg()[0]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", type=Path, help="an imported SmolLM2 run (default: import it)")
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--speculate", type=int, default=8, help="proposed tokens a pass")
+    ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--engine", default="torch", choices=["numpy", "torch"])
+    ap.add_argument("--threads", type=int, default=0, help="0: the idle cores (sheepop.threads)")
+    args = ap.parse_args()
+    from sheepop import threads
+    print(f"threads: {threads.apply(args.threads)}")
+    print(machine.summary())
+    from sheepop.inference.load import load
+    from sheepop.tokenizers.chat_format import chat_ids, turn_end
+    model = load(smollm2_run(args.run), engine=args.engine)
+    tok = model.tokenizer
+    (end,) = turn_end(tok).ids
+    plain = SampleConfig(max_new_tokens=args.new_tokens, temperature=args.temperature,
+                         top_k=0, top_p=1.0, min_p=0.0, seed=0, speculate=0)
+    spec = dataclasses.replace(plain, speculate=args.speculate)
+    for task in args.tasks:
+        prompt = chat_ids(tok, [{"role": "user", "content": TASKS[task]}], True)[0]
+        rates: dict[str, list[float]] = {"plain": [], "speculative": []}
+        print(f"\n{task}: a prompt of {len(prompt)} tokens, {args.engine} engine, "
+              f"speculate {args.speculate}, temperature {args.temperature}")
+        for r in range(args.repeats):
+            order = [("plain", plain), ("speculative", spec)]
+            outputs = {}
+            for name, cfg in order if r % 2 == 0 else order[::-1]:
+                cfg = dataclasses.replace(cfg, seed=r)
+                m = run_once(model.lm, prompt, cfg, end)
+                rates[name].append(m["rate"])
+                outputs[name] = m["tokens"]
+                share = f"{m['accepted']}/{m['proposed']}" if m["proposed"] else "-"
+                print(f"  {r} {name:11s} {len(m['tokens']):4d} tokens {m['seconds']:7.2f} s "
+                      f"{m['rate']:6.2f} tok/s  checks {m['passes']:4d} decodes {m['decodes']:4d}  "
+                      f"accepted {share:9s} "
+                      f"load {m['load']:.2f}", flush=True)
+            if args.temperature == 0:
+                same = outputs["plain"] == outputs["speculative"]
+                print(f"    greedy answers the same tokens: {same}")
+                if r == 0:
+                    print("    " + repr(tok.decode(outputs["plain"][:-1]))[:300])
+        p, s = (statistics.median(rates[k]) for k in ("plain", "speculative"))
+        print(f"{task}: median {p:.2f} tok/s plain, {s:.2f} speculative: {s / p:.2f}x "
+              f"({args.repeats} repetitions, alternating)")
+    print(machine.summary())
+
+
+if __name__ == "__main__":
+    main()
