@@ -82,6 +82,13 @@ def server(run: str, *flags: str) -> Iterator[int]:
             proc.kill()
 
 
+def warm(*ports: int) -> None:
+    """One short request to each server first: its first pass pays for loading kernels and
+    touching memory, which would fall on whichever server a measurement visits first."""
+    for port in ports:
+        post_stream(port, "/v1/completions", {"prompt": "Hello", "max_tokens": 8})
+
+
 def post_stream(port: int, path: str, body: dict, on_text=None, timeout: float = 3600
                 ) -> tuple[float, str, dict]:
     """A streamed request: (time to its first text, the text, its usage); `on_text(t)` at each
@@ -137,6 +144,7 @@ def reuse(args, tok) -> None:
     common = ["--threads", str(args.threads), "--engine", args.engine]
     with server(args.run, *common, "--cache-mb", "1024") as on, \
             server(args.run, *common, "--cache-mb", "0") as off:
+        warm(on, off)
         print(f"\nreuse: turn {args.turns} of a chat (user messages ~{args.user_tokens} tokens, "
               f"answers {args.answer_tokens}), with --cache-mb 1024 / 0, alternating\n"
               "| rep | prompt tokens | cached | TTFT reuse | TTFT no reuse | x | load |\n"
@@ -176,10 +184,16 @@ def join(port: int, rep: int, args, tok) -> tuple[float, float, float]:
     for t in threads:
         t.start()
     deadline = time.perf_counter() + 3600
-    while min(len(t) for t in times) < args.steady:
-        if time.perf_counter() > deadline or not all(t.is_alive() for t in threads):
-            raise SystemExit("the streams did not reach their steady tokens")
-        time.sleep(0.05)
+
+    def wait_for(enough) -> None:
+        while not enough():
+            if time.perf_counter() > deadline or not all(t.is_alive() for t in threads):
+                raise SystemExit("the streams did not reach their steady tokens")
+            time.sleep(0.05)
+
+    wait_for(lambda: min(len(t) for t in times) > 0)
+    t_all = max(t[0] for t in times)  # every stream running (their own joins are over)
+    wait_for(lambda: min(sum(x > t_all for x in t) for t in times) >= args.steady)
     t_join = time.perf_counter()
     ttft, _, usage = post_stream(port, "/v1/completions", {
         "prompt": words(77 + rep, args.join_tokens, tok), "max_tokens": 2, "ignore_eos": True})
@@ -190,7 +204,7 @@ def join(port: int, rep: int, args, tok) -> tuple[float, float, float]:
     steady, during = [], []
     for ts in times:
         gaps, starts, ends = np.diff(ts), np.asarray(ts[:-1]), np.asarray(ts[1:])
-        steady += list(gaps[ends < t_join][2:])  # (past the first, which may wait on joins)
+        steady += list(gaps[(starts > t_all) & (ends < t_join)])
         # every gap that overlaps the join, from its request to its first token (a whole
         # prefill: the one gap across it, the stall)
         during += list(gaps[(ends > t_join) & (starts < t_first)])
@@ -202,6 +216,7 @@ def chunked(args, tok) -> None:
               "--max-batch", str(args.streams + 1)]
     with server(args.run, *common, "--prefill-chunk", str(args.prefill_chunk)) as chunk_port, \
             server(args.run, *common, "--prefill-chunk", "1000000") as whole_port:
+        warm(chunk_port, whole_port)
         print(f"\nchunked prefill: {args.streams} streams running, a {args.join_tokens}-token "
               f"prompt joins; --prefill-chunk {args.prefill_chunk} / whole, alternating\n"
               "| rep | server | p99 gap steady | p99 gap while joining | x steady | "
@@ -231,10 +246,11 @@ def main() -> None:
     ap.add_argument("--user-tokens", type=int, default=150)
     ap.add_argument("--answer-tokens", type=int, default=48)
     ap.add_argument("--streams", type=int, default=15)
-    ap.add_argument("--steady", type=int, default=12, help="tokens of each stream before the "
-                    "long prompt joins")
+    ap.add_argument("--steady", type=int, default=12, help="tokens of each stream, once all "
+                    "run, before the long prompt joins")
     ap.add_argument("--join-tokens", type=int, default=4000)
-    ap.add_argument("--prefill-chunk", type=int, default=32)
+    ap.add_argument("--prefill-chunk", type=int, default=0, help="the chunked server's "
+                    "--prefill-chunk (0: the server's default, a decode step's time)")
     ap.add_argument("--stream-tokens", type=int, default=2000, help="each stream's max_tokens "
                     "(it stops once the long prompt has its first token)")
     ap.add_argument("--only", choices=["reuse", "chunked"], default=None)
