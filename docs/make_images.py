@@ -194,8 +194,11 @@ def plot_attention(model, tokenizer, path: Path, sentence: str = SENTENCE) -> No
     import torch
     ids = tokenizer.encode(sentence)
     layers = sorted({0, model.cfg.n_layer - 1})
-    with torch.no_grad():
-        _, _, attentions = model(torch.tensor([ids]), attention_of=layers)
+    from sheepop.model.hooks import hooked
+    attentions = {}
+    keep = lambda a, point: attentions.__setitem__(int(point.split(".")[1]), a)  # noqa: E731
+    with torch.no_grad(), hooked(model, {f"blocks.{i}.attn.pattern": keep for i in layers}):
+        model(torch.tensor([ids]))
     H = attentions[0].shape[1]
     labels = [show(tokenizer.decode([i])) for i in ids]
     fig, axes = plt.subplots(len(layers), H, figsize=(3.1 * H, 3.3 * len(layers)),

@@ -11,7 +11,6 @@ import torch
 from float_tolerance import float32_tolerance
 from variants import gqa, llama
 
-from sheepop.arch.trace import trace_token
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference.load import build, inspect
@@ -20,6 +19,7 @@ from sheepop.model import GPT
 from sheepop.positional import sinusoidal_table
 from sheepop.scratch import gpt_forward
 from sheepop.scratch.init import param_shapes
+from sheepop.scratch.token_steps import trace_token
 from sheepop.tokenizers import train_tokenizer
 from sheepop.train.backward_step import backward_step
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import torch
 
+from sheepop.arch.hooks import Hooks
 from sheepop.config.schema import ModelConfig
 from sheepop.model import attention as torch_attention
 from sheepop.model import ffn as torch_ffn
@@ -53,14 +54,17 @@ def attention(v):
     out, cache = att.self_attention_forward(x[None], w_qkv, None, w_proj, None, H)  # scratch
     q, k, _ = att.split_heads(cache.qkv.x @ w_qkv.T, H)
     scores = q[0] @ np.swapaxes(k[0], -1, -2) * cache.core.scale + att.causal_mask(T)
-    # torch: both attention paths, the explicit one returning its weights
-    module = torch_attention.CausalSelfAttention(ModelConfig(n_embd=d, n_head=H, bias=False,
-                                                             block_size=T)).double()
+    # torch: both attention paths, the explicit one's weights read by a hook (docs/hooks.md)
+    cfg = ModelConfig(n_embd=d, n_head=H, bias=False, block_size=T)
+    module = torch_attention.CausalSelfAttention(cfg).double()
+    seen = {}
     with torch.no_grad():
         module.qkv.weight.copy_(t64(w_qkv))
         module.proj.weight.copy_(t64(w_proj))
-        fused, _ = module(t64(x)[None])
-        explicit, weights = module(t64(x)[None], return_weights=True)
+        fused = module(t64(x)[None])
+        module.hooks = Hooks(cfg, {"blocks.0.attn.pattern": lambda a, p: seen.update(a=a)}
+                             ).blocks[0]
+        explicit, weights = module(t64(x)[None]), seen["a"]
     close(fused[0], out[0], 1e-12)
     close(explicit[0], out[0], 1e-6)  # (the explicit path takes its softmax in float32)
     close(weights[0], cache.core.a[0], 1e-6)

@@ -1,10 +1,11 @@
-"""The explicit attention path (the one `/v1/inspect` uses, return_weights=True) computes in
+"""The explicit attention path (the one `/v1/inspect` uses: a hook reads its pattern) computes in
 the input's precision: in float64 it agrees with the SDPA path to float64's rounding (issue 28;
 it once rounded the scores to float32, 5.5e-7 relative), and in float32 as before."""
 
 import pytest
 import torch
 
+from sheepop.arch.hooks import Hooks
 from sheepop.config.schema import ModelConfig
 from sheepop.model.attention import CausalSelfAttention
 
@@ -18,8 +19,10 @@ def test_the_explicit_path_agrees_with_sdpa_in_the_input_precision(dtype, tolera
         for p in attn.parameters():
             p.copy_(torch.randn(p.shape, dtype=dtype))  # large scores: rounding shows
         x = torch.randn(2, 24, 32, dtype=dtype)
-        fast, _ = attn(x)
-        explicit, weights = attn(x, return_weights=True)
-    assert weights is not None and weights.dtype == dtype
+        fast = attn(x)
+        seen = {}
+        attn.hooks = Hooks(cfg, {"blocks.0.attn.pattern": lambda a, p: seen.update(a=a)}).blocks[0]
+        explicit = attn(x)
+    assert seen["a"].dtype == dtype
     relative = ((explicit - fast).abs().max() / fast.abs().max()).item()
     assert relative < tolerance, relative

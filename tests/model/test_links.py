@@ -15,7 +15,6 @@ from variants import ROPE, gqa
 
 from sheepop.arch.links import skip_links, value_links
 from sheepop.arch.params import decays, init_rule, uses_muon
-from sheepop.arch.trace import trace_token
 from sheepop.config.schema import Config, ModelConfig, TrainConfig
 from sheepop.errors import UserError
 from sheepop.inference.load import build, inspect
@@ -26,6 +25,7 @@ from sheepop.schedule import lr_at
 from sheepop.scratch import gpt_forward
 from sheepop.scratch.gpt import new_cache
 from sheepop.scratch.init import init_params, param_shapes
+from sheepop.scratch.token_steps import trace_token
 from sheepop.tokenizers import train_tokenizer
 from sheepop.train.engine_numpy import NumpyEngine
 from sheepop.train.engine_torch import TorchEngine

@@ -6,6 +6,7 @@ from variants import ROPE
 from sheepop.config.schema import ModelConfig, SampleConfig
 from sheepop.generation.generate import generate
 from sheepop.model import GPT, TorchLM
+from sheepop.model.hooks import hooked
 from sheepop.positional import sinusoidal_table
 
 
@@ -15,9 +16,11 @@ def test_sdpa_and_explicit_attention_agree(small_cfg):
     x = torch.randint(0, small_cfg.vocab_size, (3, small_cfg.block_size))
     fast, _ = model(x)
     model.set_attention_path(sdpa=False)
-    slow, _, weights = model(x, attention_of=[0])
+    weights = {}
+    with hooked(model, {"blocks.0.attn.pattern": lambda a, point: weights.update(a=a)}):
+        slow, _ = model(x)
     assert torch.allclose(fast, slow, atol=1e-6, rtol=0)
-    w = weights[0]
+    w = weights["a"]
     assert w.shape == (3, 4, 32, 32)
     assert torch.allclose(w.sum(-1), torch.ones(3, 4, 32))
     assert torch.all(w.triu(diagonal=1) == 0)  # causal: nothing above the diagonal

@@ -13,7 +13,6 @@ import pytest
 import torch
 from variants import gqa, llama
 
-from sheepop.arch.trace import trace_token
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.interop.gpt2 import check_gpt2_shaped
@@ -22,6 +21,7 @@ from sheepop.model import GPT
 from sheepop.scratch import gpt_forward
 from sheepop.scratch.gpt import new_cache
 from sheepop.scratch.init import init_params
+from sheepop.scratch.token_steps import trace_token
 
 CFG = ModelConfig(vocab_size=23, block_size=16, n_layer=2, n_embd=32, qk_norm=True,
                   **llama(**gqa(4, 2)))

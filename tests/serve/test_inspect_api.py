@@ -15,6 +15,7 @@ import torch
 from serve_helpers import KEY, ServerProcess, call
 
 from sheepop.generation.sample import probabilities
+from sheepop.model.hooks import hooked
 from sheepop.scratch import gpt_forward
 from sheepop.tokenizers.chat_format import chat_ids
 
@@ -25,8 +26,11 @@ TESTIDS = ["prompt", "generate", "view-generate", "view-inside", "view-runs", "l
 def engine_attention(model, ids: list[int], layers: list[int]) -> dict[int, np.ndarray]:
     """The attention weights (H, T, T) of `layers`, straight from the engine's forward pass."""
     if model.engine == "torch":
-        with torch.no_grad():
-            _, _, weights = model.lm.model(torch.tensor([ids]), attention_of=layers)
+        weights = {}
+        keep = lambda a, point: weights.__setitem__(int(point.split(".")[1]), a)  # noqa: E731
+        with torch.no_grad(), hooked(model.lm.model,
+                                     {f"blocks.{i}.attn.pattern": keep for i in layers}):
+            model.lm.model(torch.tensor([ids]))
         return {layer: w[0].float().numpy() for layer, w in weights.items()}
     _, _, cache = gpt_forward(model.lm.params, model.config.model, np.array([ids]))
     return {layer: cache.blocks[layer].attn.core.a[0] for layer in layers}

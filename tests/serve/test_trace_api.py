@@ -13,10 +13,10 @@ import pytest
 from float_tolerance import STEPS_PER_BLOCK, float32_tolerance, model_depth
 from serve_helpers import ServerProcess, call
 
-from sheepop.arch.trace import trace_token
 from sheepop.generation.sample import draw, probabilities
 from sheepop.inference.load import never_generated, read_run
 from sheepop.scratch.gpt import gpt_forward
+from sheepop.scratch.token_steps import trace_token
 from sheepop.tokenizers.chat_format import chat_ids
 from sheepop.train.backward_step import backward_step
 

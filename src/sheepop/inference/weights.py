@@ -1,5 +1,6 @@
 """The weights of a model built for inference, as NumPy arrays, whichever its engine: what the
-engine-independent computations read (sheepop.arch.trace, the page's step-by-step view).
+engine-independent computations read (sheepop.inference.step_trace, the page's step-by-step
+view).
 
     numpy engine   its own float32 parameters (no copy)
     torch engine   each parameter as a float32 array (a view of a float32 CPU tensor, no copy;

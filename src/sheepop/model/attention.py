@@ -23,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from sheepop.arch.batch import allowed_keys
+from sheepop.arch.hooks import LayerHooks
 from sheepop.arch.kv_cache import KVCache
 from sheepop.config.schema import ModelConfig
 from sheepop.model.positions import Pos, Positions
@@ -48,18 +49,23 @@ class CausalSelfAttention(nn.Module):
         # model.qk_norm: each head's q and k RMS-normalised (no gain) before RoPE, so every
         # score lies within +-sqrt(d_k) (sheepop.scratch.qk_norm derives it)
         self.qk_norm_eps = cfg.ln_eps if cfg.qk_norm else None
+        self.hooks: LayerHooks | None = None  # set for one pass by sheepop.model.hooks
 
     def forward(self, x: torch.Tensor, positions: Positions | None = None, pos: Pos = None,
                 cache: KVCache | None = None, layer: int = 0,
-                attn_mask: torch.Tensor | None = None, return_weights: bool = False,
-                values: ValueMix | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                attn_mask: torch.Tensor | None = None, values: ValueMix | None = None
+                ) -> torch.Tensor:
         """`attn_mask`: boolean (B, 1, T, T_keys), True where a query may see a key; None is
         the plain causal mask. `positions.rotate` turns the queries and keys (RoPE); `values`
-        is this layer's value embedding (sheepop.model.value_embeds)."""
+        is this layer's value embedding (sheepop.model.value_embeds). Hooks (docs/hooks.md)
+        that read the scores or the pattern take the explicit path, which forms them."""
         B, T, C = x.shape
         H, H_kv, d_k = self.n_head, self.n_kv_head, self.head_dim
+        hooks = self.hooks
         heads = self.qkv(x).view(B, T, H + 2 * H_kv, d_k).transpose(1, 2)
         qk, v = heads.split((H + H_kv, H_kv), dim=1)
+        if hooks is not None:
+            qk = _hooked_projections(hooks, qk, H)
         if self.qk_norm_eps is not None:
             qk = F.rms_norm(qk, (d_k,), eps=self.qk_norm_eps)
         if positions is not None:  # queries and keys turn by the same angles: one rotation
@@ -67,12 +73,13 @@ class CausalSelfAttention(nn.Module):
         q, k = qk.split((H, H_kv), dim=1)
         if values is not None:  # before the cache stores them: later steps read them mixed
             v = mix_values(v, values)
+        if hooks is not None:
+            q, k, v = hooks.at("attn.q", q), hooks.at("attn.k", k), hooks.at("attn.v", v)
         past = 0
         if cache is not None:
             past = cache.query_offset(T)
             k, v = cache.update(layer, k, v)
-        weights = None
-        if self.use_sdpa and not return_weights:
+        if self.use_sdpa and (hooks is None or not hooks.explicit_attention):
             # Queries sit at positions past..past+T-1; keys at 0..past+T-1. One query at the
             # end of an unpadded cache sees every key: no mask at all (the fast decode step).
             mask, is_causal = attn_mask, False
@@ -102,10 +109,23 @@ class CausalSelfAttention(nn.Module):
                 k, v = (t.repeat_interleave(H // H_kv, dim=1) for t in (k, v))
             allowed = attn_mask if attn_mask is not None else causal_mask(T, past, x.device)
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            if hooks is not None:
+                scores = hooks.at("attn.scores", scores)
             scores = scores.masked_fill(~allowed, float("-inf"))
             # softmax in at least float32 (half precision is upcast), float64 kept whole
             wide = torch.promote_types(scores.dtype, torch.float32)
             weights = torch.softmax(scores.to(wide), dim=-1).to(q.dtype)
+            if hooks is not None:
+                weights = hooks.at("attn.pattern", weights)
             y = self.attn_drop(weights) @ v
+        if hooks is not None:
+            y = hooks.at("attn.heads", y)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.proj(y), weights
+        return self.proj(y)
+
+
+def _hooked_projections(hooks: LayerHooks, qk: torch.Tensor, n_head: int) -> torch.Tensor:
+    """The queries and keys stacked on the head axis after the hooks at q_pre and k_pre."""
+    q, k = qk[:, :n_head], qk[:, n_head:]
+    new_q, new_k = hooks.at("attn.q_pre", q), hooks.at("attn.k_pre", k)
+    return qk if new_q is q and new_k is k else torch.cat([new_q, new_k], dim=1)

@@ -14,6 +14,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from sheepop.arch.hooks import LayerHooks
 from sheepop.config.schema import ModelConfig
 
 ACTIVATIONS = {
@@ -34,8 +35,13 @@ class MLP(nn.Module):
         self.proj = nn.Linear(cfg.ffn_dim, cfg.n_embd, bias=cfg.bias)
         self.act = ACTIVATIONS[cfg.activation]
 
+        self.hooks: LayerHooks | None = None  # set for one pass by sheepop.model.hooks
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(self.act(self.fc(x)))
+        if self.hooks is None:
+            return self.proj(self.act(self.fc(x)))
+        u = self.hooks.at("ffn.pre", self.fc(x))
+        return self.proj(self.hooks.at("ffn.hidden", self.act(u)))
 
 
 class SwiGLU(nn.Module):
@@ -48,8 +54,13 @@ class SwiGLU(nn.Module):
         self.up = nn.Linear(cfg.n_embd, cfg.ffn_dim, bias=cfg.bias)
         self.proj = nn.Linear(cfg.ffn_dim, cfg.n_embd, bias=cfg.bias)
 
+        self.hooks: LayerHooks | None = None  # set for one pass by sheepop.model.hooks
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(F.silu(self.gate(x)) * self.up(x))
+        if self.hooks is None:
+            return self.proj(F.silu(self.gate(x)) * self.up(x))
+        g, up = self.hooks.at("ffn.pre", self.gate(x)), self.hooks.at("ffn.up", self.up(x))
+        return self.proj(self.hooks.at("ffn.hidden", F.silu(g) * up))
 
 
 FFNS = {"mlp": MLP, "swiglu": SwiGLU}

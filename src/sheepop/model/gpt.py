@@ -17,8 +17,6 @@ Each layer kind is one unit chosen by the config; parameter names match the NumP
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 import numpy as np
 import torch
 import torch.nn as nn
@@ -26,6 +24,7 @@ import torch.nn.functional as F
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
+from sheepop.arch.hooks import Hooks, LayerHooks
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.params import check_shapes, init_rule
 from sheepop.config.schema import ModelConfig
@@ -61,16 +60,23 @@ class Block(nn.Module):
         self.ln2 = make_norm(cfg)
         self.ffn = make_ffn(cfg)
         self.resid_drop = nn.Dropout(cfg.dropout)
+        self.hooks: LayerHooks | None = None  # set for one pass by sheepop.model.hooks
 
     def forward(self, x: torch.Tensor, positions: Positions, pos: Pos,
                 cache: KVCache | None = None, layer: int = 0,
-                attn_mask: torch.Tensor | None = None, return_weights: bool = False,
-                values: ValueMix | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        a, weights = self.attn(self.ln1(x), positions, pos, cache, layer, attn_mask,
-                               return_weights, values)
-        x = x + self.resid_drop(a)
-        x = x + self.resid_drop(self.ffn(self.ln2(x)))
-        return x, weights
+                attn_mask: torch.Tensor | None = None, values: ValueMix | None = None
+                ) -> torch.Tensor:
+        hooks = self.hooks
+        if hooks is None:
+            x = x + self.resid_drop(self.attn(self.ln1(x), positions, pos, cache, layer,
+                                              attn_mask, values))
+            return x + self.resid_drop(self.ffn(self.ln2(x)))
+        x = hooks.at("resid_in", x)
+        a = self.attn(hooks.at("ln1", self.ln1(x)), positions, pos, cache, layer, attn_mask,
+                      values)
+        x = hooks.at("resid_mid", x + self.resid_drop(hooks.at("attn.out", a)))
+        f = hooks.at("ffn.out", self.ffn(hooks.at("ln2", self.ln2(x))))
+        return hooks.at("resid_out", x + self.resid_drop(f))
 
 
 class TokenEmbedding(nn.Embedding):
@@ -117,6 +123,7 @@ class GPT(nn.Module):
         self.value_embeds = ValueEmbeddings(cfg) if cfg.value_embeds else None
         self.ln_f = make_norm(cfg)
         self.head = Head(cfg)
+        self.hooks: Hooks | None = None  # set for one pass by sheepop.model.hooks
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -138,16 +145,13 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 cache: KVCache | None = None, last_only: bool = False,
-                attention_of: Collection[int] | None = None,
                 pos_ids: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None):
         """Logits (B, T, V) and the mean loss when targets are given.
 
         With a cache, `idx` continues the cached positions. `last_only` computes the head for the
-        last position only (generation). `attention_of`, layer indices, also returns those
-        layers' attention weights {layer: (B, H, T, T_keys)}: every layer then takes the
-        explicit path (so that the logits are the same whichever layers are asked), and only
-        the weights asked are kept.
+        last position only (generation). The hooks of sheepop.model.hooks read or replace its
+        named points (embed, each block's, final_norm, logits; docs/hooks.md).
 
         Batches of prompts of different lengths (left padding): `pos_ids` (B, T) gives each
         token's position within its own row, and `attn_mask` (B, 1, T, cached + T) the keys
@@ -169,16 +173,14 @@ class GPT(nn.Module):
         table = self.tok_emb.table()
         x, pos = add_positions(self, F.embedding(idx, table), idx, pos, cache)
         x = self.drop(x)
+        hooks = self.hooks
+        if hooks is not None:
+            x = hooks.at("embed", x)
         values = (self.value_embeds.per_layer(idx) if self.value_embeds is not None
                   else [None] * len(self.blocks))
-        attentions = {}
 
         def block(i: int, x: torch.Tensor) -> torch.Tensor:
-            x, w = self.blocks[i](x, self.pos_emb, pos, cache, i, attn_mask,
-                                  attention_of is not None, values[i])
-            if attention_of is not None and i in attention_of:
-                attentions[i] = w
-            return x
+            return self.blocks[i](x, self.pos_emb, pos, cache, i, attn_mask, values[i])
 
         x = self.skips(x, block)
         if cache is not None:
@@ -186,10 +188,12 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         if last_only:
             x = x[:, -1:, :]
+        if hooks is not None:
+            x = hooks.at("final_norm", x)
         logits = softcap(self.head(x, table), self.cfg.logit_softcap)
+        if hooks is not None:
+            logits = hooks.at("logits", logits)
         loss = cross_entropy(logits, targets) if targets is not None else None
-        if attention_of is not None:
-            return logits, loss, attentions
         return logits, loss
 
     def new_cache(self, batch: int = 1, max_len: int | None = None) -> KVCache:

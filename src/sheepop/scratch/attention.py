@@ -27,8 +27,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.arch.batch import allowed_keys
+from sheepop.arch.hooks import LayerHooks
 from sheepop.arch.kv_cache import KVCache
 from sheepop.config.schema import ModelConfig
+from sheepop.scratch.hooks import at_copy, block
 from sheepop.scratch.layers import (
     LinearCache,
     dropout_backward,
@@ -87,11 +89,16 @@ def attention_core_forward(q: np.ndarray, k: np.ndarray, v: np.ndarray, dropout:
     scale = 1.0 / math.sqrt(dk)
     s = q @ np.swapaxes(k, -1, -2)
     s *= s.dtype.type(scale)
+    hooks = block()  # (hooks that read S or A keep grouped queries out: see the caller)
+    if hooks is not None and hooks.wants("attn.scores"):
+        s = at_copy(hooks, "attn.scores", s)
     if mask is not None:
         s += mask
     elif causal and T > 1:
         s += causal_mask(T, k.shape[-2] - T)
     a = softmax(s, out=s)  # (in place: S is not kept, A is)
+    if hooks is not None:
+        a = hooks.at("attn.pattern", a)
     ad, drop = dropout_forward(a, dropout, rng)
     y = ad @ v
     return y, CoreCache(q, k, v, a, drop, ad, scale)
@@ -197,8 +204,11 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     `n_kv_head` (default n_head) key/value heads are shared by groups of query heads;
     `values` mixes value embeddings into the values (sheepop.scratch.value_embeds)."""
     n_kv_head = n_kv_head or n_head
+    hooks = block()
     qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)
     qk, v = split_qk_v(qkv, n_head, n_kv_head)
+    if hooks is not None:
+        qk = _hooked_projections(hooks, qk, n_head)
     mixed = None
     if values is not None:  # before the cache stores them: later steps read the mixed values
         v, mixed = value_mix_forward(v, values)
@@ -206,17 +216,29 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     if rotate is not None:
         qk, rotation = rotate[0](qk)
     q, k = qk[:, :n_head], qk[:, n_head:]
+    if hooks is not None:
+        q, k, v = hooks.at("attn.q", q), hooks.at("attn.k", k), hooks.at("attn.v", v)
     if cache is not None:
         k, v = cache.update(layer, k, v)
     groups = n_head // n_kv_head
-    if cache is not None and groups > 1 and q.shape[2] == 1 and (dropout == 0 or rng is None):
+    if (cache is not None and groups > 1 and q.shape[2] == 1 and (dropout == 0 or rng is None)
+            and (hooks is None or not hooks.explicit_attention)):
         y, core_cache = grouped_decode_forward(q, k, v, mask)  # a decode step: no KV copy
     else:
         k, v = repeat_kv_forward(k, groups), repeat_kv_forward(v, groups)
         y, core_cache = attention_core_forward(q, k, v, dropout, rng, mask)
+    if hooks is not None:
+        y = hooks.at("attn.heads", y)
     out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)
     return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head, n_kv_head,
                                rotate[1] if rotate is not None else None, rotation, mixed)
+
+
+def _hooked_projections(hooks: LayerHooks, qk: np.ndarray, n_head: int) -> np.ndarray:
+    """The queries and keys stacked (`split_qk_v`) after the hooks at q_pre and k_pre."""
+    q, k = qk[:, :n_head], qk[:, n_head:]
+    new_q, new_k = hooks.at("attn.q_pre", q), hooks.at("attn.k_pre", k)
+    return qk if new_q is q and new_k is k else np.concatenate([new_q, new_k], axis=1)
 
 
 def self_attention_backward(dout: np.ndarray, cache: AttentionCache

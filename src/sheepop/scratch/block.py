@@ -25,6 +25,7 @@ from sheepop.scratch.attention import (
     self_attention_forward,
 )
 from sheepop.scratch.ffn import FFNS
+from sheepop.scratch.hooks import enter_block
 from sheepop.scratch.layers import dropout_backward, dropout_forward
 from sheepop.scratch.norm import norm_backward, norm_forward
 from sheepop.scratch.value_embeds import ValueMix
@@ -56,15 +57,30 @@ def block_forward(x: np.ndarray, params: Params, prefix: str, cfg: ModelConfig,
     `cache`, `layer`, `mask`, `rotate` and `values` go to the attention
     (self_attention_forward)."""
     p = param_lookup(params, prefix)
+    hooks = enter_block(layer)  # (None without hooks: every `if` below then skips)
+    if hooks is not None:
+        x = hooks.at("resid_in", x)
     a_in, ln1 = norm_forward(cfg.norm, x, params, prefix + "ln1.", cfg.ln_eps)
+    if hooks is not None:
+        a_in = hooks.at("ln1", a_in)
     a, attn = self_attention_forward(a_in, p("attn.qkv.weight"), p("attn.qkv.bias"),
                                      p("attn.proj.weight"), p("attn.proj.bias"), cfg.n_head,
                                      cfg.dropout, rng, cache, layer, mask, rotate,
                                      cfg.kv_heads, values)
+    if hooks is not None:
+        a = hooks.at("attn.out", a)
     a, drop1 = dropout_forward(a, cfg.dropout, rng)
     x1 = x + a
+    if hooks is not None:
+        x1 = hooks.at("resid_mid", x1)
     f_in, ln2 = norm_forward(cfg.norm, x1, params, prefix + "ln2.", cfg.ln_eps)
+    if hooks is not None:
+        f_in = hooks.at("ln2", f_in)
     f, ffn = FFNS[cfg.ffn].forward(f_in, lambda name: p("ffn." + name), cfg)
+    if hooks is not None:  # (a new sum: a hook may have kept f, which `+=` would change)
+        f = hooks.at("ffn.out", f)
+        f, drop2 = dropout_forward(f, cfg.dropout, rng)
+        return hooks.at("resid_out", x1 + f), BlockCache(ln1, attn, drop1, ln2, ffn, drop2, cfg)
     f, drop2 = dropout_forward(f, cfg.dropout, rng)
     f += x1
     return f, BlockCache(ln1, attn, drop1, ln2, ffn, drop2, cfg)

@@ -1,9 +1,10 @@
 """The NumPy engine's side of looking inside a model (sheepop.arch.inspection): one forward pass
 over the prompt, through a KV cache of its own (so no layer's cache outlives its layer), that
-keeps the residual stream and the attention weights of the layers asked.
+keeps the residual stream and the attention weights of the layers asked, read at the engine's
+hook points (sheepop.scratch.hooks; docs/hooks.md).
 
-    A_l = softmax(Q K^T / sqrt(d_k) + M)     read from block l's attention cache as it passes
-    h_0, h_1 .. h_L                          gpt_forward's `observe`
+    A_l = softmax(Q K^T / sqrt(d_k) + M)     blocks.l.attn.pattern
+    h_0, h_1 .. h_L                          embed, then each blocks.l.resid_out
     lens(h) = Norm_f(h) W_head^T (+ b)       the model's own final norm and head
     never                                    the ids its sampler never draws
 """
@@ -15,8 +16,8 @@ from collections.abc import Collection, Sequence
 import numpy as np
 
 from sheepop.arch.inspection import Trace
-from sheepop.scratch.block import BlockCache
 from sheepop.scratch.gpt import gpt_forward, new_cache, token_tables
+from sheepop.scratch.hooks import hooked
 from sheepop.scratch.layers import linear_forward
 from sheepop.scratch.lm import NumpyLM
 from sheepop.scratch.norm import norm_forward
@@ -26,21 +27,19 @@ from sheepop.scratch.softcap import softcap_forward
 
 def trace(lm: NumpyLM, ids: Sequence[int], layers: Collection[int]) -> Trace:
     """The `Trace` of one prompt (at most block_size tokens), with the attention weights of
-    `layers`. A one-token prompt's grouped-query weights come as (H_kv, groups, 1) rows
-    (sheepop.scratch.attention.grouped_decode_forward): the same heads in order, reshaped."""
+    `layers`."""
     cfg, params = lm.cfg, lm.params
     idx = np.asarray(list(ids), dtype=np.int64)[None, :]
     T = idx.shape[1]
     residuals: list[np.ndarray] = []
     attention: dict[int, np.ndarray] = {}
-
-    def observe(h: np.ndarray, block: BlockCache | None) -> None:
-        layer = len(residuals) - 1  # the block whose output h is
-        if block is not None and layer in layers:
-            attention[layer] = block.attn.core.a[0].reshape(cfg.n_head, T, T)
-        residuals.append(h[0])
-
-    gpt_forward(params, cfg, idx, cache=new_cache(cfg, 1, T, lm.dtype), observe=observe)
+    keep = lambda h, point: residuals.append(h[0])  # noqa: E731
+    hooks = {"embed": keep, **{f"blocks.{i}.resid_out": keep for i in range(cfg.n_layer)}}
+    for layer in layers:
+        hooks[f"blocks.{layer}.attn.pattern"] = (
+            lambda a, point, layer=layer: attention.__setitem__(layer, a[0]))
+    with hooked(cfg, hooks):
+        gpt_forward(params, cfg, idx, cache=new_cache(cfg, 1, T, lm.dtype), last_only=True)
     _, w_head, b_head = token_tables(params)
 
     def lens(h: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sheepop.config.schema import ModelConfig
+from sheepop.scratch.hooks import block
 from sheepop.scratch.layers import (
     ACTIVATIONS,
     LinearCache,
@@ -40,9 +41,14 @@ def ffn_forward(x: np.ndarray, w_fc: np.ndarray, b_fc: np.ndarray | None, w_proj
                 b_proj: np.ndarray | None, activation: str) -> tuple[np.ndarray, FFNCache]:
     """FFN(x) = act(x Wfc^T + bfc) Wproj^T + bproj, act one of gelu | gelu_tanh | relu |
     relu2."""
+    hooks = block()
     h, fc_cache = linear_forward(x, w_fc, b_fc)
+    if hooks is not None:
+        h = hooks.at("ffn.pre", h)
     a, act_cache = ACTIVATIONS[activation][0](h)
     del h  # GELU keeps x and Phi(x); ReLU only its mask
+    if hooks is not None:
+        a = hooks.at("ffn.hidden", a)
     out, proj_cache = linear_forward(a, w_proj, b_proj)
     return out, FFNCache(fc_cache, act_cache, proj_cache, activation)
 
@@ -75,10 +81,16 @@ def swiglu_forward(x: np.ndarray, w_gate: np.ndarray, b_gate: np.ndarray | None,
                    b_proj: np.ndarray | None) -> tuple[np.ndarray, SwiGLUCache]:
     """FFN(x) = (silu(g) * u) Wproj^T + bproj, g = x Wgate^T + bgate, u = x Wup^T + bup:
     the gate decides, per hidden unit, how much of u goes through."""
+    hooks = block()
     g, gate_cache = linear_forward(x, w_gate, b_gate)
     u, up_cache = linear_forward(x, w_up, b_up)
+    if hooks is not None:
+        g, u = hooks.at("ffn.pre", g), hooks.at("ffn.up", u)
     a, silu_cache = silu_forward(g)
-    out, proj_cache = linear_forward(a * u, w_proj, b_proj)
+    hidden = a * u
+    if hooks is not None:
+        hidden = hooks.at("ffn.hidden", hidden)
+    out, proj_cache = linear_forward(hidden, w_proj, b_proj)
     return out, SwiGLUCache(gate_cache, up_cache, silu_cache, a, u, proj_cache)
 
 

@@ -25,7 +25,6 @@ the gradients it returns; nothing here knows them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -36,7 +35,8 @@ from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.links import SKIP_WEIGHTS
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import additive
-from sheepop.scratch.block import BlockCache, block_backward, block_forward
+from sheepop.scratch.block import block_backward, block_forward
+from sheepop.scratch.hooks import active
 from sheepop.scratch.init import check_weights, init_params, param_shapes
 from sheepop.scratch.layers import (
     CrossEntropyCache,
@@ -105,8 +105,7 @@ class GPTCache(NamedTuple):
 def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
                 targets: np.ndarray | None = None, rng: np.random.Generator | None = None,
                 cache: KVCache | None = None, pos_ids: np.ndarray | None = None,
-                key_mask: np.ndarray | None = None, last_only: bool = False,
-                observe: Callable[[np.ndarray, BlockCache | None], None] | None = None
+                key_mask: np.ndarray | None = None, last_only: bool = False
                 ) -> tuple[np.ndarray, float | None, GPTCache]:
     """Logits (B, T, V), the mean loss (None without targets) and the cache for the backward.
 
@@ -121,9 +120,8 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     With rope a sequence may pass block_size: each query then attends over the block_size most
     recent keys (sliding-window attention; a rolling cache computes the same).
     `params` holds the model's parameters and nothing else (`check_names`, on every forward
-    that starts a sequence). `observe(h, block)` sees the residual stream as it is computed:
-    h_0 (after the embedding, block None), then each block's output h_l with that block's cache
-    (sheepop.scratch.capture keeps what the page shows of them, and only that).
+    that starts a sequence). The hooks of sheepop.scratch.hooks read or replace its named
+    points (embed, each block's, final_norm, logits; docs/hooks.md).
     """
     idx = np.asarray(idx)
     T = idx.shape[-1]
@@ -143,11 +141,12 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     if key_mask is not None or past + T > cfg.block_size:
         mask = additive(allowed_keys(T, past, key_mask, cfg.block_size))
     h, drop = dropout_forward(h, cfg.dropout, rng)
+    hooks = active()
+    if hooks is not None:
+        h = hooks.at("embed", h)
     values, value_cache = value_embeds_forward(params, cfg, idx)
     skips = skips_start(params, cfg)
     blocks = []
-    if observe is not None:
-        observe(h, None)
     for i in range(cfg.n_layer):
         h = skip_forward(h, i, skips)
         h, block_cache = block_forward(h, params, f"blocks.{i}.", cfg, rng, cache, i, mask,
@@ -155,15 +154,17 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         skip_keep(h, i, skips)
         if cache is None:
             blocks.append(block_cache)
-        if observe is not None:
-            observe(h, block_cache)
     if cache is not None:
         cache.advance(T)
     if last_only:
         h = h[:, -1:, :]
     h, ln_f = norm_forward(cfg.norm, h, params, "ln_f.", cfg.ln_eps)
+    if hooks is not None:
+        h = hooks.at("final_norm", h)
     logits, head = linear_forward(h, w_head, b_head)
     logits, capped = softcap_forward(logits, cfg.logit_softcap)
+    if hooks is not None:
+        logits = hooks.at("logits", logits)
     loss, loss_cache = (None, None) if targets is None else cross_entropy_forward(
         logits, np.asarray(targets))
     tied = "head.weight" not in params

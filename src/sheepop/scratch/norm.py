@@ -32,16 +32,22 @@ class LayerNormCache(NamedTuple):
     gamma: np.ndarray
 
 
+def layernorm_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mu, x - mu, var) over the last axis, mu = sum / d and var = mean((x - mu)^2) kept as
+    axes of 1."""
+    mu = x.sum(axis=-1, keepdims=True) / x.shape[-1]
+    xc = x - mu
+    return mu, xc, mean_square(xc)
+
+
 def layernorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
                       ) -> tuple[np.ndarray, LayerNormCache]:
     """y = gamma * (x - mu) / sqrt(var + eps) + beta; mu, var (biased) over the last axis
     (docs/derivations/layernorm.md). Means are sum / d, np.mean's arithmetic without its
     Python wrapper (a decode step normalises single rows, where the wrapper costs as much as
     the sum)."""
-    d = x.shape[-1]
-    mu = x.sum(axis=-1, keepdims=True) / d
-    xc = x - mu
-    rstd = 1.0 / np.sqrt(mean_square(xc) + eps)
+    mu, xc, var = layernorm_moments(x)
+    rstd = 1.0 / np.sqrt(var + eps)
     xhat = xc
     xhat *= rstd
     y = xhat * gamma
@@ -95,10 +101,15 @@ class Norm(NamedTuple):
     params: tuple[str, ...]
     forward: Callable
     backward: Callable
+    moments: Callable[[np.ndarray], tuple[np.ndarray | None, np.ndarray]]
+    """x -> (the mean subtracted, or None; the variance or mean square divided by): the
+    statistics the page's step view shows (sheepop.scratch.token_steps)."""
 
 
-NORMS = {"layernorm": Norm(("weight", "bias"), layernorm_forward, layernorm_backward),
-         "rmsnorm": Norm(("weight",), rmsnorm_forward, rmsnorm_backward)}
+NORMS = {"layernorm": Norm(("weight", "bias"), layernorm_forward, layernorm_backward,
+                           lambda x: layernorm_moments(x)[::2]),
+         "rmsnorm": Norm(("weight",), rmsnorm_forward, rmsnorm_backward,
+                         lambda x: (None, mean_square(x)))}
 
 
 def norm_forward(kind: str, x: np.ndarray, params: dict[str, np.ndarray], prefix: str,

@@ -8,8 +8,9 @@
     "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "seed"   the sampling of z_t
     "full_vocab"     true: the whole z_t and p_t (n_vocab numbers each) come too
 
-The steps (sheepop.arch.trace) are computed from the model's weights in NumPy, on the
-scheduler's thread between two decode steps; the sampling of z_t is generation's own
+The steps (sheepop.arch.trace) are the NumPy engine's forward pass on the model's weights, read
+at its hook points (sheepop.inference.step_trace), on the scheduler's thread between two decode
+steps; the sampling of z_t is generation's own
 (sheepop.generation.sample): the tokens generation never emits (padding, BOS, unknown) set to
 -inf (p = softmax(z) is then /v1/inspect's p), the repetition penalty, p_tau = softmax(z / tau),
 top-k, top-p, min-p, and the draw u ~ U(0, 1)
@@ -27,12 +28,12 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sheepop.arch.trace import FFNStep, NormStep, TokenTrace, trace_token
+from sheepop.arch.trace import FFNStep, NormStep, TokenTrace
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.generation.sample import draw, penalize_repeats, probabilities
 from sheepop.inference.load import InferenceModel, never_generated
-from sheepop.inference.weights import model_weights
+from sheepop.inference.step_trace import step_trace
 from sheepop.serve.api.app import read_json
 from sheepop.serve.api.json_out import FiniteJSONResponse
 from sheepop.serve.api.protocol import ApiError, bad
@@ -204,7 +205,7 @@ async def trace(request: HttpRequest) -> JSONResponse:
     text = lambda i: st.texts(i)[0]  # noqa: E731
 
     def run(m: InferenceModel) -> dict[str, Any]:
-        x = trace_token(model_weights(m), m.config.model, ids, position, layer)
+        x = step_trace(m, ids, position, layer)
         if not np.isfinite(x.logits).all():
             raise ApiError(422, "the model's activations are not finite (NaN or infinite: "
                                 "its weights overflow), so there is nothing to trace",
