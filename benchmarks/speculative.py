@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--new-tokens", type=int, default=256)
-    ap.add_argument("--speculate", type=int, default=8, help="proposed tokens a pass")
+    ap.add_argument("--speculate", type=int, default=16, help="proposed tokens a pass")
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--engine", default="torch", choices=["numpy", "torch"])
     ap.add_argument("--threads", type=int, default=0, help="0: the idle cores (sheepop.threads)")

@@ -165,7 +165,7 @@ def test_speculative_sampling_keeps_the_models_distribution():
     empirical joint of N draws (seeds 0..N-1) against the exact one: Pearson's X^2 over the
     cells expected >= 5 times (the rest pooled) stays below chi-square(df)'s 1 - 1e-6 quantile
     (z = 4.75): a correct rule fails it once in a million seeds; drawing the rejected token
-    from p instead of the residual (p(d) too high by p(d)(1 - p(d))) gave X^2 = 704 here."""
+    from p instead of the residual (p(d) too high by p(d)(1 - p(d))) gave X^2 = 781 here."""
     V, N = 4, 2000
     lm = Counted(make_lm("numpy", vocab=V, seed=6, scale=0.5))
     prompt = [0, 0, 1, 2, 0, 1, 2, 3, 0, 2, 3, 1, 0, 3, 1, 2, 0]  # (0, t) for every t, each
