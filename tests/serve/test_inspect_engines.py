@@ -254,5 +254,8 @@ def test_only_the_layers_asked_are_kept(tokenizer, engine, kind):
     assert list(every.attention) == [0, 1] and list(one.attention) == [1]
     np.testing.assert_allclose(one.attention[1], every.attention[1], atol=1e-6)
     np.testing.assert_array_equal(one.lens.probs, every.lens.probs)  # to the last bit: one
-    assert inspect(model, ids, layers=[]).attention == {}  # p per token on every view
+    none = inspect(model, ids, k=3, layers=[], logits_at=[2])  # the page's lens request
+    assert none.attention == {}  # and one p per token on every view, the logits too:
+    np.testing.assert_array_equal(none.lens.probs, every.lens.probs)
+    np.testing.assert_array_equal(none.logits[2], inspect(model, ids, logits_at=[2]).logits[2])
     assert inspect(model, ids[:1]).attention[1].shape == (2, 1, 1)

@@ -2,8 +2,9 @@
 over the prompt that keeps the residual stream and the attention weights of the layers asked,
 read at the engine's hook points (sheepop.model.hooks; docs/hooks.md).
 
-    A_l = softmax(Q K^T / sqrt(d_k) + M)     blocks.l.attn.pattern (every layer then takes the
-                                             explicit masked-softmax path)
+    A_l = softmax(Q K^T / sqrt(d_k) + M)     blocks.l.attn.pattern, hooked in every layer and
+                                             kept for those asked: every layer takes the explicit
+                                             masked-softmax path whichever are asked
     h_0, h_1 .. h_L                          embed, then each blocks.l.resid_out (with
                                              model.unet_skips a block's input is not the output
                                              before it: h_l is the stream leaving block l)
@@ -37,9 +38,12 @@ def trace(lm: TorchLM, ids: Sequence[int], layers: Collection[int]) -> Trace:
     attention: dict[int, torch.Tensor] = {}
     keep = lambda h, point: residuals.append(h[0])  # noqa: E731
     hooks = {"embed": keep, **{f"blocks.{i}.resid_out": keep for i in range(len(model.blocks))}}
-    for layer in layers:
+    # a hook at every layer's pattern, kept for the layers asked: the explicit path in every
+    # layer whichever are asked (none too), so that the lens and the logits do not depend on it
+    for layer in range(len(model.blocks)):
         hooks[f"blocks.{layer}.attn.pattern"] = (
-            lambda a, point, layer=layer: attention.__setitem__(layer, a[0]))
+            lambda a, point, layer=layer: attention.__setitem__(layer, a[0])
+            if layer in layers else None)
     with torch.inference_mode(), hooked(model, hooks):
         model(idx, last_only=True)
         positions = None
