@@ -1,5 +1,6 @@
 """--speculate on the command line (sheepop generate, sheepop chat): the proposals are checked
-(CachedLM.verify runs), the greedy text is the plain one, and a value out of range is one line."""
+(CachedLM.verify runs), the greedy text is the plain one, generate says what speculation did,
+and a value out of range is one line."""
 
 from __future__ import annotations
 
@@ -66,8 +67,16 @@ def test_generate_speculates_and_writes_the_plain_greedy_text(run, capsys, passe
     assert passes == [1] * 39
     passes.clear()
     assert main([*argv, "--speculate", "4"]) == 0
-    assert capsys.readouterr().out == plain
+    out, err = capsys.readouterr()
+    assert out == plain
     assert max(passes) > 1 and len(passes) < 39  # proposals checked, and some taken
+    # what it did, on stderr: the checks and proposals counted here, and the 39 tokens after
+    # the first (which comes from the prompt's pass) in every pass made
+    checks = [n for n in passes if n > 1]
+    proposed = sum(checks) - len(checks)
+    kept = 39 - len(passes)
+    assert (f"sheepop: speculative decoding: {kept} of {proposed} proposed tokens kept in "
+            f"{len(checks)} checks; 39 tokens in {len(passes)} passes") in err.splitlines()
 
 
 def test_chat_speculates_and_answers_the_plain_greedy_text(run, capsys, passes, monkeypatch):

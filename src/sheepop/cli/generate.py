@@ -138,6 +138,7 @@ def model_line(model, dtype: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from sheepop.generation.constraint import compile_constraint
     from sheepop.generation.generate import generate
+    from sheepop.generation.speculative import Gate
     from sheepop.generation.speed import Stopwatch
     from sheepop.generation.text_stream import stream_text
     from sheepop.inference.load import load
@@ -163,16 +164,17 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     out.write(text)
     stopwatch = Stopwatch(min(len(ids), lm.block_size))
+    gate = Gate()
     if not args.show_probs:
         for piece in stream_text(lm, ids, sample_cfg, decoder, stop=stops,
                                  eos_id=tokenizer.eos_id, use_cache=not args.no_cache,
-                                 stopwatch=stopwatch, constraint=state):
+                                 stopwatch=stopwatch, constraint=state, gate=gate):
             out.write(piece)
             out.flush()
     else:
         steps = generate(lm, ids, sample_cfg, use_cache=not args.no_cache,
                          eos_id=tokenizer.eos_id, show_probs=args.show_probs,
-                         constraint=state)
+                         constraint=state, gate=gate)
         for step in stopwatch.watch(steps):
             shown = ", ".join(f"{tokenizer.id_to_token(i)!r} {p:.3f}" for i, p in step.top)
             out.write(f"\n  -> {tokenizer.id_to_token(step.token)!r}   drawn from: {shown}")
@@ -181,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     kv_line(lm, args.no_cache)
     print(f"sheepop: speed: {stopwatch.speed().line()}", file=sys.stderr)
+    if sample_cfg.speculate:
+        print(f"sheepop: {gate.line()}", file=sys.stderr)
     return 0
 
 

@@ -123,14 +123,16 @@ def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
 @quiet_overflow
 def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
              use_cache: bool = True, eos_id: int | None = None, show_probs: int = 0,
-             constraint: ConstraintState | None = None) -> Iterator[Step]:
+             constraint: ConstraintState | None = None, gate: Gate | None = None
+             ) -> Iterator[Step]:
     """Yield up to `cfg.max_new_tokens` tokens after `prompt`, stopping after `eos_id`; only
     tokens `constraint` allows, when given.
 
     An iterator: each token is yielded as soon as it is drawn (stop iterating to stop early).
     With `cfg.speculate` k > 0 (and the cache) up to k tokens guessed from the text are checked
     in one pass (sheepop.generation.speculative): the same greedy tokens, and samples of the
-    same distribution (not the same draws: the seed's numbers are used differently).
+    same distribution (not the same draws: the seed's numbers are used differently); `gate`
+    (a fresh one by default) decides when to propose and counts the passes and kept tokens.
     """
     if len(prompt) == 0:
         raise ValueError("generation needs at least one prompt token")
@@ -143,7 +145,8 @@ def generate(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
     never = never_generated(lm)
     slides = getattr(lm, "slides", False)
     chunk, start = slide_chunk(cfg, T), 0  # absolute positions: the model sees ids[start:]
-    gate = Gate() if cfg.speculate > 0 and use_cache and hasattr(lm, "verify") else None
+    speculates = cfg.speculate > 0 and use_cache and hasattr(lm, "verify")
+    gate = (gate or Gate()) if speculates else None
     n = 0
     while n < cfg.max_new_tokens:
         allowed = None if constraint is None else constraint.allowed(logits.shape[-1])

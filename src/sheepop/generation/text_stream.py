@@ -15,6 +15,7 @@ from sheepop.config.schema import SampleConfig
 from sheepop.generation.constraint import ConstraintState
 from sheepop.generation.generate import generate, generate_batch
 from sheepop.generation.protocol import BatchLanguageModel, LanguageModel
+from sheepop.generation.speculative import Gate
 from sheepop.generation.speed import Stopwatch
 
 
@@ -66,16 +67,18 @@ class StopStrings:
 def stream_text(lm: LanguageModel, prompt: Sequence[int], cfg: SampleConfig,
                 decoder: TextDecoder, stop: Sequence[str] = (), eos_id: int | None = None,
                 use_cache: bool = True, stopwatch: Stopwatch | None = None,
-                constraint: ConstraintState | None = None) -> Iterator[str]:
+                constraint: ConstraintState | None = None, gate: Gate | None = None
+                ) -> Iterator[str]:
     """Yield the generated text in pieces as soon as they are certain.
 
     Generation ends at `eos_id` (not shown), after `cfg.max_new_tokens`, or at the first of
     the `stop` strings (cut off, not shown). Concatenated, the pieces are the decoded new tokens
     up to that point. `stopwatch` notes when each token is drawn (sheepop.generation.speed).
-    `constraint`: only the tokens its grammar allows (sheepop.generation.constraint).
+    `constraint`: only the tokens its grammar allows (sheepop.generation.constraint). `gate`:
+    speculative decoding's, whose counts the caller reads (sheepop.generation.speculative).
     """
     cut = StopStrings(stop)
-    steps = generate(lm, prompt, cfg, use_cache, eos_id, constraint=constraint)
+    steps = generate(lm, prompt, cfg, use_cache, eos_id, constraint=constraint, gate=gate)
     for step in steps if stopwatch is None else stopwatch.watch(steps):
         if eos_id is not None and step.token == eos_id:
             break
