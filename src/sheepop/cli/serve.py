@@ -175,6 +175,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"sheepop: warning: listening on {args.host} without an API key: anyone who "
               f"reaches this machine can use the model (--api-key or {API_KEY_ENV})",
               file=sys.stderr)
+    if sample.speculate:  # a setting that would do nothing is said, not dropped silently
+        print(f"sheepop: note: sample.speculate ({sample.speculate}) is not used by the server: "
+              "its batch advances every request one token a step (speculative decoding is "
+              "for sheepop generate and chat; docs/inference.md)", file=sys.stderr)
     m = model.config.model
 
     def ready() -> None:
