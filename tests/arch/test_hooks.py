@@ -185,9 +185,14 @@ def test_no_hook_outlives_its_pass():
     np.testing.assert_array_equal(plain, run("torch", cfg, w, {}))
 
 
-def test_a_wrong_point_or_shape_is_refused():
+def test_a_wrong_point_or_shape_or_a_second_set_is_refused():
     cfg = config("gpt")
     w = weights(cfg)
+    model = torch_model(cfg, w)
+    with numpy_hooked(cfg, {}), pytest.raises(ValueError, match="one set of hooks"):
+        run("numpy", cfg, w, {})
+    with torch_hooked(model, {}), pytest.raises(ValueError, match="one set of hooks"):
+        run("torch", cfg, w, {}, model=model)
     for engine in ("numpy", "torch"):
         with pytest.raises(ValueError, match="no hook point 'blocks.3.resid_in'"):
             run(engine, cfg, w, {"blocks.3.resid_in": lambda x, p: None})

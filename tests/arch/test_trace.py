@@ -1,7 +1,8 @@
-"""sheepop.arch.trace (one token through the model, step by step, from the weights alone) against
-both engines: its logits equal each engine's, its softmax rows equal sheepop.inference.load.
-inspect's attention rows, its steps add up as docs/math says; and sheepop.train.backward_step
-(the NumPy engine's hand-written backward pass) against torch autograd on the same weights."""
+"""The step-by-step trace (sheepop.scratch.token_steps: one token through the model, the NumPy
+engine's pass read at its hook points) against both engines: its logits equal each engine's,
+its softmax rows equal sheepop.inference.load.inspect's attention rows, its steps add up as
+docs/math says; and sheepop.train.backward_step (the NumPy engine's hand-written backward pass)
+against torch autograd on the same weights."""
 
 import math
 

@@ -1,8 +1,8 @@
 """`POST /v1/trace` and `POST /v1/backward` (the page's Step and Backprop views) through a real
-`sheepop serve`: their numbers are sheepop.arch.trace's and sheepop.train.backward_step's on the
-run's weights, the sampling and the draw are generation's own, a chat conversation and a
-continuation are traced as the page sends them, and every malformed request is a 400 naming its
-field while the server keeps serving."""
+`sheepop serve`: their numbers are sheepop.scratch.token_steps' and
+sheepop.train.backward_step's on the run's weights, the sampling and the draw are generation's
+own, a chat conversation and a continuation are traced as the page sends them, and every
+malformed request is a 400 naming its field while the server keeps serving."""
 
 from __future__ import annotations
 

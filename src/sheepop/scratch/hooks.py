@@ -29,12 +29,13 @@ _state = threading.local()
 def hooked(cfg: ModelConfig, hooks: Mapping[str, Hook]) -> Iterator[Hooks]:
     """The hooks `hooks` (point name -> hook) on every forward pass of this thread inside the
     block, and none after it (nor when it raises)."""
-    outer = getattr(_state, "hooks", None), getattr(_state, "block", None)
+    if active() is not None:
+        raise ValueError("this thread's passes are hooked already: one set of hooks at a time")
     _state.hooks, _state.block = Hooks(cfg, hooks), None
     try:
         yield _state.hooks
     finally:
-        _state.hooks, _state.block = outer
+        _state.hooks, _state.block = None, None
 
 
 def active() -> Hooks | None:
