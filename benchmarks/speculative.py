@@ -58,8 +58,10 @@ TEXT = ("The river rose for three days after the storm. On the fourth morning th
 TASKS = {
     "edit": "Rename the variable `total` to `running_sum` in this function and write the whole "
             "function again:\n\n" + FUNCTION,
-    "quote": "Summarise this news story in three sentences, quoting what the mayor and the "
-             "chief engineer said word for word:\n\n" + TEXT,
+    # (asked to summarise "in three sentences, quoting what the mayor and the chief engineer
+    # said", SmolLM2-135M paraphrased both: 5 of 80 proposed tokens kept)
+    "quote": "Write a short summary of this story for a newspaper, quoting the mayor word for "
+             "word:\n\n" + TEXT,
 }
 
 
