@@ -79,7 +79,7 @@ def check_seconds(engine: str, lm) -> tuple[float, str]:
 
     Counted from the code on the path without hooks: torch reads an attribute and tests it
     for None in the model (1 read, 3 tests), and per block in the block (1 and 1), the
-    attention (1 and 4) and the feed-forward (1 and 1); NumPy reads the thread-local hooks
+    attention (2 and 4) and the feed-forward (1 and 1); NumPy reads the thread-local hooks
     once in gpt_forward and per block in the block, the attention, its core and the
     feed-forward (each a function call), and tests a local for None 3 times, and per block
     7 + 4 + 2 + 2 times. Each operation is timed alone (timeit, 10^6 times)."""
@@ -93,7 +93,7 @@ def check_seconds(engine: str, lm) -> tuple[float, str]:
     else:
         attention = lm.model.blocks[0].attn
         read, layers = timeit.timeit(lambda: attention.hooks, number=n) / n, lm.model.cfg.n_layer
-        reads, tests = 1 + 3 * layers, 3 + 6 * layers
+        reads, tests = 1 + 4 * layers, 3 + 6 * layers
     return reads * read + tests * test, (f"{reads} reads of {read * 1e9:.0f} ns, {tests} "
                                          f"tests of {test * 1e9:.0f} ns")
 

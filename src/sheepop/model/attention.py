@@ -60,6 +60,26 @@ class CausalSelfAttention(nn.Module):
         is this layer's value embedding (sheepop.model.value_embeds). Hooks (docs/hooks.md)
         that read the scores or the pattern take the explicit path, which forms them."""
         B, T, C = x.shape
+        hooks = self.hooks
+        q, k, v = self._queries_keys_values(x, positions, pos, values)
+        past = 0
+        if cache is not None:
+            past = cache.query_offset(T)
+            k, v = cache.update(layer, k, v)
+        if self.use_sdpa and (hooks is None or not hooks.explicit_attention):
+            y = self._fused(q, k, v, attn_mask, past)
+        else:
+            y = self._explicit(q, k, v, attn_mask, past)
+        if hooks is not None:
+            y = hooks.at("attn.heads", y)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+    def _queries_keys_values(self, x: torch.Tensor, positions: Positions | None, pos: Pos,
+                             values: ValueMix | None
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q (B, H, T, d_k), k and v (B, H_kv, T, d_k): projected, QK-normed, turned, mixed."""
+        B, T, _ = x.shape
         H, H_kv, d_k = self.n_head, self.n_kv_head, self.head_dim
         hooks = self.hooks
         heads = self.qkv(x).view(B, T, H + 2 * H_kv, d_k).transpose(1, 2)
@@ -75,53 +95,54 @@ class CausalSelfAttention(nn.Module):
             v = mix_values(v, values)
         if hooks is not None:
             q, k, v = hooks.at("attn.q", q), hooks.at("attn.k", k), hooks.at("attn.v", v)
-        past = 0
-        if cache is not None:
-            past = cache.query_offset(T)
-            k, v = cache.update(layer, k, v)
-        if self.use_sdpa and (hooks is None or not hooks.explicit_attention):
-            # Queries sit at positions past..past+T-1; keys at 0..past+T-1. One query at the
-            # end of an unpadded cache sees every key: no mask at all (the fast decode step).
-            mask, is_causal = attn_mask, False
-            if mask is None and T > 1:  # (branches, not a bool expression: torch.compile
-                if past > 0:            # with dynamic shapes needs a plain bool is_causal)
-                    mask = causal_mask(T, past, x.device)
-                else:
-                    is_causal = True
-            p = self.attn_drop.p if self.training else 0.0
-            if T == 1 and H_kv < H:
-                # A decode step with grouped queries: the H / H_kv queries sharing a key/value
-                # head are the rows of one attention over it (each sees every key, a padding
-                # mask (B, 1, 1, T_keys) broadcasts over them), so no kernel has to expand the
-                # groups (on CUDA, float32's grouped attention fell back to the math kernel:
-                # ~10 launches a layer, half a SmolLM2 decode step's host time).
-                y = F.scaled_dot_product_attention(q.reshape(B, H_kv, H // H_kv, d_k), k, v,
-                                                   attn_mask=mask, dropout_p=p)
-                y = y.reshape(B, H, 1, d_k)
+        return q, k, v
+
+    def _fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               attn_mask: torch.Tensor | None, past: int) -> torch.Tensor:
+        """Y (B, H, T, d_k) by PyTorch's scaled_dot_product_attention (never forms S or A)."""
+        B, H, T, d_k = q.shape
+        H_kv = k.shape[1]
+        # Queries sit at positions past..past+T-1; keys at 0..past+T-1. One query at the
+        # end of an unpadded cache sees every key: no mask at all (the fast decode step).
+        mask, is_causal = attn_mask, False
+        if mask is None and T > 1:  # (branches, not a bool expression: torch.compile
+            if past > 0:            # with dynamic shapes needs a plain bool is_causal)
+                mask = causal_mask(T, past, q.device)
             else:
-                # bool(): under torch.compile's dynamic shapes H_kv < H is symbolic (a graph
-                # break otherwise)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                                   is_causal=is_causal,
-                                                   enable_gqa=bool(H_kv < H))
-        else:
-            if H_kv < H:  # each key/value head, once per query head of its group
-                k, v = (t.repeat_interleave(H // H_kv, dim=1) for t in (k, v))
-            allowed = attn_mask if attn_mask is not None else causal_mask(T, past, x.device)
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-            if hooks is not None:
-                scores = hooks.at("attn.scores", scores)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-            # softmax in at least float32 (half precision is upcast), float64 kept whole
-            wide = torch.promote_types(scores.dtype, torch.float32)
-            weights = torch.softmax(scores.to(wide), dim=-1).to(q.dtype)
-            if hooks is not None:
-                weights = hooks.at("attn.pattern", weights)
-            y = self.attn_drop(weights) @ v
+                is_causal = True
+        p = self.attn_drop.p if self.training else 0.0
+        if T == 1 and H_kv < H:
+            # A decode step with grouped queries: the H / H_kv queries sharing a key/value
+            # head are the rows of one attention over it (each sees every key, a padding
+            # mask (B, 1, 1, T_keys) broadcasts over them), so no kernel has to expand the
+            # groups (on CUDA, float32's grouped attention fell back to the math kernel:
+            # ~10 launches a layer, half a SmolLM2 decode step's host time).
+            y = F.scaled_dot_product_attention(q.reshape(B, H_kv, H // H_kv, d_k), k, v,
+                                               attn_mask=mask, dropout_p=p)
+            return y.reshape(B, H, 1, d_k)
+        # bool(): under torch.compile's dynamic shapes H_kv < H is symbolic (a graph break
+        # otherwise)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                              is_causal=is_causal, enable_gqa=bool(H_kv < H))
+
+    def _explicit(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  attn_mask: torch.Tensor | None, past: int) -> torch.Tensor:
+        """Y = Drop(softmax(S + M)) V with S = q K^T / sqrt(d_k) and A formed (their hook
+        points: attn.scores, attn.pattern)."""
+        H, T, H_kv, hooks = q.shape[1], q.shape[2], k.shape[1], self.hooks
+        if H_kv < H:  # each key/value head, once per query head of its group
+            k, v = (t.repeat_interleave(H // H_kv, dim=1) for t in (k, v))
+        allowed = attn_mask if attn_mask is not None else causal_mask(T, past, q.device)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         if hooks is not None:
-            y = hooks.at("attn.heads", y)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.proj(y)
+            scores = hooks.at("attn.scores", scores)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        # softmax in at least float32 (half precision is upcast), float64 kept whole
+        wide = torch.promote_types(scores.dtype, torch.float32)
+        weights = torch.softmax(scores.to(wide), dim=-1).to(q.dtype)
+        if hooks is not None:
+            weights = hooks.at("attn.pattern", weights)
+        return self.attn_drop(weights) @ v
 
 
 def _hooked_projections(hooks: LayerHooks, qk: torch.Tensor, n_head: int) -> torch.Tensor:

@@ -221,8 +221,7 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     if cache is not None:
         k, v = cache.update(layer, k, v)
     groups = n_head // n_kv_head
-    if (cache is not None and groups > 1 and q.shape[2] == 1 and (dropout == 0 or rng is None)
-            and (hooks is None or not hooks.explicit_attention)):
+    if cache is not None and groups > 1 and q.shape[2] == 1 and _may_group(dropout, rng, hooks):
         y, core_cache = grouped_decode_forward(q, k, v, mask)  # a decode step: no KV copy
     else:
         k, v = repeat_kv_forward(k, groups), repeat_kv_forward(v, groups)
@@ -232,6 +231,13 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)
     return out, AttentionCache(qkv_cache, core_cache, proj_cache, n_head, n_kv_head,
                                rotate[1] if rotate is not None else None, rotation, mixed)
+
+
+def _may_group(dropout: float, rng: np.random.Generator | None, hooks: LayerHooks | None
+               ) -> bool:
+    """Whether a decode step may take `grouped_decode_forward`: no dropout drawn (inference), and
+    no hook reads the scores or the pattern, which it forms in grouped shapes."""
+    return (dropout == 0 or rng is None) and (hooks is None or not hooks.explicit_attention)
 
 
 def _hooked_projections(hooks: LayerHooks, qk: np.ndarray, n_head: int) -> np.ndarray:
