@@ -100,11 +100,14 @@ UNDO = {"rope": ["model.pos_encoding=learned"], "rmsnorm": ["model.norm=layernor
         "wsd": ["train.schedule=cosine", "train.lr=1e-3", "train.min_lr=1e-4"]}
 
 
-def shape_settings(scale: Scale, dtype: str) -> list[str]:
+def shape_settings(scale: Scale, dtype: str, threads: int) -> list[str]:
+    """The scale's shape and the run's settings. The thread count is fixed, not `auto`: auto
+    counts the idle cores by the load average, which the reference's run just before has raised
+    (a first measurement gave sheepop 1 thread against nanoGPT's 2 that way)."""
     s = scale.shape
     return [*(f"model.{k}={v}" for k, v in s.items() if k != "batch_size"),
             f"train.batch_size={s['batch_size']}", f"data.tokenizer={scale.data.tokenizer}",
-            f"train.dtype={dtype}", *COMMON]
+            f"train.dtype={dtype}", f"train.threads={threads}", *COMMON]
 
 
 def train_sheepop(dataset: Dataset, settings: list[str], steps: int, seed: int,
@@ -193,7 +196,7 @@ def main() -> None:
     dataset = load_dataset(None, scale.data)
     print(f"{args.scale} scale: {len(dataset.train):,} train and {len(dataset.val):,} val tokens, "
           f"{dataset.tokenizer.vocab_size} ids", flush=True)
-    base = shape_settings(scale, "bfloat16" if bf16 else "float32") + NANOGPT
+    base = shape_settings(scale, "bfloat16" if bf16 else "float32", args.threads) + NANOGPT
     recipe = [s for sets in RECIPE.values() for s in sets]
     variants = {"sheepop": recipe}
     if args.ablation:

@@ -20,7 +20,15 @@ from sheepop.arch.params import uses_muon
 from sheepop.config.presets import PRESETS
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.init import param_shapes
-from sheepop.scratch.muon import NS_COEFFICIENTS, NS_STEPS, Muon, lerp, lr_scale, orthogonalize
+from sheepop.scratch.muon import (
+    NS_COEFFICIENTS,
+    NS_STEPS,
+    Muon,
+    left_factor,
+    lerp,
+    lr_scale,
+    orthogonalize,
+)
 
 SHAPES = [(32, 96), (96, 32), (48, 48)]
 UNIT_ROUNDOFF = {"float32": 2.0 ** -24, "bfloat16": 2.0 ** -8}
@@ -46,6 +54,36 @@ def test_the_iteration_is_the_polynomial_of_the_singular_values(shape):
         s = a * s + b * s ** 3 + c * s ** 5
     np.testing.assert_allclose(orthogonalize(m), (u * s) @ vt, rtol=0, atol=1e-12)
     assert 0.6 < s.min() and s.max() < 1.25  # every direction of M now about the same size
+
+
+def plain_iteration(m: np.ndarray, steps: int = NS_STEPS) -> np.ndarray:
+    """The iteration as defined, X <- a X + (b A + c A^2) X on the side with fewer rows."""
+    a, b, c = NS_COEFFICIENTS
+    x = m.T if m.shape[0] > m.shape[1] else m
+    x = x / np.linalg.norm(x)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * (gram @ gram)) @ x
+    return x.T if m.shape[0] > m.shape[1] else x
+
+
+@pytest.mark.parametrize("shape", [(32, 96), (96, 32), (20, 31), (31, 20), (20, 30)])
+@pytest.mark.parametrize("steps", [1, 2, NS_STEPS])
+def test_the_gram_form_is_the_plain_iteration(shape, steps):
+    """A matrix over 1.5x as wide as tall goes through Q_{k-1} ... Q_0 X_0 (scratch/muon.py):
+    the same polynomial, so in float64 it is the plain iteration to rounding; (20, 30) stays on
+    the plain path and is equal bit for bit."""
+    m = np.random.default_rng(2).standard_normal(shape)
+    got, want = orthogonalize(m, steps), plain_iteration(m, steps)
+    x = m.T if shape[0] > shape[1] else m
+    x = x / np.linalg.norm(x)
+    through_gram = left_factor(x @ x.T, steps, *NS_COEFFICIENTS) @ x
+    assert relative(through_gram.T if shape[0] > shape[1] else through_gram, want) < 1e-13
+    if max(shape) > 1.5 * min(shape):
+        assert relative(got, want) < 1e-13
+        assert relative(got, plain_iteration(m, steps + 1)) > 1e-3
+    else:
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -43,8 +43,8 @@ def test_the_schedule_is_nanogpts_get_lr():
 
 def test_the_reference_is_measured_on_sheepops_batches_and_windows(tmp_path):
     dataset = load_dataset(None, SCALE.data)
-    cfg = build_config(None, None, [*speedrun.shape_settings(SCALE, "float32"), *speedrun.NANOGPT,
-                                    "train.steps=4", "train.seed=3"])
+    cfg = build_config(None, None, [*speedrun.shape_settings(SCALE, "float32", 1),
+                                    *speedrun.NANOGPT, "train.steps=4", "train.seed=3"])
     trainer = setup(None, cfg, tmp_path / "run", dataset=dataset, progress=False,
                     log=lambda *_: None)
     next_batch, evaluate = speedrun.reference_data(dataset, SCALE, seed=3)
