@@ -86,29 +86,32 @@ class Hooks:
         """Some hook reads the scores or the pattern: every layer then takes the explicit
         attention, so that the logits are the same whichever layers are hooked."""
         self.blocks = [LayerHooks(self, i) for i in range(cfg.n_layer)]
+        self.replaced = 0
+        """How many times a hook returned a value (replaced its point) so far: the NumPy
+        engine's backward refuses a pass in which one did (sheepop.scratch.gpt.gpt_backward)."""
 
     def at(self, point: str, value: Any) -> Any:
         """The model-level `point` (embed, final_norm, logits) after its hook, if any."""
         hook = self.model.get(point)
-        return value if hook is None else _run(hook, value, point)
+        return value if hook is None else self._run(hook, value, point)
 
     def in_layer(self, layer: int, point: str, value: Any) -> Any:
         """Block `layer`'s `point` ("attn.q") after its hook, if any."""
         hook = self.layers[layer].get(point)
-        return value if hook is None else _run(hook, value, f"blocks.{layer}.{point}")
+        return value if hook is None else self._run(hook, value, f"blocks.{layer}.{point}")
 
     def wants(self, layer: int, point: str) -> bool:
         return point in self.layers[layer]
 
-
-def _run(hook: Hook, value: Any, name: str) -> Any:
-    out = hook(value, name)
-    if out is None:
-        return value
-    if tuple(out.shape) != tuple(value.shape):
-        raise ValueError(f"the hook at {name} returned shape {tuple(out.shape)}, not the "
-                         f"point's {tuple(value.shape)}")
-    return out
+    def _run(self, hook: Hook, value: Any, name: str) -> Any:
+        out = hook(value, name)
+        if out is None:
+            return value
+        if tuple(out.shape) != tuple(value.shape):
+            raise ValueError(f"the hook at {name} returned shape {tuple(out.shape)}, not the "
+                             f"point's {tuple(value.shape)}")
+        self.replaced += 1
+        return out
 
 
 class LayerHooks:

@@ -247,14 +247,18 @@ def _hooked_projections(hooks: LayerHooks, qk: np.ndarray, n_head: int) -> np.nd
     return qk if new_q is q and new_k is k else np.concatenate([new_q, new_k], axis=1)
 
 
-def self_attention_backward(dout: np.ndarray, cache: AttentionCache
+def self_attention_backward(dout: np.ndarray, cache: AttentionCache,
+                            gradients: LayerHooks | None = None
                             ) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
     """dx and the gradients {qkv.weight, qkv.bias, proj.weight, proj.bias} (None if absent);
-    with value embeddings also "values": (dR, dlam) for sheepop.scratch.value_embeds."""
+    with value embeddings also "values": (dR, dlam) for sheepop.scratch.value_embeds.
+    `gradients` reads the heads' gradient dL/do_h (attn.heads; sheepop.scratch.block)."""
     dmerged, grads = linear_grads(dout, cache.proj, "proj")
     B, T, d = dmerged.shape
     H, H_kv = cache.n_head, cache.n_kv_head
     dy = dmerged.reshape(B, T, H, d // H).transpose(0, 2, 1, 3)
+    if gradients is not None:
+        dy = gradients.at("attn.heads", dy)
     dq, dk, dv = attention_core_backward(dy, cache.core)
     dk, dv = repeat_kv_backward(dk, H // H_kv), repeat_kv_backward(dv, H // H_kv)
     if cache.values is not None:

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sheepop.arch.hooks import LayerHooks
 from sheepop.arch.kv_cache import KVCache
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import (
@@ -86,22 +87,35 @@ def block_forward(x: np.ndarray, params: Params, prefix: str, cfg: ModelConfig,
     return f, BlockCache(ln1, attn, drop1, ln2, ffn, drop2, cfg)
 
 
-def block_backward(dout: np.ndarray, cache: BlockCache, prefix: str
+def block_backward(dout: np.ndarray, cache: BlockCache, prefix: str,
+                   gradients: LayerHooks | None = None
                    ) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
     """dx1 = dx2 + Norm2'(FFN'(Drop'(dx2))); dx = dx1 + Norm1'(Attn'(Drop'(dx1))).
 
     Returns dx and the block's gradients keyed by full parameter name (None for absent
-    biases).
+    biases). `gradients` reads the gradient at the block's points as it passes them
+    (dx2 at resid_out, Drop'(dx2) at ffn.out, dx1 at resid_mid, Drop'(dx1) at attn.out, the
+    heads' in the attention, dx at resid_in; sheepop.scratch.gpt.gpt_backward).
     """
-    cfg = cache.cfg
+    cfg, at = cache.cfg, gradients
+    if at is not None:
+        dout = at.at("resid_out", dout)
     df = dropout_backward(dout, cache.drop2)
+    if at is not None:
+        df = at.at("ffn.out", df)
     df_in, ffn_grads = FFNS[cfg.ffn].backward(df, cache.ffn)
     dx1, grads = norm_backward(cfg.norm, df_in, cache.ln2, prefix + "ln2.")
     dx1 += dout
+    if at is not None:
+        dx1 = at.at("resid_mid", dx1)
     da = dropout_backward(dx1, cache.drop1)
-    da_in, attn_grads = self_attention_backward(da, cache.attn)
+    if at is not None:
+        da = at.at("attn.out", da)
+    da_in, attn_grads = self_attention_backward(da, cache.attn, at)
     dx, ln1_grads = norm_backward(cfg.norm, da_in, cache.ln1, prefix + "ln1.")
     dx += dx1
+    if at is not None:
+        dx = at.at("resid_in", dx)
     grads.update(ln1_grads)
     grads.update({f"{prefix}ffn.{k}": v for k, v in ffn_grads.items()})
     grads.update({f"{prefix}attn.{k}": v for k, v in attn_grads.items()})

@@ -25,12 +25,14 @@ the gradients it returns; nothing here knows them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from sheepop.arch.batch import allowed_keys
+from sheepop.arch.hooks import Hook, Hooks
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.links import SKIP_WEIGHTS
 from sheepop.config.schema import ModelConfig
@@ -100,6 +102,7 @@ class GPTCache(NamedTuple):
     cfg: ModelConfig
     values: Any = None  # model.value_embeds (value_embeds.py)
     skips: Any = None   # model.unet_skips (skips.py)
+    replaced: bool = False  # a hook replaced a point in this pass: no backward (gpt_backward)
 
 
 def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
@@ -142,6 +145,7 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
         mask = additive(allowed_keys(T, past, key_mask, cfg.block_size))
     h, drop = dropout_forward(h, cfg.dropout, rng)
     hooks = active()
+    replaced_before = 0 if hooks is None else hooks.replaced
     if hooks is not None:
         h = hooks.at("embed", h)
     values, value_cache = value_embeds_forward(params, cfg, idx)
@@ -168,8 +172,9 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     loss, loss_cache = (None, None) if targets is None else cross_entropy_forward(
         logits, np.asarray(targets))
     tied = "head.weight" not in params
+    replaced = hooks is not None and hooks.replaced > replaced_before
     return logits, loss, GPTCache(emb, pos_cache, drop, blocks, ln_f, head, capped, tied,
-                                  loss_cache, cfg, value_cache, skips)
+                                  loss_cache, cfg, value_cache, skips, replaced)
 
 
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
@@ -180,14 +185,27 @@ def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
 
 
 def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.0,
-                 dlogits: np.ndarray | None = None) -> Params:
+                 dlogits: np.ndarray | None = None,
+                 gradients: Mapping[str, Hook] | None = None) -> Params:
     """dL/d(every parameter) by the chain rule, from dL/dlogits (the loss's, scaled by `dloss`,
     unless `dlogits` is given). Gradients are *added* into `grads` when given (accumulation over
-    micro-batches into preallocated buffers); otherwise a new dict is returned."""
+    micro-batches into preallocated buffers); otherwise a new dict is returned.
+
+    `gradients` (point name -> hook) reads dL/d(point) at the hook points the backward passes
+    (GRADIENT_POINTS: embed, and each block's resid_in, resid_mid, resid_out, attn.out,
+    attn.heads, ffn.out), called as hook(gradient, point) in the backward's order; the array is
+    the backward's own (a hook that keeps it copies it). A forward pass in which a hook
+    replaced a point has no backward here: each layer's cache holds its own inputs, so the
+    chain would run through the replaced value as if the hook were the identity, where the
+    replacement cut it (a ValueError says so)."""
     new: dict[str, np.ndarray | None] = {}
     if len(cache.blocks) != cache.cfg.n_layer:
         raise ValueError("gpt_backward needs a forward without a KV cache (a cached one keeps "
                          "no layer's cache)")
+    if cache.replaced:
+        raise ValueError("gpt_backward of a pass in which a hook replaced a point is not "
+                         "defined (the layers' caches do not see the hook): observe only")
+    at = gradient_hooks(cache.cfg, gradients)
     if dlogits is None:
         if cache.loss is None:
             raise ValueError("gpt_backward needs a forward with targets, or dlogits")
@@ -201,11 +219,14 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
         new[SKIP_WEIGHTS] = np.zeros_like(cache.skips.weights)
     for i in reversed(range(len(cache.blocks))):
         dh = skip_kept_backward(dh, i, dkept)
-        dh, block_grads = block_backward(dh, cache.blocks[i], f"blocks.{i}.")
+        dh, block_grads = block_backward(dh, cache.blocks[i], f"blocks.{i}.",
+                                         None if at is None else at.blocks[i])
         dmixes[i] = block_grads.pop(f"blocks.{i}.attn.values", None)
         skip_backward(dh, i, cache.skips, dkept, new.get(SKIP_WEIGHTS))
         new.update(block_grads)
     new.update(value_embeds_backward(dmixes, cache.values))
+    if at is not None:
+        dh = at.at("embed", dh)
     dh = dropout_backward(dh, cache.drop)
     new.update(positions_backward(dh, cache.pos))
     new["tok_emb.weight"] = embedding_backward(dh, cache.emb)
@@ -215,6 +236,23 @@ def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.
     else:
         new["head.weight"] = dw_head
     return deliver(new, grads)
+
+
+GRADIENT_POINTS = ("resid_in", "resid_mid", "resid_out", "attn.out", "attn.heads", "ffn.out")
+"""The block points whose gradient gpt_backward can read (and the model's `embed`)."""
+
+
+def gradient_hooks(cfg: ModelConfig, gradients: Mapping[str, Hook] | None) -> Hooks | None:
+    """The gradient hooks of one backward pass, checked: a point the backward never reaches
+    (the pattern, the logits) is a ValueError naming it, not a hook that silently never runs."""
+    if not gradients:
+        return None
+    hooks = Hooks(cfg, gradients)
+    for name in gradients:
+        if name != "embed" and name.split(".", 2)[-1] not in GRADIENT_POINTS:
+            raise ValueError(f"the NumPy backward reads no gradient at {name!r} (it reads "
+                             f"embed and each block's {', '.join(GRADIENT_POINTS)})")
+    return hooks
 
 
 def deliver(new: dict[str, np.ndarray | None], grads: Params | None) -> Params:
