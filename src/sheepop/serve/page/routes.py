@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from sheepop.serve.documents import routes as documents
-from sheepop.serve.page import backprop_view, inside_view, runs_view, step_view
+from sheepop.serve.page import backprop_view, inside_view, patch_view, runs_view, step_view
 
 STATIC = Path(__file__).with_name("static")
 
@@ -37,5 +37,6 @@ def routes(run_dir: str | Path | None, runs_dir: str | Path | None = None) -> li
             *documents.ROUTES,
             *inside_view.ROUTES,
             *step_view.ROUTES, *backprop_view.ROUTES,  # the Step and Backprop views (issue 30)
+            *patch_view.ROUTES,  # activation patching (issue 46)
             *runs_view.routes(None if run_dir is None else Path(run_dir),
                          None if runs_dir is None else Path(runs_dir))]

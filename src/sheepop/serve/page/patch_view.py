@@ -1,0 +1,155 @@
+"""`POST /v1/patch`: activation patching on the served model (docs/experiments.md), the grid
+and its first-order estimate.
+
+    "clean", "corrupted"   two prompts of one length in tokens: strings or lists of token ids
+    "answer", "wrong"      the two tokens the metric m = z[answer] - z[wrong] compares (at the
+                           last position): a string of one token, or a token id
+    "kind"                 "positions" (block l's output at position t) or "heads" (head h's
+                           output at every position, or at "position" alone)
+    "layers"               the rows, block indices (default: every block)
+    "attribution"          false: leave out the estimate (default true)
+
+The answer: "scores" (rows x columns) (m_patched - m_corrupted) / (m_clean - m_corrupted) of the
+exact grid (sheepop.inference.patching: one forward pass a cell) and "metric" its m's,
+"clean_metric" and "corrupted_metric", and with "attribution" the same two of the estimate
+(sheepop.inference.attribution: one forward and one backward pass), all computed by the
+model's own engine on the scheduler's thread between two decode steps. A prompt longer than
+MAX_TOKENS, or a grid of more than MAX_PASSES forward passes, is refused with a 400 naming the
+field to change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+from starlette.requests import Request as HttpRequest
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from sheepop.errors import UserError
+from sheepop.files import shown
+from sheepop.inference.attribution import attribution_grid
+from sheepop.inference.hooked_engines import hooked_engine
+from sheepop.inference.load import InferenceModel
+from sheepop.inference.patching import KINDS, ContrastError, PatchGrid, contrast, patch_grid
+from sheepop.serve.api.app import read_json
+from sheepop.serve.api.json_out import FiniteJSONResponse
+from sheepop.serve.api.protocol import bad
+from sheepop.serve.page.inside_view import _token_ids
+from sheepop.tokenizers import Tokenizer
+
+MAX_TOKENS = 64
+"""Tokens of each prompt: a cell is one forward pass over them."""
+MAX_PASSES = 2048
+"""Forward passes of one grid (rows x columns): SmolLM2's 30 blocks x 64 positions is 1,920."""
+DIGITS = 7
+
+
+def _prompt(body: dict, name: str, tokenizer: Tokenizer) -> list[int]:
+    p = body.get(name)
+    if isinstance(p, str) and p:
+        return tokenizer.encode(p)
+    if isinstance(p, list) and p:
+        return _token_ids(p, name, tokenizer)
+    raise bad(name, f"'{name}' must be a non-empty string or list of token ids, not {shown(p)}")
+
+
+def _token(body: dict, name: str, tokenizer: Tokenizer) -> int:
+    t = body.get(name)
+    if type(t) is int:
+        return t  # (checked against the vocabulary with the contrast)
+    if isinstance(t, str) and t:
+        ids = tokenizer.encode(t)
+        if len(ids) == 1:
+            return ids[0]
+        raise bad(name, f"'{name}' must be one token: {shown(t)} is {len(ids)} tokens "
+                        f"({ids}); give one of them as a token id")
+    raise bad(name, f"'{name}' must be a string of one token or a token id, not {shown(t)}")
+
+
+def _grid_options(body: dict, n_layer: int, T: int) -> tuple[str, list[int], int | None, bool]:
+    kind = body.get("kind", "positions")
+    if kind not in KINDS:
+        raise bad("kind", f"'kind' must be one of {', '.join(KINDS)}, not {shown(kind)}")
+    layers = body.get("layers", list(range(n_layer)))
+    if not isinstance(layers, list) or not layers or not all(
+            type(i) is int and 0 <= i < n_layer for i in layers):
+        raise bad("layers", f"'layers' must be a non-empty list of block indices "
+                            f"0..{n_layer - 1}, not {shown(layers)}")
+    position = body.get("position")
+    if position is not None and (kind != "heads" or type(position) is not int
+                                 or not 0 <= position < T):
+        raise bad("position", f"'position' is for kind 'heads': a position 0..{T - 1}, not "
+                              f"{shown(position)}")
+    attribution = body.get("attribution", True)
+    if type(attribution) is not bool:
+        raise bad("attribution", f"'attribution' must be true or false, not "
+                                 f"{shown(attribution)}")
+    return kind, sorted(set(layers)), position, attribution
+
+
+def _checked(body: Any, model: InferenceModel):
+    if not isinstance(body, dict):
+        raise bad(None, "the request body must be a JSON object")
+    tokenizer, m = model.tokenizer, model.config.model
+    clean, corrupted = _prompt(body, "clean", tokenizer), _prompt(body, "corrupted", tokenizer)
+    if len(clean) > min(MAX_TOKENS, m.block_size):
+        raise bad("clean", f"the clean prompt holds {len(clean)} tokens; patching takes up to "
+                           f"{min(MAX_TOKENS, m.block_size)} (each cell is a forward pass)")
+    answer, wrong = _token(body, "answer", tokenizer), _token(body, "wrong", tokenizer)
+    try:
+        c = contrast(clean, corrupted, answer, wrong, m.vocab_size)
+    except ContrastError as e:
+        raise bad(e.field, str(e)) from None
+    kind, layers, position, attribution = _grid_options(body, m.n_layer, len(clean))
+    passes = len(layers) * (len(clean) if kind == "positions" else m.n_head)
+    if passes > MAX_PASSES:
+        raise bad("layers", f"that grid is {passes} forward passes, more than this server "
+                            f"runs at once ({MAX_PASSES}): ask for fewer 'layers'")
+    return c, kind, layers, position, attribution
+
+
+def _grid_json(grid: PatchGrid) -> dict[str, Any]:
+    return {"scores": np.round(grid.scores, DIGITS).tolist(),
+            "metric": np.round(grid.metric, DIGITS).tolist()}
+
+
+async def patch(request: HttpRequest) -> JSONResponse:
+    st = request.app.state
+    started = time.perf_counter()
+    body = await read_json(request, st.settings.max_body)
+    model: InferenceModel = st.model
+    c, kind, layers, position, attribution = await asyncio.to_thread(_checked, body, model)
+    text = lambda i: st.texts(i)[0]  # noqa: E731
+
+    def run(m: InferenceModel) -> dict[str, Any]:
+        engine = hooked_engine(m)
+        with np.errstate(over="ignore", invalid="ignore"):
+            exact = patch_grid(engine, c, kind, layers, position)
+            estimate = attribution_grid(engine, c, kind, layers, position) if attribution \
+                else None
+        out = {"object": "patch", "kind": kind, "layers": exact.layers,
+               "columns": exact.columns, "position": exact.position,
+               "clean": [{"id": i, "text": text(i)} for i in c.clean],
+               "corrupted": [{"id": i, "text": text(i)} for i in c.corrupted],
+               "answer": {"id": c.answer, "text": text(c.answer)},
+               "wrong": {"id": c.wrong, "text": text(c.wrong)},
+               "clean_metric": exact.clean, "corrupted_metric": exact.corrupted,
+               **_grid_json(exact)}
+        if estimate is not None:
+            out["attribution"] = _grid_json(estimate)
+        return out
+
+    try:
+        out = await asyncio.wrap_future(st.scheduler.call(run))
+    except UserError as e:
+        raise bad(None, str(e)) from None
+    out["model"] = st.settings.name
+    out["seconds"] = round(time.perf_counter() - started, 4)
+    return FiniteJSONResponse(out)
+
+
+ROUTES = [Route("/v1/patch", patch, methods=["POST"])]
