@@ -111,6 +111,17 @@ def _header_length(first: bytes, size: int, where: str) -> int:
     return n
 
 
+def safetensors_metadata(data: bytes, where: str) -> dict[str, str]:
+    """The "__metadata__" object of a safetensors file's bytes ({} without one), after the
+    header's checks; one UserError line when it is not {str: str}."""
+    n = _header_length(data[:8], len(data), where)
+    parse_header(data[8:8 + n], len(data) - 8 - n, where)
+    meta = parse_json(data[8:8 + n], f"{where} (safetensors header)").get("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise UserError(f"{where}: the safetensors metadata is not an object of strings")
+    return meta
+
+
 def check_expected(entries: dict[str, TensorEntry], expected: dict[str, tuple[int, ...]],
                    where: str) -> None:
     """The header names exactly the `expected` tensors, each of its shape."""

@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "sheepop.cli.finetune",
     "sheepop.cli.rl",
     "sheepop.cli.chat",
+    "sheepop.cli.steer",
     "sheepop.cli.prepare",
     "sheepop.cli.tokenizer",
     "sheepop.cli.export",

@@ -40,6 +40,7 @@ from sheepop.cli.common import (
     run_config,
     with_fresh_seed,
 )
+from sheepop.cli.steer import add_steer_flag, steering_of
 from sheepop.config.model_size import param_count
 from sheepop.config.schema import INFERENCE_ENGINES, SampleConfig
 from sheepop.errors import UserError
@@ -70,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_sampling_flags(p, seed_note="; answer n draws with seed + n")
     add_speculate_flag(p)
     add_constraint_flags(p)
+    add_steer_flag(p)
     p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
                    help="the engine that runs the model; auto: numpy on the CPU (it starts "
                         "without importing torch), torch on a GPU")
@@ -268,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
         if model.tokenizer.chat_template is not None:
             require_chat_tokens(model.tokenizer, "this run's tokenizer")
         raise UserError(NO_TEMPLATE)
+    model.lm.steer(steering_of(args, model))
     m = model.config.model
     note = sys.stderr
     if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 become U+FFFD, not a crash

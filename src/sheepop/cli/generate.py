@@ -21,6 +21,7 @@ from sheepop.cli.common import (
     run_config,
     with_fresh_seed,
 )
+from sheepop.cli.steer import add_steer_flag, steering_of
 from sheepop.config.model_size import describe_kv_cache, param_count
 from sheepop.config.schema import INFERENCE_ENGINES, SampleConfig
 from sheepop.errors import UserError
@@ -62,6 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop when TEXT appears, without printing it (repeatable; escapes such "
                    "as \\n are understood)")
     add_constraint_flags(p)
+    add_steer_flag(p)
     p.add_argument("--no-cache", action="store_true", help="recompute the whole context at "
                    "every step instead of using the KV cache (slower, same output)")
     p.add_argument("--show-probs", type=int, default=0,
@@ -148,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     spec = constraint_spec(args)  # (a bad schema file is refused before the model loads)
     model = load(args.run_dir, args.engine, args.device, args.dtype, args.compile)
     print(model_line(model, args.dtype), file=sys.stderr)
+    model.lm.steer(steering_of(args, model))
     constraint = compile_constraint(spec, model.tokenizer)
     if constraint is not None and model.tokenizer.eos_id is None:
         raise UserError("--json-schema, --json-object and --regex need a tokenizer with an "

@@ -5,7 +5,8 @@ An engine subclasses `CachedLM` and supplies the arithmetic:
     _new_cache(batch, max_len) -> KVCache          buffers in the engine's arrays
     _logits(idx, cache, pos_ids, key_mask) -> (B, V) NumPy float32 logits after each row's
         last token; `idx` (B, T) continues the `cache` (None: no cache), which advances by T;
-        with last_only=False, (B, T, V): after every position (a prompt's own log-probabilities)
+        with last_only=False, (B, T, V): after every position (a prompt's own log-probabilities);
+        `additions` (layer -> array) added to block layer's output at every position (steering)
 
 Everything else, one sequence (`prefill`/`decode`/`full`, the `LanguageModel` protocol) or a
 batch of left-padded sequences (`prefill_batch`/`decode_batch`/`full_batch`/`keep_rows`, the
@@ -23,6 +24,7 @@ import numpy as np
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import left_pad
 from sheepop.arch.kv_cache import KVCache
+from sheepop.generation.steering import Steering, row_additions
 
 # Positions per forward pass of a prompt or an evaluation (all rows together): a pass holds
 # their logits, CHUNK_ROWS x V (SmolLM2: 100 MB), and one layer's attention scores,
@@ -47,6 +49,9 @@ class CachedLM:
         self._key_mask: np.ndarray | None = None
         self._next_pos: np.ndarray | None = None
         self._padded = False
+        # Steering (sheepop.generation.steering): layer -> the array every pass adds to block
+        # layer's output, (1, 1, d) for one steering of every row or (B, 1, d) row by row.
+        self.additions: dict[int, np.ndarray] = {}
 
     # ----- the engine's arithmetic ---------------------------------------------------------
     def _new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
@@ -55,6 +60,19 @@ class CachedLM:
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
         raise NotImplementedError
+
+    def steer(self, steering: Steering | None) -> None:
+        """Add `steering` at every position of every pass from now on (None: no more). The
+        cache's tokens were computed under the steering before: the next `prefill` reuses
+        none of them."""
+        self.additions = {} if steering is None else {
+            layer: a[None, None] for layer, a in steering.additions().items()}
+        self._cache_ids = []
+
+    def steer_rows(self, rows: Sequence[Steering | None]) -> None:
+        """Each row of the next passes steered its own way (the server's requests); the
+        passes must then hold len(rows) rows."""
+        self.additions = row_additions(rows)
 
     def _new_caches(self) -> None:
         """A fresh single-sequence cache, and no batch cache yet (an engine calls this once its

@@ -18,7 +18,9 @@ from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
 from sheepop.generation.cached_lm import CachedLM
+from sheepop.generation.steering import point_of
 from sheepop.model.gpt import GPT
+from sheepop.model.hooks import hooked
 
 
 class TorchLM(CachedLM):
@@ -85,9 +87,19 @@ class TorchLM(CachedLM):
             kw = {"pos_ids": self._tensor(pos_ids),
                   "attn_mask": self._tensor(allowed_keys(idx.shape[1], past, key_mask,
                                                          self.block_size))}
-        with torch.inference_mode(), generation_attention(self.device):
+        with torch.inference_mode(), generation_attention(self.device), self._steered():
             logits, _ = self.forward(self._tensor(idx), cache=cache, last_only=last_only, **kw)
         return (logits[:, -1] if last_only else logits).float().cpu().numpy()
+
+    def _steered(self) -> AbstractContextManager:
+        """The pass's steering (`additions`, sheepop.generation.steering): a hook at each
+        steered block's output adding its array, in the model's dtype; none without any."""
+        if not self.additions:
+            return nullcontext()
+        dtype = self.model.tok_emb.weight.dtype
+        added = {point_of(layer): torch.from_numpy(a).to(self.device, dtype)
+                 for layer, a in self.additions.items()}
+        return hooked(self.model, {point: lambda h, p: h + added[p] for point in added})
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)

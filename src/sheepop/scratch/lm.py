@@ -7,6 +7,7 @@ logits come from the one forward pass of the engine, `gpt_forward`, with its KV 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 
@@ -14,7 +15,9 @@ from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
 from sheepop.config.schema import ModelConfig
 from sheepop.generation.cached_lm import CachedLM
+from sheepop.generation.steering import point_of
 from sheepop.scratch.gpt import gpt_forward, new_cache
+from sheepop.scratch.hooks import hooked
 from sheepop.scratch.init import check_weights
 
 Params = dict[str, np.ndarray]
@@ -48,8 +51,16 @@ class NumpyLM(CachedLM):
 
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"), self._steered():
             logits, _, _ = gpt_forward(self.params, self.cfg, idx, cache=cache,
                                        pos_ids=pos_ids, key_mask=key_mask, last_only=last_only)
         return logits[:, -1] if last_only else logits
+
+    def _steered(self) -> AbstractContextManager:
+        """The pass's steering (`additions`, sheepop.generation.steering): a hook at each
+        steered block's output adding its array, in the engine's dtype; none without any."""
+        if not self.additions:
+            return nullcontext()
+        added = {point_of(layer): a.astype(self.dtype) for layer, a in self.additions.items()}
+        return hooked(self.cfg, {point: lambda h, p: h + added[p] for point in added})
 
