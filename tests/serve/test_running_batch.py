@@ -107,3 +107,41 @@ def test_copies_share_one_prefill_and_rows_move_into_holes():
         batch.join([[1]] * 6)
     with pytest.raises(ValueError):
         batch.leave([0])
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("pos", ["sinusoidal", "rope"])
+def test_a_lone_row_checks_proposals_as_decode_steps_and_rolls_back(engine, pos):
+    """Speculative decoding in the server's batch (sheepop.generation.speculative.check_pass):
+    `verify` on the lone running row gives the logits plain steps give, its padding columns
+    included (a longer row left before), and `rollback` forgets the rejected tokens."""
+    lm = _model(engine, pos)
+    long, short = list(range(1, 11)), [7, 3, 9, 2, 5]
+
+    def lone_row() -> RunningBatch:  # the short row runs on alone from column 5 (too few
+        # unused columns to compact them away)
+        batch = RunningBatch(lm, 2)
+        batch.join([long, short])
+        batch.step([4, 6])
+        batch.leave([0])
+        return batch
+
+    spec, plain = lone_row(), lone_row()
+    assert list(spec.start[:1]) == [5] and spec.room() == CONTEXT - 6
+    checked = [8, 1, 11, 13]
+    rows = spec.verify(checked)
+    steps = [plain.decode(t) for t in checked]
+    # float32 logits of order 10 from sums over 32-128 terms: a wider product rounds
+    # differently by a few ulps (1e-6 relative); 1e-4 leaves two orders of margin
+    np.testing.assert_allclose(rows, np.stack(steps), atol=1e-4)
+    spec.rollback(2)  # 11 and 13 rejected: the row holds short + [6, 8, 1]
+    after = spec.decode(17)
+    alone = RunningBatch(lm, 1)
+    expected = alone.join([short + [6, 8, 1, 17]])[0]
+    np.testing.assert_allclose(after, expected, atol=1e-4)
+    assert list(spec.spans()) == [len(short) + 4]
+    two = lone_row()
+    two.join([[5]])
+    assert two.room() == 0  # two rows advance together: no proposals
+    with pytest.raises(ValueError):
+        two.verify([1, 2])

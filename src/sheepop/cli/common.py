@@ -158,8 +158,11 @@ def add_sampling_flags(p: argparse.ArgumentParser, seed_note: str | None = "") -
                          "loops")
 
 
-def add_speculate_flag(p: argparse.ArgumentParser) -> None:
-    """--speculate K of `generate` and `chat` (the server's batch does not speculate)."""
+def add_speculate_flag(p: argparse.ArgumentParser, server: bool = False) -> None:
+    """--speculate K of `generate`, `chat` and `serve` (`server`: where it applies there, and
+    that a request's own `speculate` overrides it)."""
+    where = ("; a request's 'speculate' field overrides it; the server speculates for a request "
+             "while it runs alone (at batch 1)" if server else "")
     add_config_flag(p, "--speculate", "sample.speculate",
                     note="the run's {key}; default {default}",
                     help="speculative decoding by prompt lookup: propose up to SPECULATE tokens "
@@ -167,7 +170,7 @@ def add_speculate_flag(p: argparse.ArgumentParser) -> None:
                          "prompt or answer, checked in one forward pass; the same greedy "
                          "output, samples of the same distribution; pays where the answer "
                          "copies its prompt (an edit, a quote), pauses itself where proposals "
-                         "are rejected; 0: off; see docs/inference.md")
+                         f"are rejected; 0: off{where}; see docs/inference.md")
 
 
 def with_fresh_seed(sample: SampleConfig) -> SampleConfig:

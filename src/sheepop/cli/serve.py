@@ -14,6 +14,7 @@ from sheepop.cli.common import (
     add_best_option,
     add_dtype_option,
     add_sampling_flags,
+    add_speculate_flag,
     add_threads_option,
     flag_values,
     model_dir,
@@ -55,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     add_dtype_option(p)
     add_sampling_flags(p, seed_note=None)
+    add_speculate_flag(p, server=True)
     p.add_argument("--max-batch", type=int, default=16,
                    help="the most sequences decoding together (one KV cache row each)")
     p.add_argument("--cache-mb", type=float, default=1024, metavar="MIB",
@@ -175,10 +177,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"sheepop: warning: listening on {args.host} without an API key: anyone who "
               f"reaches this machine can use the model (--api-key or {API_KEY_ENV})",
               file=sys.stderr)
-    if sample.speculate:  # a setting that would do nothing is said, not dropped silently
-        print(f"sheepop: note: sample.speculate ({sample.speculate}) is not used by the server: "
-              "its batch advances every request one token a step (speculative decoding is "
-              "for sheepop generate and chat; docs/inference.md)", file=sys.stderr)
     m = model.config.model
 
     def ready() -> None:

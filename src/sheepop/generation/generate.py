@@ -53,15 +53,12 @@ from sheepop.generation.protocol import BatchLanguageModel, LanguageModel
 from sheepop.generation.sample import (
     check_finite,
     check_settings,
-    draw,
     filtered_logits,
-    probabilities,
     quiet_overflow,
     resolved_seed,
     top_tokens,
 )
-from sheepop.generation.speculative import Gate, speculated
-from sheepop.softmax import softmax
+from sheepop.generation.speculative import Gate, judge, speculated
 
 # Past the context, absolute positions drop the oldest block_size // 4 tokens at once by default:
 # the refill then comes once per T / 4 tokens, which kept past-context generation at 0.70-1.01x
@@ -102,22 +99,21 @@ def never_generated(lm: LanguageModel | BatchLanguageModel) -> list[int]:
 
 def next_token(logits: np.ndarray, cfg: SampleConfig, rng: np.random.Generator,
                seen: np.ndarray | None = None, want_probs: bool = False,
-               never: Sequence[int] = (), allowed: np.ndarray | None = None
-               ) -> tuple[int, np.ndarray | None]:
+               never: Sequence[int] = (), allowed: np.ndarray | None = None,
+               proposed: int | None = None) -> tuple[int, np.ndarray | None]:
     """One token from one row of logits, and the distribution it was drawn from.
 
     The `never` ids, and where `allowed` (bool, the logits' shape: a constraint's mask) is
     False, get logit -inf first (probability 0). Greedy (temperature 0) takes the
     argmax and reports softmax(z) as the distribution, only when `want_probs` (a float64
-    softmax over a 50k vocabulary is not free).
+    softmax over a 50k vocabulary is not free). A `proposed` token (speculative decoding) is
+    kept or replaced by the acceptance rule (sheepop.generation.speculative.judge): the token
+    is distributed as without it.
     """
     check_settings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)  # ValueError: a bad call
     check_finite(logits)
     z = filtered_logits(logits, seen, cfg.repetition_penalty, never, allowed)
-    if cfg.temperature <= 0:
-        return int(np.argmax(z)), (softmax(np.asarray(z, np.float64)) if want_probs else None)
-    probs = probabilities(z, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p)
-    return draw(probs, rng), probs
+    return judge(z, cfg, rng, proposed, want_probs)
 
 
 @quiet_overflow

@@ -29,9 +29,14 @@ class LanguageModel(Protocol):
     def cache_length(self) -> int: ...
 
 
-class CheckingLanguageModel(LanguageModel, Protocol):
-    """A `LanguageModel` that checks several tokens in one pass and forgets the rejected ones
-    (speculative decoding, sheepop.generation.speculative)."""
+class ProposalChecker(Protocol):
+    """What one pass of speculative decoding asks of a cache (sheepop.generation.speculative.
+    check_pass): to check several tokens in one pass and forget the rejected ones. A
+    `CachedLM` is one, and so is a running batch while a single sequence runs
+    (sheepop.generation.running_batch)."""
+
+    def decode(self, token: int) -> np.ndarray:
+        """Append one token to the cache; return the logits (V,) after it."""
 
     def room(self) -> int:
         """How many more tokens `verify` may append (0: none; it cannot roll back)."""
@@ -41,6 +46,11 @@ class CheckingLanguageModel(LanguageModel, Protocol):
 
     def rollback(self, n: int) -> None:
         """Forget the last n tokens of the cache."""
+
+
+class CheckingLanguageModel(LanguageModel, ProposalChecker, Protocol):
+    """A `LanguageModel` that checks several tokens in one pass and forgets the rejected ones
+    (speculative decoding, sheepop.generation.speculative)."""
 
 
 class BatchLanguageModel(Protocol):

@@ -133,27 +133,59 @@ class RunningBatch:
     # ----- one decode step -------------------------------------------------------------------
     def step(self, tokens: Sequence[int]) -> np.ndarray:
         """Append token b to row b, for every running row; the logits (rows, V) after them."""
-        B = self.rows
-        if len(tokens) != B or B == 0:
-            raise ValueError(f"{len(tokens)} tokens for {B} running rows")
-        self._make_room()
-        self._fit(B, self.length + 1)
+        if len(tokens) != self.rows or self.rows == 0:
+            raise ValueError(f"{len(tokens)} tokens for {self.rows} running rows")
+        return self._append(np.asarray(list(tokens), dtype=np.int64)[:, None])[:, -1]
+
+    def _append(self, x: np.ndarray) -> np.ndarray:
+        """Append x[b] (T tokens) to row b, for every running row, in one pass; the logits
+        (rows, T, V) after each of them."""
+        B, T = x.shape
+        self._make_room(T)
+        self._fit(B, self.length + T)
         cache = KVCache(self.store.k[:, :B], self.store.v[:, :B])
         cache.length = self.length
         for name, values in self.state.items():
             setattr(cache, name, values[:B])
-        x = np.asarray(list(tokens), dtype=np.int64)[:, None]
         start = self.start[:B]
         if start.any():  # some row has padding: per-row positions and visible keys
-            columns = np.arange(self.length + 1)
-            logits = self.lm._logits(x, cache, pos_ids=(self.length - start)[:, None],
+            columns = np.arange(self.length + T)
+            logits = self.lm._logits(x, cache, last_only=False,
+                                     pos_ids=(self.length - start)[:, None] + np.arange(T),
                                      key_mask=columns[None, :] >= start[:, None])
         else:  # every row starts at column 0: positions are columns, nothing is hidden
-            logits = self.lm._logits(x, cache)
+            logits = self.lm._logits(x, cache, last_only=False)
         for name, values in self.state.items():  # (the engine rebinds it: copy it back)
             values[:B] = getattr(cache, name)
-        self.length += 1
+        self.length += T
         return logits
+
+    # ----- speculative decoding while one sequence runs: a ProposalChecker -------------------
+    def room(self) -> int:
+        """The tokens `verify` may still append to the lone running row: what is left of the
+        context after its span. 0 while other rows run (every row advances by the same columns
+        at each step) or rows carry state (digit places: a run of digits does not roll back)."""
+        if self.rows != 1 or self.state:
+            return 0
+        return self.max_len - int(self.spans()[0])
+
+    def verify(self, ids: Sequence[int]) -> np.ndarray:
+        """Append `ids` to the lone running row in one pass; the logits (len(ids), V) after
+        each (sheepop.generation.speculative.check_pass)."""
+        if not 0 < len(ids) <= self.room():
+            raise ValueError(f"{len(ids)} tokens to check, room for {self.room()}")
+        return self._append(np.asarray(list(ids), dtype=np.int64)[None, :])[0]
+
+    def rollback(self, n: int) -> None:
+        """Forget the lone row's last n tokens (rejected proposals): the next tokens overwrite
+        their columns, and no query reads them before."""
+        if n and self.rows != 1:
+            raise ValueError(f"a rollback needs one running row, not {self.rows}")
+        self.length -= n
+
+    def decode(self, token: int) -> np.ndarray:
+        """Append one token to the lone running row; the logits (V,) after it."""
+        return self.step([token])[0]
 
     def _row_state(self, fresh: KVCache) -> dict[str, Any]:
         """The per-row state buffers, made on the first join whose cache carries some."""
@@ -164,11 +196,13 @@ class RunningBatch:
                 self.state[name] = new[[0] * self.capacity]  # (indexing copies)
         return self.state
 
-    def _make_room(self) -> None:
+    def _make_room(self, tokens: int = 1) -> None:
+        """Columns for `tokens` more in every row: the unused ones dropped when they are
+        needed or a quarter of the span (compaction)."""
         unused = int(self.start[:self.rows].min())
-        if self.length >= self.max_len or (unused >= 8 and 4 * unused >= self.length):
+        if self.length + tokens > self.max_len or (unused >= 8 and 4 * unused >= self.length):
             self._shift_left(unused)
-        if self.length >= self.max_len:
+        if self.length + tokens > self.max_len:
             raise ValueError("a running row fills the whole context: it must leave first")
 
     # ----- leaving ---------------------------------------------------------------------------

@@ -38,14 +38,14 @@ again. The gate reads only counts, never clocks, so a seed gives the same text e
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from sheepop.config.schema import SampleConfig
 from sheepop.generation.constraint import ConstraintState
-from sheepop.generation.protocol import CheckingLanguageModel
+from sheepop.generation.protocol import CheckingLanguageModel, ProposalChecker
 from sheepop.generation.sample import check_finite, draw, filtered_logits, probabilities
 from sheepop.softmax import softmax
 
@@ -138,44 +138,65 @@ class Gate:
                 f"{self.steps:,} passes")
 
 
+def check_pass(lm: ProposalChecker, ids: Sequence[int], k: int, gate: Gate,
+               take: Callable[[np.ndarray, int | None], tuple[int, bool]]) -> int:
+    """One forward pass of speculative decoding after `ids`, whose last token `lm`'s cache
+    does not hold yet: up to k proposals (none while `gate` is closed, or none found: a plain
+    decode step, the fastest kind of pass) checked together. take(z_j, d_{j+1}) turns
+    position j's logits into its token given the proposal there (None past the last) and says
+    whether the sequence has ended; the positions are walked in order until a token differs
+    from its proposal or the sequence ends, the rest rolled back, so the cache then holds
+    every kept token but the newest. Returns the number of tokens taken (1 .. k + 1).
+
+    This is the one place the pass is made: `speculated` (sheepop generate and chat) and the
+    server's lone running sequence (sheepop.serve.api.scheduler) both call it."""
+    draft = propose(ids, k if gate.open() else 0)
+    rows = lm.verify([ids[-1]] + draft) if draft else lm.decode(ids[-1])[None]
+    for j, z in enumerate(rows):
+        proposed = draft[j] if j < len(draft) else None
+        token, ended = take(z, proposed)
+        if token != proposed or ended:
+            lm.rollback(len(draft) - j)  # the cache keeps ids but the newest token
+            if draft:
+                gate.record(len(draft), j + (token == proposed))
+            gate.took(j + 1)
+            gate.steps += 1
+            return j + 1
+    raise AssertionError("the last position has no proposal: it always ends the pass")
+
+
 def speculated(lm: CheckingLanguageModel, ids: list[int], cfg: SampleConfig,
                rng: np.random.Generator, seen: np.ndarray | None, never: Sequence[int],
                constraint: ConstraintState | None, eos_id: int | None, budget: int,
                gate: Gate, want_probs: bool = False) -> Iterator[tuple[int, np.ndarray | None]]:
     """(token, its distribution) after `ids`, whose last token `lm`'s cache does not hold yet,
-    `cfg.speculate` proposals a pass (module docstring); each token is appended to `ids`,
+    `cfg.speculate` proposals a pass (`check_pass`); each token is appended to `ids`,
     `seen` and `constraint` take it. Ends after `budget` tokens, `eos_id`, or when the cache
     has no room for another pass (`lm.room()` 0: the context is full, or the cache cannot
     roll back); the cache then holds all of `ids` but the last, as it did at the start."""
     done = 0
+    taken: list[tuple[int, np.ndarray | None]] = []  # this pass's tokens
+
+    def take(z: np.ndarray, proposed: int | None) -> tuple[int, bool]:
+        check_finite(z)
+        allowed = None if constraint is None else constraint.allowed(z.shape[-1])
+        z = filtered_logits(z, seen, cfg.repetition_penalty, never, allowed)
+        token, shown = judge(z, cfg, rng, proposed, want_probs)
+        if constraint is not None:
+            constraint.advance(token)
+        if seen is not None:
+            seen[token] = True
+        ids.append(token)
+        taken.append((token, shown))
+        return token, token == eos_id or done + len(taken) == budget
+
     while done < budget:
         room = lm.room()
         if room < 1:
             return
-        k = min(cfg.speculate, room - 1, budget - done - 1) if gate.open() else 0
-        draft = propose(ids, k)
-        # no proposal: a plain decode step (a one-row product, the fastest kind)
-        rows = lm.verify([ids[-1]] + draft) if draft else lm.decode(ids[-1])[None]
-        for j, z in enumerate(rows):
-            proposed = draft[j] if j < len(draft) else None
-            check_finite(z)
-            allowed = None if constraint is None else constraint.allowed(z.shape[-1])
-            z = filtered_logits(z, seen, cfg.repetition_penalty, never, allowed)
-            token, shown = judge(z, cfg, rng, proposed, want_probs)
-            if constraint is not None:
-                constraint.advance(token)
-            if seen is not None:
-                seen[token] = True
-            ids.append(token)
-            done += 1
-            yield token, shown
-            ended = token == eos_id or done == budget
-            if token != proposed or ended:
-                lm.rollback(len(draft) - j)  # the cache keeps ids but the newest token
-                if draft:
-                    gate.record(len(draft), j + (token == proposed))
-                gate.took(j + 1)
-                gate.steps += 1
-                if ended:
-                    return
-                break
+        check_pass(lm, ids, min(cfg.speculate, room - 1, budget - done - 1), gate, take)
+        yield from taken  # (one pass computed them all: they are yielded together)
+        done += len(taken)
+        if taken[-1][0] == eos_id:
+            return
+        taken.clear()

@@ -10,6 +10,9 @@ the request's end tokens (EOS; <|end|> in a chat; not shown), at a stop string (
 or after `max_tokens` tokens. Each token gives one `Event`, which the app turns into OpenAI's JSON.
 A request with a response format (sheepop.serve.api.response_format) gives each choice its own
 constraint state: the tokens it allows are the only ones drawn, before every other rule.
+A choice that runs alone may be handed proposals (speculative decoding, when its request asks
+for it: sheepop.serve.api.scheduler): `take` keeps or replaces each by the acceptance rule, so
+its tokens are distributed as without them, and its `gate` counts them.
 
 Log-probabilities are those of the model's own distribution, log softmax(z) with the
 never-generated ids at -inf, whatever the temperature or top-p the token was drawn with (as
@@ -30,7 +33,9 @@ from typing import Any
 import numpy as np
 
 from sheepop.generation.generate import next_token
+from sheepop.generation.protocol import ProposalChecker
 from sheepop.generation.sample import NonFiniteLogits
+from sheepop.generation.speculative import Gate, check_pass
 from sheepop.generation.speed import Stopwatch
 from sheepop.generation.text_stream import StopStrings
 from sheepop.serve.api.protocol import ApiError, Request
@@ -107,6 +112,12 @@ class Job:
         self.choices = [Choice(self, p * n + j, p, j, tokenizer)
                         for p in range(len(request.prompts)) for j in range(n)]
 
+    def proposals(self) -> tuple[int, int, int]:
+        """(proposed, accepted, checks): speculative decoding's counts over its choices."""
+        gates = [c.gate for c in self.choices if c.gate is not None]
+        return (sum(g.proposed for g in gates), sum(g.accepted for g in gates),
+                sum(g.passes for g in gates))
+
 
 class Choice:
     """One sequence being generated (row of the running batch while it runs)."""
@@ -124,19 +135,23 @@ class Choice:
             self.seen = np.zeros(tokenizer.vocab_size, dtype=bool)
             self.seen[self.prompt] = True
         self.shape = None if r.constraint is None else r.constraint.start(r.end_ids)
+        # speculative decoding's proposals and when to make them (while it runs alone)
+        self.gate = Gate() if r.sample.speculate else None
         self.generated = 0
         self.tokens: list[int] = []  # those generated, in order
         self.last = -1
         self.finish: str | None = None
 
-    def take(self, logits: np.ndarray, never: Sequence[int]) -> Event:
-        """Draw the next token from `logits` (V,); the event it makes."""
+    def take(self, logits: np.ndarray, never: Sequence[int], proposed: int | None = None
+             ) -> Event:
+        """Draw the next token from `logits` (V,), given the token speculative decoding
+        `proposed` there (kept by the acceptance rule, or replaced); the event it makes."""
         r = self.job.request
         try:
             allowed = None if self.shape is None else self.shape.allowed(len(logits))
             token, q = next_token(logits, r.sample, self.rng, self.seen,
                                   want_probs=r.logprobs is not None, never=never,
-                                  allowed=allowed)
+                                  allowed=allowed, proposed=proposed)
         except NonFiniteLogits:  # (weights that overflow: no distribution to draw)
             self.finish = "error"
             return Event(self.index, error=NOT_FINITE)
@@ -163,6 +178,21 @@ class Choice:
         if self.generated >= self.max_tokens:
             return self._ended(event, "length")
         return event
+
+    def speculate(self, lm: ProposalChecker, never: Sequence[int]) -> list[Event]:
+        """One step of this choice, running alone in `lm`, with speculative decoding: up to
+        its request's `speculate` tokens proposed from its prompt and output, checked in one
+        pass (sheepop.generation.speculative.check_pass); the events of the tokens taken."""
+        k = min(self.job.request.sample.speculate, lm.room() - 1,
+                self.max_tokens - self.generated - 1)
+        events: list[Event] = []
+
+        def take(logits: np.ndarray, proposed: int | None) -> tuple[int, bool]:
+            events.append(self.take(logits, never, proposed))
+            return self.last, self.finish is not None
+
+        check_pass(lm, self.prompt + self.tokens, k, self.gate, take)
+        return events
 
     def _ended(self, event: Event, reason: str) -> Event:
         if not self.cut.stopped:  # what was held back (a stop string's possible beginning)

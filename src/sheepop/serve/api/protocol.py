@@ -32,6 +32,7 @@ from sheepop.tokenizers.chat_format import can_chat, chat_ids, message_problem, 
 MAX_N = 8            # choices per prompt (OpenAI allows 128; a small CPU server needs fewer)
 MAX_STOPS = 4        # stop strings, as OpenAI
 MAX_LOGPROBS = 20    # alternatives per token (OpenAI: 5 for completions, 20 for chat)
+MAX_SPECULATE = 64   # proposed tokens a step (sample.speculate's bound)
 NO_TEMPLATE = ("this model has no chat template: serve a run made by `sheepop finetune`, or use "
                "/v1/completions")
 
@@ -73,7 +74,8 @@ class Request:
     prompt_texts: list[str]
     max_tokens: list[int]          # one for each prompt
     n: int
-    sample: SampleConfig           # temperature, top_p, top_k, min_p, repetition_penalty
+    sample: SampleConfig           # temperature, top_p, top_k, min_p, repetition_penalty,
+                                   # speculate
     seed: int | None
     stop: list[str]
     end_ids: frozenset[int]        # tokens that end a choice (not shown)
@@ -294,7 +296,9 @@ def _sampling(body: dict, d: SampleConfig) -> SampleConfig:
         top_k=_int(body, "top_k", 0, None, d.top_k),
         min_p=_number(body, "min_p", 0, 1, d.min_p),  # (llama.cpp's and vLLM's field)
         repetition_penalty=_number(body, "repetition_penalty", 0, 10, d.repetition_penalty,
-                                   open_lo=True))
+                                   open_lo=True),
+        # (sheepop's extension: proposals checked a step while the choice runs alone; 0 off)
+        speculate=_int(body, "speculate", 0, MAX_SPECULATE, d.speculate))
 
 
 def _fit(prompt: int, max_tokens: int | None, served: Served, what: str) -> int:

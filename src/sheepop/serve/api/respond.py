@@ -81,6 +81,7 @@ class JobResponse:
         # (both set before its first event, on the model's thread)
         self.render.cached_tokens = self.job.cached_tokens
         self.render.prefill_chunks = self.job.prefill_chunks
+        self.render.proposed, self.render.accepted, _ = self.job.proposals()  # (so far)
         for e in events:
             if e.token is not None:  # (the tokens usage counts)
                 self.job.stopwatch.tick()
@@ -90,10 +91,16 @@ class JobResponse:
 
     def _log(self) -> None:
         """One line on stderr per request answered: its tokens, as its usage counts them, its
-        speed (sheepop.generation.speed; the time to first token counts the queue too) and the
-        prompt tokens the prefix cache held."""
+        speed (sheepop.generation.speed; the time to first token counts the queue too), the
+        prompt tokens the prefix cache held and, when it asked for speculative decoding, the
+        share of proposed tokens kept (its acceptance rate)."""
+        proposed, accepted, checks = self.job.proposals()
+        kept = (f"; speculative decoding: {accepted:,} of {proposed:,} proposed tokens kept "
+                f"({accepted / max(proposed, 1):.0%}) in {checks:,} checks"
+                if self.job.request.sample.speculate else "")
         print(f"sheepop: {self.render.id}: {self.job.stopwatch.speed().line()}; "
-              f"{self.job.cached_tokens} prompt tokens cached", file=sys.stderr, flush=True)
+              f"{self.job.cached_tokens} prompt tokens cached{kept}", file=sys.stderr,
+              flush=True)
 
     async def _whole(self, send: Send) -> None:
         events: list[Event] = []

@@ -62,6 +62,7 @@ class Render:
         self.offset = [0] * request.choices      # text written per choice (text_offset)
         self.cached_tokens = 0  # of the prompts' tokens, those the prefix cache held (usage)
         self.prefill_chunks = 0  # the chunks the rest was computed in (sheepop's extension)
+        self.proposed = self.accepted = 0  # speculative decoding's proposals, those kept
 
     # ----- pieces ------------------------------------------------------------------------------
     def usage(self) -> dict[str, Any]:
@@ -69,6 +70,10 @@ class Render:
         done = sum(self.generated)
         return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
                 "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+                # (OpenAI's names for predicted tokens kept and not: here, the proposals)
+                "completion_tokens_details": {
+                    "accepted_prediction_tokens": self.accepted,
+                    "rejected_prediction_tokens": self.proposed - self.accepted},
                 "prefill_chunks": self.prefill_chunks}
 
     def _head(self, chunk: bool) -> dict[str, Any]:

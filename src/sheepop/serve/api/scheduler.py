@@ -12,7 +12,9 @@ loop (docs/serve.md, "Continuous batching"):
    whose last token is computed joins the batch and draws its first token (the time to first
    token), so a long prompt stalls the running ones by one chunk per step, never by its whole
    prefill;
-4. runs one decode step for every running choice, the new ones included: each gets one token;
+4. runs one decode step for every running choice, the new ones included: each gets one token
+   (a choice running alone whose request speculates gets up to k + 1: its k proposed tokens
+   checked in the same pass, sheepop.generation.speculative);
 5. lets the finished ones leave (their tokens' whole blocks go into the prefix cache), and hands
    the iteration's events to the app in one call.
 
@@ -78,7 +80,8 @@ class Scheduler:
         self.out: dict[Job, list[Event]] = {}
         self.stats = {"steps": 0, "tokens": 0, "prefills": 0, "decode_s": 0.0,
                       "prefill_s": 0.0, "cancelled": 0, "peak_running": 0,
-                      "kv_cache_peak_bytes": 0, "prefill_chunks": 0}
+                      "kv_cache_peak_bytes": 0, "prefill_chunks": 0,
+                      "proposed_tokens": 0, "accepted_tokens": 0}
         self.logged_prompts = 0  # prompts when the prefix cache's hit rate was last logged
 
     # ----- the event loop's side ---------------------------------------------------------------
@@ -249,11 +252,20 @@ class Scheduler:
 
     def _step(self) -> None:
         t0 = time.perf_counter()
-        logits = self.batch.step([c.last for c in self.running])
-        for c, row in zip(self.running, logits):
-            self._emit(c.job, c.take(row, self.never))
+        lone = self.running[0] if len(self.running) == 1 else None
+        if lone is not None and lone.gate is not None and self.batch.room() > 1:
+            proposed, accepted = lone.gate.proposed, lone.gate.accepted
+            for event in lone.speculate(self.batch, self.never):
+                self._emit(lone.job, event)
+                self.stats["tokens"] += 1
+            self.stats["proposed_tokens"] += lone.gate.proposed - proposed
+            self.stats["accepted_tokens"] += lone.gate.accepted - accepted
+        else:
+            logits = self.batch.step([c.last for c in self.running])
+            for c, row in zip(self.running, logits):
+                self._emit(c.job, c.take(row, self.never))
+            self.stats["tokens"] += len(self.running)
         self.stats["steps"] += 1
-        self.stats["tokens"] += len(self.running)
         self.stats["peak_running"] = max(self.stats["peak_running"], len(self.running))
         self.stats["kv_cache_peak_bytes"] = max(self.stats["kv_cache_peak_bytes"],
                                                 self.batch.peak_bytes)
