@@ -214,7 +214,7 @@ def test_the_batched_generator_steers_every_row(both, engine):
 
 @pytest.mark.parametrize("engine", ["numpy", "torch"])
 def test_rows_steered_each_their_own_way_equal_each_row_alone(both, engine):
-    """steer_rows (the server's batch): row 0 steered +2, row 1 not, row 2 at -1 at another
+    """steered_rows (the server's batch): row 0 steered +2, row 1 not, row 2 at -1 at another
     layer; each row's logits equal that row run alone with its own steering."""
     model = both[engine]
     lm = model.lm
@@ -222,12 +222,10 @@ def test_rows_steered_each_their_own_way_equal_each_row_alone(both, engine):
     v0 = make_vector(model, "tiny", POSITIVE, NEGATIVE, 0)
     rows = [Steering(((v1, 2.0),)), None, Steering(((v0, -1.0),))]
     prompts = [model.tokenizer.encode(p) for p in ("the sun", "a box", "love is")]
-    lm.steer_rows(rows)
-    try:
+    with lm.steered_rows(rows):
         first = lm.prefill_batch(prompts)
         second = lm.decode_batch([int(z.argmax()) for z in first])
-    finally:
-        lm.steer(None)
+    assert lm.additions == {}
     for b, (p, s) in enumerate(zip(prompts, rows)):
         lm.steer(s)
         alone = [lm.prefill(p)]

@@ -20,6 +20,7 @@ from sheepop.cli.common import (
     model_dir,
     run_config,
 )
+from sheepop.cli.steer import served_vectors
 from sheepop.config.model_size import param_count
 from sheepop.config.schema import INFERENCE_ENGINES
 from sheepop.errors import UserError
@@ -57,6 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dtype_option(p)
     add_sampling_flags(p, seed_note=None)
     add_speculate_flag(p, server=True)
+    p.add_argument("--steer", action="append", default=[], metavar="FILE",
+                   help="a steering vector (`sheepop steer make`) that a request may name in "
+                        "its \"steering\" field, {NAME: strength}, NAME being the file's name "
+                        "without its extension (repeatable); see docs/steering.md")
     p.add_argument("--max-batch", type=int, default=16,
                    help="the most sequences decoding together (one KV cache row each)")
     p.add_argument("--cache-mb", type=float, default=1024, metavar="MIB",
@@ -162,12 +167,14 @@ def run(args: argparse.Namespace) -> int:
         model = load(model_dir(args), args.engine, args.device, args.dtype)
         model.config.sample = sample  # the requests' defaults
         name = args.model_name or Path(args.run_dir).resolve().name
+        vectors = served_vectors(args.steer, model, args.run_dir)
         app = create_app(model, Settings(name=name, api_key=key, max_batch=args.max_batch,
                                          max_queue=args.max_queue, timeout=args.timeout,
                                          cache_mb=args.cache_mb,
                                          prefill_chunk=args.prefill_chunk,
                                          max_body=args.max_body, host=args.host,
-                                         allow_origins=tuple(args.allow_origin)),
+                                         allow_origins=tuple(args.allow_origin),
+                                         vectors=vectors),
                          page_routes(args.run_dir, args.runs))
         bounds = limits(args.timeout_idle, args.timeout_read, args.max_connections)
     except BaseException:

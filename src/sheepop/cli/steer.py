@@ -95,6 +95,22 @@ def loaded_vector(path: str, model: Any, run_dir: str) -> Any:
     return vector
 
 
+def served_vectors(paths: list[str], model: Any, run_dir: str) -> dict[str, Any]:
+    """`sheepop serve --steer FILE...`: name (the file's stem) -> vector, each checked against
+    `model`; one line on stderr names them."""
+    vectors: dict[str, Any] = {}
+    for path in paths:
+        name = Path(path).stem
+        if name in vectors:
+            raise UserError(f"--steer {path}: a vector named {name!r} is given already (a "
+                            "request names a vector by its file's name)")
+        vectors[name] = loaded_vector(path, model, run_dir)
+    if vectors:
+        print("sheepop: steering vectors a request may name: " + ", ".join(
+            f"{name} ({v.describe()})" for name, v in vectors.items()), file=sys.stderr)
+    return vectors
+
+
 def model_name(run_dir: str) -> str:
     """A model's name in a vector: its run directory's (best/ and step-N/ name their run's)."""
     path = Path(run_dir).resolve()

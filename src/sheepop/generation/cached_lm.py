@@ -18,6 +18,7 @@ draw (padding, BOS, unknown: see `sheepop.inference.load`).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -69,10 +70,16 @@ class CachedLM:
             layer: a[None, None] for layer, a in steering.additions().items()}
         self._cache_ids = []
 
-    def steer_rows(self, rows: Sequence[Steering | None]) -> None:
-        """Each row of the next passes steered its own way (the server's requests); the
-        passes must then hold len(rows) rows."""
-        self.additions = row_additions(rows)
+    @contextmanager
+    def steered_rows(self, rows: Sequence[Steering | None]) -> Iterator[None]:
+        """Each row of the passes inside steered its own way (the server's requests: rows
+        of the running batch, prompts prefilled together); they must hold len(rows) rows.
+        The steering before is back after it."""
+        before, self.additions = self.additions, row_additions(rows)
+        try:
+            yield
+        finally:
+            self.additions = before
 
     def _new_caches(self) -> None:
         """A fresh single-sequence cache, and no batch cache yet (an engine calls this once its

@@ -21,6 +21,10 @@ Short prompts that arrive together cost less in one pass than in one pass each (
 every weight once): `prefill_together` computes several fresh prefills (nothing cached) as one
 left-padded batch (sheepop.arch.batch: each row at its own positions, its padding masked), then
 gives each its own row.
+
+A steered prompt (a request's steering, sheepop.generation.steering) is computed under its
+own steering, alone or as its row of a pass together, and neither reads nor fills the prefix
+cache: its keys and values are the steered model's.
 """
 
 from __future__ import annotations
@@ -32,16 +36,20 @@ import numpy as np
 from sheepop.arch.batch import left_pad
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.prefix_cache import PrefixCache
+from sheepop.generation.steering import Steering
 
 
 class Prefill:
     """The prefill of `prompt` in progress: `done` of its tokens are in `cache` (the first
     `cached` of them copied from `prefix`); `logits` (V,) after its last token once finished."""
 
-    def __init__(self, lm: CachedLM, prompt: Sequence[int], prefix: PrefixCache | None = None):
+    def __init__(self, lm: CachedLM, prompt: Sequence[int], prefix: PrefixCache | None = None,
+                 steering: Steering | None = None):
         if len(prompt) == 0:
             raise ValueError("a prompt needs at least one token")
-        self.lm, self.prompt, self.prefix = lm, list(prompt), prefix
+        if steering is not None:  # its keys and values are the steered model's: not shared
+            prefix = None
+        self.lm, self.prompt, self.prefix, self.steering = lm, list(prompt), prefix, steering
         self.cache = lm._new_cache(1, len(self.prompt))
         self.cached = prefix.fill(self.prompt, self.cache) if prefix is not None else 0
         self.done = self.cached
@@ -61,7 +69,8 @@ class Prefill:
         last chunk sets `logits` and stores the prompt's blocks in the prefix cache."""
         end = min(len(self.prompt), self.done + max(1, tokens))
         chunk = np.asarray(self.prompt[self.done:end], dtype=np.int64)[None, :]
-        logits = self.lm._prefill(chunk, self.cache)
+        with self.lm.steered_rows([self.steering]):
+            logits = self.lm._prefill(chunk, self.cache)
         count, self.done = end - self.done, end
         if self.finished:
             self._finish(logits[0])
@@ -83,7 +92,9 @@ def prefill_together(prefills: Sequence[Prefill]) -> None:
     idx, pos, real = left_pad([p.prompt for p in prefills])
     L = idx.shape[1]
     batch = lm._new_cache(len(prefills), L)
-    logits = lm._prefill(idx, batch, **({} if real.all() else {"pos_ids": pos, "key_mask": real}))
+    with lm.steered_rows([p.steering for p in prefills]):
+        logits = lm._prefill(idx, batch, **({} if real.all() else {"pos_ids": pos,
+                                                                    "key_mask": real}))
     for i, p in enumerate(prefills):
         n = len(p.prompt)  # (row i holds it right-aligned: columns L - n .. L - 1)
         p.cache.reserve(n)

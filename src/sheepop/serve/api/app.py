@@ -29,7 +29,7 @@ import re
 import time
 from collections.abc import Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
@@ -67,6 +67,7 @@ class Settings:
     max_body: int = 1 << 20        # bytes of a request body (more: 413)
     prefill_chunk: int = 0         # prompt tokens computed per iteration (0: a decode step's time)
     cache_mb: float = 1024         # MiB of keys and values kept for prompt reuse (0: none)
+    vectors: dict[str, Any] = field(default_factory=dict)  # steering vectors a request names
 
 
 def error_response(e: ApiError) -> JSONResponse:
@@ -225,5 +226,5 @@ def create_app(model: InferenceModel, settings: Settings, routes: Sequence[BaseR
     app.state.created = int(time.time())
     app.state.texts = TokenTexts(model.tokenizer)
     app.state.served = Served(settings.name, model.tokenizer, model.config.model.block_size,
-                              model.config.sample, settings.max_queue)
+                              model.config.sample, settings.max_queue, settings.vectors)
     return app

@@ -87,7 +87,8 @@ class Joining:
     def add(self, admitted: list[Choice]) -> None:
         """Start each admitted prompt's prefill from its cached prefix (one per prompt)."""
         for copies in copies_together(admitted):
-            prefill = Prefill(self.lm, copies[0].prompt, self.prefix)
+            prefill = Prefill(self.lm, copies[0].prompt, self.prefix,
+                              copies[0].job.request.steering)
             copies[0].job.cached_tokens += prefill.cached
             self.groups.append((copies, prefill))
 

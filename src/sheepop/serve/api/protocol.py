@@ -25,6 +25,7 @@ from sheepop.config.schema import SampleConfig
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.generation.constraint import Constraint
+from sheepop.generation.steering import Steering, SteeringVector, parse_strengths
 from sheepop.serve.api.response_format import FormatError, response_constraint
 from sheepop.tokenizers import Tokenizer
 from sheepop.tokenizers.chat_format import can_chat, chat_ids, message_problem, turn_end
@@ -64,6 +65,7 @@ class Served:
     context: int
     defaults: SampleConfig
     max_choices: int  # prompts x n of one request (it must fit in the queue)
+    vectors: dict[str, SteeringVector] = field(default_factory=dict)  # --steer, by name
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Request:
     stream: bool
     include_usage: bool
     constraint: Constraint | None = None  # response_format or regex (each choice its state)
+    steering: Steering | None = None  # {vector name: strength} (docs/steering.md)
 
     @property
     def choices(self) -> int:
@@ -227,6 +230,10 @@ def parse(body: Any, served: Served, chat: bool) -> Request:
         constraint = response_constraint(body, served.tokenizer, end)
     except FormatError as e:
         raise bad(e.param, e.message) from None
+    try:  # (an extension, as llama.cpp's control vectors: the server's --steer vectors)
+        steering = parse_strengths(body.get("steering"), served.vectors, "steering")
+    except ValueError as e:
+        raise bad("steering", str(e)) from None
     return Request(
         chat=chat, prompts=prompts, prompt_texts=texts, n=n,
         max_tokens=[_fit(len(p), max_tokens, served, "messages" if chat else "prompt")
@@ -234,7 +241,8 @@ def parse(body: Any, served: Served, chat: bool) -> Request:
         seed=_int(body, "seed", 0, 2**63 - 1, None), stop=stops + _stops(body),
         end_ids=end, logprobs=top, echo=not chat and _bool(body, "echo"),
         stream=_bool(body, "stream"),
-        include_usage=bool(options) and _bool(options, "include_usage"), constraint=constraint)
+        include_usage=bool(options) and _bool(options, "include_usage"), constraint=constraint,
+        steering=steering)
 
 
 def _for_this_server(body: Any, served: Served) -> None:

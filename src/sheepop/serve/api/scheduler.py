@@ -162,8 +162,9 @@ class Scheduler:
             self.joining.add(admitted)
             if self.joining:
                 self._join()
-            if self.running:
-                self._step()
+            if self.running:  # (each row steered as its request asks)
+                with self.lm.steered_rows([c.job.request.steering for c in self.running]):
+                    self._step()
         except Exception:  # a bug, or out of memory: fail those requests, keep serving
             traceback.print_exc(file=sys.stderr)
             self._fail_all(ApiError(500, "internal error while generating", type="server_error"))
@@ -201,7 +202,7 @@ class Scheduler:
         if rows:
             for r in rows:  # a sequence that ended well: its blocks for later prompts
                 c = self.running[r]
-                if c.finish in ("stop", "length"):
+                if c.finish in ("stop", "length") and c.job.request.steering is None:
                     k, v = self.batch.row_keys(r)
                     self.prefix.store((c.prompt + c.tokens)[:k.shape[2]], k, v)
             order = self.batch.leave(rows)
@@ -247,8 +248,9 @@ class Scheduler:
         r = c.job.request
         if not (r.echo and r.logprobs is not None):
             return None
-        return prompt_logprobs(self.lm.prompt_logits(c.prompt), c.prompt, self.never,
-                               r.logprobs)
+        with self.lm.steered_rows([r.steering]):
+            logits = self.lm.prompt_logits(c.prompt)
+        return prompt_logprobs(logits, c.prompt, self.never, r.logprobs)
 
     def _step(self) -> None:
         t0 = time.perf_counter()
