@@ -9,7 +9,8 @@ wrote into it (dropout off):
 
 h_0 the embedding (embed), o_(l,h) head h's output (blocks.l.attn.heads) with W_proj[:, h]
 its d_k columns of block l's output projection, f_l the feed-forward's output (blocks.l.ffn.out,
-its bias in it). The final norm is linear in h once its scale is frozen at h_L's own:
+its bias in it). The final norm is linear in h once its scale is frozen at h_L's own (the
+norm unit's own statistics, sheepop.scratch.norm's `moments`):
 
     layernorm   Norm_f(h) = gamma * (h - mean(h)) s + beta,   s = 1 / sqrt(var(h_L) + eps)
     rmsnorm     Norm_f(h) = gamma * h s,                      s = 1 / sqrt(mean(h_L^2) + eps)
@@ -34,6 +35,7 @@ import numpy as np
 
 from sheepop.errors import UserError
 from sheepop.inference.hooked_engines import HookedEngine
+from sheepop.scratch.norm import NORMS
 
 
 @dataclass
@@ -46,12 +48,6 @@ class LogitShares:
 
     def by_name(self) -> dict[str, float]:
         return dict(zip(self.names, self.shares.tolist()))
-
-
-def _frozen_scale(kind: str, h: np.ndarray, eps: float) -> float:
-    if kind == "layernorm":
-        return float(1.0 / np.sqrt(np.mean((h - h.mean()) ** 2) + eps))
-    return float(1.0 / np.sqrt(np.mean(h * h) + eps))
 
 
 def logit_shares(engine: HookedEngine, ids: Sequence[int], token: int) -> LogitShares:
@@ -72,8 +68,11 @@ def logit_shares(engine: HookedEngine, ids: Sequence[int], token: int) -> LogitS
     last = lambda point: values[point][0, -1].astype(np.float64)  # noqa: E731
     head_row = w.get("head.weight", w["tok_emb.weight"])[token].astype(np.float64)
     direction = head_row * w["ln_f.weight"].astype(np.float64)   # gamma * W_head[t]
-    s = _frozen_scale(cfg.norm, last(f"blocks.{L - 1}.resid_out"), cfg.ln_eps)
-    centred = cfg.norm == "layernorm"
+    # the norm's own statistics of h_L (sheepop.scratch.norm): the mean it removes (None for
+    # a norm that removes none) and the variance or mean square it divides by
+    mean, spread = NORMS[cfg.norm].moments(last(f"blocks.{L - 1}.resid_out"))
+    s = float(1.0 / np.sqrt(spread.item() + cfg.ln_eps))
+    centred = mean is not None
 
     def share(c: np.ndarray) -> float:
         return s * float(((c - c.mean()) if centred else c) @ direction)
