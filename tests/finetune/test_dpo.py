@@ -136,6 +136,26 @@ def test_a_resumed_run_compares_with_the_kept_reference(base, tmp_path):
     assert rows[25]["reward_accuracy"] >= 0.8
 
 
+def test_the_summary_gives_the_preference_figures_not_a_perplexity(base, tmp_path, capsys):
+    """`sheepop finetune --method dpo` ends with the held-out pairs' DPO loss, reward accuracy
+    and margin, those of its last evaluation: exp of a DPO loss is no perplexity."""
+    out = tmp_path / "run"
+    sets = [a for s in SETTINGS if not s.startswith("finetune.") for a in ("--set", s)]
+    assert main(["finetune", str(base / "base"), "--data", str(base / "pairs.jsonl"),
+                 "--method", "dpo", "--beta", "0.5", "--steps", "10", "--out", str(out),
+                 "--no-progress", *sets]) == 0
+    shown = capsys.readouterr().out
+    last = metrics(out)[-1]
+    assert last["step"] == 10 and "val_perplexity" not in last
+    assert "perplexity" not in shown, shown
+    summary = [line for line in shown.splitlines() if line.startswith("train loss ")]
+    assert summary == [f"train loss {last['loss']:.4f}, held-out pairs: DPO loss "
+                       f"{last['val_loss']:.4f}, reward accuracy "
+                       f"{last['reward_accuracy']:.3f}, reward margin "
+                       f"{last['reward_margin']:.4f} (16 pairs)"], shown
+    assert last["reward_accuracy"] > 0 and last["reward_margin"] > 0  # (a run that moved)
+
+
 def reference_of_the_base(base, engine):
     """The pairs and the base model's log-probabilities of their answers."""
     from sheepop.finetune.pairs import read_pairs
@@ -207,13 +227,13 @@ def test_the_held_out_pairs_can_come_from_their_own_file(base, tmp_path):
                                         "rejected": w[::-1]}) + "\n"
                             for w in ("fox", "dog", "lazy")))
     out, lines = tmp_path / "run", []
-    finetune(str(base / "base"), str(base / "pairs.jsonl"), out,
-             overrides=[*SETTINGS, f"finetune.val_data={held}"], values={"train.steps": 10},
-             log=lines.append, progress=False)
+    summary = finetune(str(base / "base"), str(base / "pairs.jsonl"), out,
+                       overrides=[*SETTINGS, f"finetune.val_data={held}"],
+                       values={"train.steps": 10}, log=lines.append, progress=False)
     assert f"preference pairs: {len(PAIRS)} in {base / 'pairs.jsonl'}" in lines, lines
     assert f"preference pairs: 3 in {held}" in lines, lines
     assert any(f"preference pairs: {len(PAIRS)} train, 3 held out" in line for line in lines)
-    assert lines[-1].endswith("(3 pairs)"), lines[-1]  # the final reward accuracy's
+    assert summary.lines()[1].endswith("(3 pairs)"), summary.lines()  # the held-out figures
     assert json.loads((out / "finetune.json").read_text())["val_data"] == str(held)
     # the reference holds every pair of both files, the held-out ones last
     kept = np.array(json.loads((out / REFERENCE_FILE).read_text())["log_probs"])
@@ -227,7 +247,9 @@ def test_the_held_out_pairs_can_come_from_their_own_file(base, tmp_path):
                                tokenizer.pad_id or 0, False)
     np.testing.assert_allclose(kept[-3:], fresh.values, rtol=1e-5)
     lines.clear()
-    finetune(None, None, out, overrides=[s for s in SETTINGS if not s.startswith("finetune.")],
-             values={"train.steps": 12},
-             resume=True, log=lines.append, progress=False)
-    assert f"preference pairs: 3 in {held}" in lines and lines[-1].endswith("(3 pairs)")
+    summary = finetune(None, None, out, overrides=[s for s in SETTINGS
+                                                   if not s.startswith("finetune.")],
+                       values={"train.steps": 12}, resume=True, log=lines.append,
+                       progress=False)
+    assert f"preference pairs: 3 in {held}" in lines
+    assert summary.lines()[1].endswith("(3 pairs)"), summary.lines()

@@ -17,6 +17,7 @@ reads them, since its weights have moved.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from sheepop.finetune.sampler import ChatSampler
 from sheepop.train.logprobs import sequence_logprobs
 from sheepop.train.loop import Trainer
 from sheepop.train.progress import Progress
+from sheepop.train.summary import Summary
 
 REFERENCE_FILE = "dpo_reference.json"
 REFERENCE_DOCUMENT = DocumentFormat("sheepop-dpo-reference", 1,
@@ -146,20 +148,34 @@ class PairSampler(ChatSampler):
         return pair_rows([self.examples[i] for i in picks], self.pad_id)
 
 
+@dataclass
+class DpoSummary(Summary):
+    """A DPO run's closing lines: its held-out figures are a preference's, the pairs' mean DPO
+    loss, reward accuracy and mean reward margin at the last evaluation. exp(loss), the
+    perplexity a fine-tune's summary gives, means nothing for a loss that is -log sigma(u)."""
+
+    margins: np.ndarray | None = None  # the held-out pairs' reward margins u_i (None: no eval)
+
+    def _val(self) -> str:
+        if self.margins is None or self.val_loss is None:
+            return super()._val()  # no held-out pairs, or no evaluation in this session
+        return (f"held-out pairs: DPO loss {self.val_loss:.4f}, reward accuracy "
+                f"{reward_accuracy(self.margins):.3f}, reward margin "
+                f"{self.margins.mean():.4f} ({len(self.margins)} pairs)")
+
+
 class DpoTrainer(Trainer):
     """The shared trainer, evaluated on held-out pairs (eval_x, eval_y: `pair_rows`): val_loss
     is their mean DPO loss, and each evaluation also records their mean reward margin and
     reward accuracy (the share of pairs whose chosen answer the policy prefers, relative to
-    the reference)."""
+    the reference); the run ends with a `DpoSummary`."""
 
     held_out: np.ndarray | None = None
 
-    def run(self):
+    def run(self) -> DpoSummary:
         summary = super().run()
-        if self.held_out is not None:
-            self.log(f"held-out pairs: reward accuracy {reward_accuracy(self.held_out):.3f}, "
-                     f"reward margin {self.held_out.mean():.4f} ({len(self.held_out)} pairs)")
-        return summary
+        return DpoSummary(**{f.name: getattr(summary, f.name) for f in fields(summary)},
+                          margins=self.held_out)
 
     def evaluate(self) -> tuple[float, float | None] | None:
         if self.eval_x is None:
