@@ -11,10 +11,11 @@ import pytest
 from float_tolerance import float32_tolerance, model_depth
 from variants import gqa, llama
 
-from sheepop.config.schema import ModelConfig
+from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference.attribution import attribution_grid
-from sheepop.inference.hooked_engines import NumpyHooked, TorchHooked
+from sheepop.inference.hooked_engines import NoGradients, NumpyHooked, TorchHooked, hooked_engine
+from sheepop.inference.load import build
 from sheepop.inference.logit_attribution import logit_shares
 from sheepop.inference.patching import contrast, index_of, patch_grid, point_of
 from sheepop.model import GPT
@@ -101,8 +102,8 @@ def _score_tolerance(cfg, grids) -> float:
 def test_both_engines_give_the_same_grids(kind, grid):
     cfg = config(kind)
     es = engines(cfg, weights(cfg))
-    for build in (patch_grid, attribution_grid):
-        mine, theirs = (build(es[e], the_contrast(cfg), grid) for e in ("numpy", "torch"))
+    for make in (patch_grid, attribution_grid):
+        mine, theirs = (make(es[e], the_contrast(cfg), grid) for e in ("numpy", "torch"))
         assert mine.scores.shape == (cfg.n_layer, len(CLEAN) if grid == "positions"
                                      else cfg.n_head)
         assert np.abs(mine.scores - theirs.scores).max() <= _score_tolerance(cfg, [mine])
@@ -162,6 +163,24 @@ def test_the_direct_attributions_sum_to_the_logit(kind, engine):
                                   magnitude)
     assert abs(shares.shares.sum() - shares.logit) <= tolerance
     assert tolerance < 1e-3 * magnitude  # (a bound that could fail)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8", "int4"])
+def test_the_torch_engines_other_weight_types_patch_and_int8_int4_refuse_the_estimate(dtype):
+    """bfloat16 points go through NumPy as float32 (exactly) and back; int8 and int4 have no
+    backward in torch, so the estimate is refused by name while the exact grid runs."""
+    cfg = ModelConfig(vocab_size=11, block_size=16, n_layer=2, n_head=2, n_embd=32,
+                      **llama(rope_theta=100.0))  # (int4's kernel: inputs in 32s)
+    config_ = Config()
+    config_.model = cfg
+    e = hooked_engine(build(config_, weights(cfg), engine="torch", device="cpu", dtype=dtype))
+    grid = patch_grid(e, the_contrast(cfg), "positions")
+    assert grid.scores[-1, -1] == 1.0 and np.isfinite(grid.scores).all()
+    if dtype == "bfloat16":
+        assert np.isfinite(attribution_grid(e, the_contrast(cfg), "heads").scores).all()
+    else:
+        with pytest.raises(NoGradients, match="int8 and int4 kernels have none"):
+            attribution_grid(e, the_contrast(cfg), "heads")
 
 
 def test_a_contrast_of_unequal_lengths_or_one_answer_is_refused_by_name():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from float_tolerance import float32_tolerance, model_depth
-from serve_helpers import KEY, call
+from serve_helpers import KEY, InProcess, call
 
 from sheepop.inference.attribution import attribution_grid
 from sheepop.inference.hooked_engines import hooked_engine
@@ -74,3 +74,20 @@ def test_a_bad_patch_request_is_a_400_naming_its_field(change, field, plain_serv
     assert reply.status == 400, reply.text
     assert reply.json()["error"]["param"] == field
     assert call(plain_server.url, "POST", "/v1/patch", {**BODY, "layers": [1]}).status == 200
+
+
+def test_an_int8_server_patches_exactly_and_refuses_the_estimate_by_name(runs):
+    """torch's int8 kernel has no backward: the estimate is a 400 naming 'attribution', the
+    exact grid alone is answered (before, a 500: autograd's 'derivative ... not implemented')."""
+    from sheepop.inference.load import load
+    from sheepop.serve.page.routes import routes
+    run = runs[1]
+    server = InProcess(load(run, "torch", "cpu", "int8"), routes=routes(run))
+    try:
+        reply = call(server.url, "POST", "/v1/patch", BODY)
+        assert reply.status == 400 and reply.json()["error"]["param"] == "attribution"
+        reply = call(server.url, "POST", "/v1/patch", {**BODY, "attribution": False})
+        assert reply.status == 200, reply.text
+        assert reply.json()["scores"][-1][-1] == 1.0 and "attribution" not in reply.json()
+    finally:
+        server.close()

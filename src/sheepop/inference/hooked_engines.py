@@ -23,6 +23,7 @@ import numpy as np
 
 from sheepop.arch.hooks import Hook
 from sheepop.config.schema import ModelConfig
+from sheepop.errors import UserError
 from sheepop.inference.load import InferenceModel
 from sheepop.inference.weights import model_weights
 
@@ -45,11 +46,27 @@ class HookedEngine(Protocol):
     def edited(self, value: Any, edit: Edit) -> Any: ...
 
 
+class NoGradients(UserError):
+    """The engine cannot differentiate this model (torch's int8 and int4 kernels have no
+    backward)."""
+
+
+def _numpy(value: Any) -> np.ndarray:
+    """A point's value as a NumPy array of its own: a torch tensor's in float32 when NumPy has
+    no such type (bfloat16: every bfloat16 is a float32, exactly)."""
+    if not hasattr(value, "detach"):
+        return value.copy()
+    t = value.detach().cpu()
+    try:
+        return t.numpy().copy()
+    except TypeError:  # (torch: "Got unsupported ScalarType BFloat16")
+        return t.float().numpy()
+
+
 def _keeper(kept: Values) -> Hook:
     """An observer that keeps a NumPy copy of each point it sees."""
     def keep(value: Any, point: str) -> None:
-        kept[point] = (value.detach().cpu().numpy() if hasattr(value, "detach")
-                       else value).copy()
+        kept[point] = _numpy(value)
     return keep
 
 
@@ -98,6 +115,8 @@ class TorchHooked:
     def __init__(self, model: Any):
         self.model, self.cfg = model, model.cfg
         self.weights = model.numpy_weights()
+        self.quantized = any(hasattr(m, "dequantized") for m in model.modules())
+        """Weights in int8 or int4 (sheepop.model.quantized*): torch has no backward there."""
 
     def _idx(self, ids: Sequence[int]):
         import torch
@@ -121,6 +140,10 @@ class TorchHooked:
         import torch
 
         from sheepop.model.hooks import hooked
+        if self.quantized:
+            raise NoGradients("attribution patching needs the gradient through the weights' "
+                              "products, and torch's int8 and int4 kernels have none: serve "
+                              "the model in float32 or bfloat16, or patch exactly alone")
         live: dict[str, Any] = {}
 
         def keep(x, point):
@@ -139,13 +162,13 @@ class TorchHooked:
             z = logits[0, -1]
             metric = sum(w * z[token] for token, w in weights.items())
             grads = torch.autograd.grad(metric, [live[p] for p in points])
-        kept = {p: live[p].detach().cpu().numpy().copy() for p in points}
+        kept = {p: _numpy(live[p]) for p in points}
         return (z.detach().double().cpu().numpy(), kept,
-                {p: g.cpu().numpy() for p, g in zip(points, grads)})
+                {p: _numpy(g) for p, g in zip(points, grads)})
 
     def edited(self, value: Any, edit: Edit) -> Any:
         import torch
-        out = value.detach().cpu().numpy().copy()
+        out = _numpy(value)
         edit(out)
         return torch.from_numpy(out).to(device=value.device, dtype=value.dtype)
 

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.inference.attribution import attribution_grid
-from sheepop.inference.hooked_engines import hooked_engine
+from sheepop.inference.hooked_engines import NoGradients, hooked_engine
 from sheepop.inference.load import InferenceModel
 from sheepop.inference.patching import KINDS, ContrastError, PatchGrid, contrast, patch_grid
 from sheepop.serve.api.app import read_json
@@ -129,8 +129,11 @@ async def patch(request: HttpRequest) -> JSONResponse:
         engine = hooked_engine(m)
         with np.errstate(over="ignore", invalid="ignore"):
             exact = patch_grid(engine, c, kind, layers, position)
-            estimate = attribution_grid(engine, c, kind, layers, position) if attribution \
-                else None
+            try:
+                estimate = (attribution_grid(engine, c, kind, layers, position) if attribution
+                            else None)
+            except NoGradients as e:  # (int8, int4): the exact grid alone can be asked
+                raise bad("attribution", f"{e} ('attribution': false)") from None
         out = {"object": "patch", "kind": kind, "layers": exact.layers,
                "columns": exact.columns, "position": exact.position,
                "clean": [{"id": i, "text": text(i)} for i in c.clean],
