@@ -11,12 +11,25 @@ greedily (--temperature 0: the two answers must be the same tokens, checked) or 
 and the speculative one (--speculate k) alternate, the order swapped every repetition; printed
 per run: tokens, seconds, tokens/s, the checking passes and the proposed tokens accepted, and the
 load average; then per task the median tokens/s each way and their ratio.
+
+--server measures the same through `sheepop serve` (issue 45: the server speculates while a
+request runs alone): one server started with --speculate k, one client at a time (batch 1),
+each task's chat request streamed through /v1/chat/completions with `speculate` k and 0
+alternating (the order swapped every repetition), after one warm-up request that puts the
+prompt in the prefix cache (so each measured request computes its answer, not its prompt).
+Printed per request: tokens, the time to first token, the tokens/s after the first (the decode
+part), the proposed tokens accepted (usage's completion_tokens_details) and the load; then per
+task the medians and their ratio, and whether the greedy answers were the same text.
+
+    python benchmarks/speculative.py --server --repeats 5 --new-tokens 256
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import http.client
+import json
 import os
 import statistics
 import sys
@@ -26,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests" / "serve"))
 
 import machine  # noqa: E402
 from structured_output import smollm2_run  # noqa: E402
@@ -100,6 +114,74 @@ def run_once(lm, prompt: list[int], cfg: SampleConfig, end: int) -> dict:
             "load": os.getloadavg()[0]}
 
 
+def stream_once(url: str, body: dict) -> dict:
+    """One streamed request: its text, tokens, time to first token, decode rate, usage."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=3600)
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(
+        {**body, "stream": True, "stream_options": {"include_usage": True}}),
+        headers={"Content-Type": "application/json"})
+    response, text, times, usage = conn.getresponse(), [], [], None
+    for line in response:
+        if not line.startswith(b"data: {"):
+            continue
+        chunk = json.loads(line[len(b"data: "):])
+        if chunk.get("error"):
+            sys.exit(f"the server answered an error: {chunk['error']['message']}")
+        usage = chunk.get("usage") or usage
+        for choice in chunk.get("choices", []):
+            if choice["delta"].get("content"):
+                text.append(choice["delta"]["content"])
+                times.append(time.perf_counter())
+    conn.close()
+    n = usage["completion_tokens"]
+    first, last = (times[0], times[-1]) if times else (t0, t0)
+    details = usage["completion_tokens_details"]
+    return {"text": "".join(text), "tokens": n, "ttft": first - t0,
+            "rate": (n - 1) / (last - first) if n > 1 and last > first else float("nan"),
+            "accepted": details["accepted_prediction_tokens"],
+            "proposed": details["accepted_prediction_tokens"] +
+            details["rejected_prediction_tokens"], "load": os.getloadavg()[0]}
+
+
+def serve_runs(args: argparse.Namespace, run: Path) -> None:
+    """--server: the tasks through `sheepop serve` at batch 1, speculate k and 0 alternating."""
+    from serve_helpers import ServerProcess
+    threads = str(args.threads or 1)
+    server = ServerProcess(run, "--engine", args.engine, "--speculate", str(args.speculate),
+                           "--threads", threads, "--max-batch", "1",
+                           env={"OMP_NUM_THREADS": threads})
+    try:
+        for task in args.tasks:
+            body = {"messages": [{"role": "user", "content": TASKS[task]}],
+                    "max_tokens": args.new_tokens, "temperature": args.temperature,
+                    "top_k": 0, "top_p": 1.0, "min_p": 0.0}
+            stream_once(server.url, {**body, "max_tokens": 1, "seed": 0})  # prompt cached
+            rates: dict[str, list[float]] = {"plain": [], "speculative": []}
+            texts: dict[str, set[str]] = {"plain": set(), "speculative": set()}
+            print(f"\n{task}: through the server, {args.engine} engine, speculate "
+                  f"{args.speculate}, temperature {args.temperature}, batch 1")
+            for r in range(args.repeats):
+                order = [("plain", 0), ("speculative", args.speculate)]
+                for name, k in order if r % 2 == 0 else order[::-1]:
+                    m = stream_once(server.url, {**body, "seed": r, "speculate": k})
+                    rates[name].append(m["rate"])
+                    texts[name].add(m["text"])
+                    share = f"{m['accepted']}/{m['proposed']}" if m["proposed"] else "-"
+                    print(f"  {r} {name:11s} {m['tokens']:4d} tokens  first {m['ttft']:6.2f} s "
+                          f"then {m['rate']:6.2f} tok/s  accepted {share:9s} "
+                          f"load {m['load']:.2f}", flush=True)
+            p, s = (statistics.median(rates[k]) for k in ("plain", "speculative"))
+            same = f"; greedy answers the same text: {texts['plain'] == texts['speculative']}" \
+                if args.temperature == 0 else ""
+            print(f"{task}: median {p:.2f} tok/s plain, {s:.2f} speculative after the first "
+                  f"token: {s / p:.2f}x ({args.repeats} repetitions, alternating){same}")
+    finally:
+        server.stop()
+        print("".join(line for line in server.lines if "speculative decoding" in line)[-2000:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, help="an imported SmolLM2 run (default: import it)")
@@ -110,10 +192,16 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--engine", default="torch", choices=["numpy", "torch"])
     ap.add_argument("--threads", type=int, default=0, help="0: the idle cores (sheepop.threads)")
+    ap.add_argument("--server", action="store_true",
+                    help="through `sheepop serve` at batch 1 (the module's docstring)")
     args = ap.parse_args()
     from sheepop import threads
     print(f"threads: {threads.apply(args.threads)}")
     print(machine.summary())
+    if args.server:
+        serve_runs(args, smollm2_run(args.run))
+        print(machine.summary())
+        return
     from sheepop.inference.load import load
     from sheepop.tokenizers.chat_format import chat_ids, turn_end
     model = load(smollm2_run(args.run), engine=args.engine)

@@ -143,6 +143,34 @@ def test_the_status_says_how_the_prompt_was_computed(page):
         assert page.inner_text("#generate-status").startswith("4 tokens in ")
 
 
+def test_the_status_says_how_many_proposed_tokens_were_accepted(browser, tmp_path):
+    """On a server started with --speculate, a greedy generation running alone checks tokens
+    proposed from its text: the status gives the accepted and proposed counts of its usage,
+    the same as the API's for the same request."""
+    server = ServerProcess(make_run(tmp_path / "model"), "--engine", "numpy", "--speculate",
+                           "8", "--cache-mb", "0")
+    try:
+        prompt = "hij kab hij kab hij kab h"
+        usage = call(server.url, "POST", "/v1/completions", {
+            "prompt": prompt, "max_tokens": 30, "temperature": 0}).json()["usage"]
+        details = usage["completion_tokens_details"]
+        kept = details["accepted_prediction_tokens"]
+        proposed = kept + details["rejected_prediction_tokens"]
+        assert kept > 0
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        pg = context.new_page()
+        pg.set_default_timeout(WAIT_MS)
+        pg.goto(server.url + "/")
+        pg.wait_for_function("document.querySelector('#model-line')?.textContent"
+                             ".includes('layers')")
+        generate(pg, prompt, max_tokens=30, temperature="0")
+        line = f"; {kept} of {proposed} proposed tokens accepted; prompt 25 tokens"
+        assert line in pg.inner_text("#generate-status")
+        context.close()
+    finally:
+        assert server.stop(signal.SIGTERM) == 0
+
+
 def inspected(url: str, body: dict) -> dict:
     r = call(url, "POST", "/v1/inspect", body)
     assert r.status == 200, r.text

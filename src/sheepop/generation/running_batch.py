@@ -34,6 +34,12 @@ join or a step needs more (doubling, sheepop.arch.kv_cache.grown) and shrink onc
 more than needed is held (`shrunk`); an empty batch holds nothing. So its bytes follow the
 tokens in flight, rows x the longest running span, within a factor of four.
 
+Speculation. While a single row runs, it may append several tokens in one pass (`verify`) and
+give back the columns of those rejected (`rollback`): the `ProposalChecker` of speculative
+decoding (sheepop.generation.speculative.check_pass). With more rows it may not (`room` 0):
+every row writes the same columns, so rows keeping different numbers of tokens would break the
+layout above.
+
 Besides keys and values, a cache may carry per-row state that the next call reads (`ROW_STATE`:
 the digit places' run of digits, `KVCache.digit_run`); it follows its row in and out.
 """

@@ -58,6 +58,16 @@ function promptLine(usage) {
     `${usage.prompt_tokens - cached} computed in ${chunks} chunk${chunks === 1 ? "" : "s"}`;
 }
 
+// What speculative decoding did: the tokens proposed from the text and those the model kept
+// (usage's completion_tokens_details, OpenAI's names; the server speculates when it is started
+// with --speculate and the request runs alone).
+function proposalLine(usage) {
+  const d = usage?.completion_tokens_details;
+  if (!d) return "";
+  const kept = d.accepted_prediction_tokens ?? 0, proposed = kept + (d.rejected_prediction_tokens ?? 0);
+  return proposed ? `; ${kept} of ${proposed} proposed tokens accepted` : "";
+}
+
 export function generateView(state) {
   const chat = state.shape.chat;
   const form = $("#generate-form"), answer = $("#answer"), status = $("#generate-status");
@@ -172,7 +182,8 @@ export function generateView(state) {
         count += tokens.length;
       }
       const seconds = (performance.now() - started) / 1000;
-      setStatus(status, `${count} tokens in ${seconds.toFixed(2)} s` + promptLine(usage));
+      setStatus(status, `${count} tokens in ${seconds.toFixed(2)} s` + proposalLine(usage) +
+                promptLine(usage));
     } catch (e) {
       if (e.name === "AbortError") setStatus(status, `stopped after ${count} tokens`);
       else setStatus(status, e.message, true);
