@@ -141,11 +141,12 @@ class RunningBatch:
         """Append token b to row b, for every running row; the logits (rows, V) after them."""
         if len(tokens) != self.rows or self.rows == 0:
             raise ValueError(f"{len(tokens)} tokens for {self.rows} running rows")
-        return self._append(np.asarray(list(tokens), dtype=np.int64)[:, None])[:, -1]
+        return self._append(np.asarray(list(tokens), dtype=np.int64)[:, None], last_only=True)
 
-    def _append(self, x: np.ndarray) -> np.ndarray:
+    def _append(self, x: np.ndarray, last_only: bool = False) -> np.ndarray:
         """Append x[b] (T tokens) to row b, for every running row, in one pass; the logits
-        (rows, T, V) after each of them."""
+        (rows, T, V) after each of them (`last_only`: (rows, V) after the last: a decode step's
+        own pass, the one a compiled model has traced)."""
         B, T = x.shape
         self._make_room(T)
         self._fit(B, self.length + T)
@@ -156,11 +157,11 @@ class RunningBatch:
         start = self.start[:B]
         if start.any():  # some row has padding: per-row positions and visible keys
             columns = np.arange(self.length + T)
-            logits = self.lm._logits(x, cache, last_only=False,
+            logits = self.lm._logits(x, cache, last_only=last_only,
                                      pos_ids=(self.length - start)[:, None] + np.arange(T),
                                      key_mask=columns[None, :] >= start[:, None])
         else:  # every row starts at column 0: positions are columns, nothing is hidden
-            logits = self.lm._logits(x, cache, last_only=False)
+            logits = self.lm._logits(x, cache, last_only=last_only)
         for name, values in self.state.items():  # (the engine rebinds it: copy it back)
             values[:B] = getattr(cache, name)
         self.length += T
