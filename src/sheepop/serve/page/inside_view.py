@@ -66,7 +66,8 @@ POSITION_FORMULAS = {
 }
 
 
-def describe(model: InferenceModel, name: str) -> dict[str, Any]:
+def describe(model: InferenceModel, name: str, vectors: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
     m, s = model.config.model, model.config.sample
     chat = model.tokenizer is not None and can_chat(model.tokenizer)
     return {"object": "model.shape", "model": name, "engine": model.engine,
@@ -76,7 +77,9 @@ def describe(model: InferenceModel, name: str) -> dict[str, Any]:
             "tied": m.tie_weights,
             "max_attention_cells": MAX_ATTENTION_CELLS,
             # the server's sampling defaults (the run's [sample] and serve's flags): the page's
-            "sampling": {k: getattr(s, k) for k in ("temperature", "top_k", "top_p", "min_p")}}
+            "sampling": {k: getattr(s, k) for k in ("temperature", "top_k", "top_p", "min_p")},
+            # the steering vectors a request may name (serve --steer; docs/steering.md)
+            "steering": [{"name": n, "layer": v.layer} for n, v in (vectors or {}).items()]}
 
 
 def _prompt_ids(body: dict, tokenizer: Tokenizer) -> list[int]:
@@ -227,7 +230,7 @@ def _finite(x: Inspection) -> bool:
 
 async def shape(request: HttpRequest) -> JSONResponse:
     st = request.app.state
-    return JSONResponse(describe(st.model, st.settings.name))
+    return JSONResponse(describe(st.model, st.settings.name, st.settings.vectors))
 
 
 async def inspect_prompt(request: HttpRequest) -> JSONResponse:

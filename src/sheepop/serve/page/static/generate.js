@@ -135,6 +135,8 @@ export function generateView(state) {
     const body = { stream: true, stream_options: { include_usage: true },
                    temperature: number("#temperature"), top_p: number("#top-p"),
                    top_k: number("#top-k"), min_p: number("#min-p"), max_tokens: number("#max-tokens") };
+    const vector = $("#steer-vector").value;  // (docs/steering.md: h + s v at its block)
+    if (vector) body.steering = { [vector]: number("#steer-strength") };
     if (chat) {
       history.push({ role: "user", content: prompt.value });
       showConversation();

@@ -1,5 +1,5 @@
 // The page's entry: the model's shape, the three views and the tabs between them.
-import { $, api, KEY_STORE } from "./common.js";
+import { $, api, el, KEY_STORE } from "./common.js";
 import { generateView } from "./generate.js";
 import { insideView } from "./inside.js";
 import { runsView } from "./runs.js";
@@ -51,6 +51,11 @@ async function start() {
   const s = state.shape;
   for (const [key, id] of [["temperature", "#temperature"], ["top_k", "#top-k"], ["top_p", "#top-p"], ["min_p", "#min-p"]]) {
     if (s.sampling && s.sampling[key] !== undefined) $(id).value = String(s.sampling[key]);  // the server's defaults
+  }
+  if (s.steering?.length) {  // the server's steering vectors (serve --steer): one may be added
+    $("#steer-vector").append(...s.steering.map((v) => el("option", { value: v.name },
+      `${v.name} (block ${v.layer})`)));
+    $("#steering-controls").hidden = false;
   }
   $("#model-line").textContent = `${s.model}: ${s.n_layer} layers, ${s.n_head} heads, width ` +
     `${s.n_embd}, context ${s.context}, ${s.pos_encoding} positions, ${s.engine} engine` +
