@@ -5,6 +5,7 @@ import { insideView } from "./inside.js";
 import { runsView } from "./runs.js";
 import { stepView } from "./step.js";  // the Step and Backprop views
 import { backwardView } from "./backward.js";
+import { patchView } from "./patch.js";
 
 // What the views share: the model's shape and the last prompt generated from
 // ({prompt: text} or {messages: [...]} for a chat model: what /v1/inspect is asked).
@@ -65,6 +66,7 @@ async function start() {
   views.runs = runsView(state);
   views.step = stepView(state);
   views.backward = backwardView(state);
+  views.patch = patchView(state);
   const first = location.hash.slice(1);
   select(views[first] ? first : "generate");
 }

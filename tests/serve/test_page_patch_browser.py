@@ -1,0 +1,116 @@
+"""The page's Patching view (docs/page.md, docs/experiments.md) in headless Chromium, on the
+plain run (2 blocks, 2 heads, one character a token) served by the NumPy engine: the form asks
+POST /v1/patch, the grids hold one cell per block and position (or head), the cell under the
+pointer reads the numbers of the JSON the page received, the last block's last position reads
+1.000 in the clean run's colour, the agreement is Pearson's r of the two grids, and a pair of
+prompts of unequal lengths shows the server's 400 message."""
+
+import re
+
+import numpy as np
+import pytest
+from chromium import needs_chromium
+from serve_helpers import call
+
+pytestmark = needs_chromium
+WAIT_MS = 20_000
+CLEAN, CORRUPTED = "abc def", "abd deg"  # 7 tokens each; position 2 is the first that differs
+READ = re.compile(r"exact score (\S+) \(m = (\S+)\); estimated score (\S+) \(m ≈ (\S+)\)")
+
+
+@pytest.fixture
+def page(browser, plain_server):
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.set_default_timeout(WAIT_MS)
+    pg.goto(plain_server.url + "/#patch")
+    pg.wait_for_function("document.querySelector('#model-line')?.textContent.includes('layers')")
+    pg.expected_errors = []  # what a test's own bad request makes the browser log
+    yield pg
+    context.close()
+    assert errors == pg.expected_errors
+
+
+def patch(pg, kind="positions", clean=CLEAN, corrupted=CORRUPTED) -> dict:
+    """Fill the form, press Patch; the JSON the page received from /v1/patch."""
+    pg.fill("#patch-clean", clean)
+    pg.fill("#patch-corrupted", corrupted)
+    pg.fill("#patch-answer", "h")
+    pg.fill("#patch-wrong", "a")
+    pg.select_option("#patch-kind", kind)
+    with pg.expect_response("**/v1/patch") as reply:
+        pg.get_by_test_id("patch-run").click()
+    return reply.value.json()
+
+
+def read_cell(pg, testid: str, row: int, col: int) -> tuple[float, ...]:
+    pg.hover(f"[data-testid={testid}] td[data-row='{row}'][data-col='{col}']")
+    text = pg.inner_text("[data-testid=patch-readout]")
+    return tuple(float(v.replace("−", "-")) for v in READ.search(text).groups())
+
+
+def test_the_grid_is_the_endpoints_cell_by_cell(page, plain_server, shots):
+    got = patch(page)
+    page.wait_for_selector("[data-testid=patch-exact] td")
+    assert got["layers"] == [0, 1] and len(got["clean"]) == 7
+    for testid in ("patch-exact", "patch-estimated"):
+        assert page.locator(f"[data-testid={testid}] td").count() == 2 * 7  # blocks x positions
+    exact, estimate = np.array(got["scores"]), np.array(got["attribution"]["scores"])
+    for row, col in ((1, 6), (0, 3), (1, 2), (0, 0)):
+        for testid in ("patch-exact", "patch-estimated"):  # either grid reads both numbers
+            assert read_cell(page, testid, row, col) == (
+                exact[row, col], got["metric"][row][col],
+                estimate[row, col], got["attribution"]["metric"][row][col])
+    last = page.locator("[data-testid=patch-exact] td[data-row='1'][data-col='6']")
+    assert last.inner_text() == "1.000" and exact[1, 6] == 1.0  # the clean run itself
+    assert last.evaluate("td => getComputedStyle(td).backgroundColor") == "rgb(255, 0, 0)"
+    first = page.locator("[data-testid=patch-exact] td[data-row='0'][data-col='0']")
+    assert exact[0, 0] == 0.0 and first.inner_text() == "0.000"  # before the change: nothing
+    assert first.evaluate("td => getComputedStyle(td).backgroundColor") == "rgb(255, 255, 255)"
+    r = float(page.get_attribute("[data-testid=patch-agreement]", "data-r"))
+    assert r == pytest.approx(np.corrcoef(exact.ravel(), estimate.ravel())[0, 1], abs=1e-12)
+    assert f"r = {r:.4f}" in page.inner_text("[data-testid=patch-agreement]")
+    metric = page.locator("[data-testid=patch-metric]")
+    assert (metric.get_attribute("data-clean"), metric.get_attribute("data-corrupted")) == (
+        str(got["clean_metric"]), str(got["corrupted_metric"]))
+    assert (f"m_c = {got['clean_metric']:.4f} (clean), m* = {got['corrupted_metric']:.4f}"
+            in metric.inner_text())
+    # The same numbers from the keyboard: the grid's first arrow press reads its last cell.
+    page.focus("[data-testid=patch-exact]")
+    page.keyboard.press("ArrowDown")
+    assert page.get_attribute("[data-testid=patch-readout]", "data-layer") == "1"
+    assert page.get_attribute("[data-testid=patch-readout]", "data-column") == "6"
+    page.screenshot(path=str(shots / "page-patch.png"), full_page=True)
+
+
+def test_the_heads_grid_and_a_phone(page, shots):
+    got = patch(page, kind="heads")
+    page.wait_for_selector("[data-testid=patch-exact] td")
+    assert np.array(got["scores"]).shape == (2, 2)
+    assert page.locator("[data-testid=patch-exact] td").count() == 2 * 2  # blocks x heads
+    assert page.locator("[data-testid=patch-exact] thead th").all_inner_texts()[1:] == [
+        "head 0", "head 1"]
+    assert read_cell(page, "patch-exact", 1, 0)[0] == got["scores"][1][0]
+    page.set_viewport_size({"width": 390, "height": 844})
+    patch(page)
+    page.wait_for_selector("[data-testid=patch-exact] td[data-col='6']")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    page.screenshot(path=str(shots / "page-patch-phone.png"), full_page=True)
+
+
+def test_prompts_of_unequal_lengths_show_the_servers_400(page, plain_server):
+    body = {"clean": CLEAN, "corrupted": "abd de", "answer": "h", "wrong": "a"}
+    reply = call(plain_server.url, "POST", "/v1/patch", body)
+    assert reply.status == 400 and reply.json()["error"]["param"] == "corrupted"
+    patch(page, corrupted="abd de")
+    status = page.get_by_test_id("patch-status")
+    page.wait_for_function("document.querySelector('[data-testid=patch-status]')"
+                           ".classList.contains('error')")
+    assert status.inner_text() == reply.json()["error"]["message"]
+    assert "7" in status.inner_text() and "6" in status.inner_text()  # the two lengths
+    assert page.locator("[data-testid=patch-exact] td").count() == 0
+    page.expected_errors.append("Failed to load resource: the server responded with a status "
+                                "of 400 (Bad Request)")
