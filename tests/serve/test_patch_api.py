@@ -1,6 +1,7 @@
 """`POST /v1/patch` through a real `sheepop serve`, in both engines: its grids are
 sheepop.inference.patching's and .attribution's on the run's weights (the last block at the
-last position scoring 1, the clean run), and every malformed request is a 400 naming its field
+last position scoring 1, the clean run), its direct logit attribution of m on each prompt is
+sheepop.inference.logit_attribution's, and every malformed request is a 400 naming its field
 while the server keeps serving."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from serve_helpers import KEY, InProcess, call
 
 from sheepop.inference.attribution import attribution_grid
 from sheepop.inference.hooked_engines import hooked_engine
+from sheepop.inference.logit_attribution import logit_shares
 from sheepop.inference.patching import contrast, patch_grid
 
 CLEAN, CORRUPTED = "abc def", "abd deg"
@@ -55,6 +57,38 @@ def test_the_grids_are_the_modules_on_the_runs_weights(which, kind, server, plai
     assert np.abs(np.array(got["scores"])).max() > 0.01
 
 
+@pytest.mark.parametrize("which", ["numpy", "torch"])
+def test_the_direct_logit_attribution_is_the_modules_and_sums_to_m(which, server, plain_server,
+                                                                   chat_model, plain_model):
+    """'logit_attribution': each part's share of m on each prompt is the answer's
+    logit_shares minus the wrong token's on the run's weights, the server's float32 pass
+    against this process's (one logit's bound each, twice), and the shares of the clean
+    prompt sum to m_clean within the pass's own bound plus the rounding to 7 decimals."""
+    s, model, key = ((plain_server, plain_model, None) if which == "numpy"
+                     else (server, chat_model, KEY))
+    reply = call(s.url, "POST", "/v1/patch", {**BODY, "layers": [1], "attribution": False,
+                                              "logit_attribution": True}, key=key)
+    assert reply.status == 200, reply.text
+    got = reply.json()
+    assert "attribution" not in got
+    tok, cfg, engine = model.tokenizer, model.config.model, hooked_engine(model)
+    answer, wrong = tok.encode("h")[0], tok.encode("a")[0]
+    for prompt, text in (("clean", CLEAN), ("corrupted", CORRUPTED)):
+        up, down = (logit_shares(engine, tok.encode(text), t) for t in (answer, wrong))
+        expected = up.shares - down.shares
+        shares = np.array(got["logit_attribution"][prompt]["shares"])
+        assert got["logit_attribution"]["names"] == up.names
+        assert len(up.names) == 1 + cfg.n_layer * (cfg.n_head + 1 + cfg.bias) + (
+            cfg.norm == "layernorm") + cfg.head_bias  # embed, heads, b_proj, ffn; beta, b_head
+        magnitude = np.abs(up.shares).sum() + np.abs(down.shares).sum()
+        bound = float32_tolerance(max(cfg.ffn_dim, cfg.vocab_size),
+                                  model_depth(cfg.n_layer), magnitude)
+        assert np.abs(shares - expected).max() <= 2 * bound + 1e-7
+        metric = got[f"{prompt}_metric"]
+        assert abs(shares.sum() - metric) <= 2 * bound + 1e-7 * len(shares)
+        assert np.abs(shares).max() > 0.01
+
+
 @pytest.mark.parametrize("change, field", [
     ({"corrupted": "abd de"}, "corrupted"),           # 6 tokens against 7
     ({"clean": ""}, "clean"),
@@ -67,6 +101,7 @@ def test_the_grids_are_the_modules_on_the_runs_weights(which, kind, server, plai
     ({"position": 2}, "position"),                    # positions take no position
     ({"kind": "heads", "position": 99}, "position"),
     ({"attribution": "yes"}, "attribution"),
+    ({"logit_attribution": 1}, "logit_attribution"),
     ({"clean": "abc def " * 9, "corrupted": "abd deg " * 9}, "clean"),  # past MAX_TOKENS
 ])
 def test_a_bad_patch_request_is_a_400_naming_its_field(change, field, plain_server):

@@ -8,12 +8,17 @@ and its first-order estimate.
                            output at every position, or at "position" alone)
     "layers"               the rows, block indices (default: every block)
     "attribution"          false: leave out the estimate (default true)
+    "logit_attribution"    true: add the direct logit attribution of m on each prompt
+                           (default false)
 
 The answer: "scores" (rows x columns) (m_patched - m_corrupted) / (m_clean - m_corrupted) of the
 exact grid (sheepop.inference.patching: one forward pass a cell) and "metric" its m's,
 "clean_metric" and "corrupted_metric", and with "attribution" the same two of the estimate
-(sheepop.inference.attribution: one forward and one backward pass), all computed by the
-model's own engine on the scheduler's thread between two decode steps. A prompt longer than
+(sheepop.inference.attribution: one forward and one backward pass), and with
+"logit_attribution" each part's share of m at the last position of each prompt, "names" and
+the "clean" and "corrupted" "shares" (sheepop.inference.logit_attribution: the answer's shares
+minus the wrong token's, four forward passes), all computed by the model's own engine on the
+scheduler's thread between two decode steps. A prompt longer than
 MAX_TOKENS, or a grid of more than MAX_PASSES forward passes, is refused with a 400 naming the
 field to change.
 """
@@ -32,9 +37,17 @@ from starlette.routing import Route
 from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.inference.attribution import attribution_grid
-from sheepop.inference.hooked_engines import NoGradients, hooked_engine
+from sheepop.inference.hooked_engines import HookedEngine, NoGradients, hooked_engine
 from sheepop.inference.load import InferenceModel
-from sheepop.inference.patching import KINDS, ContrastError, PatchGrid, contrast, patch_grid
+from sheepop.inference.logit_attribution import logit_shares
+from sheepop.inference.patching import (
+    KINDS,
+    Contrast,
+    ContrastError,
+    PatchGrid,
+    contrast,
+    patch_grid,
+)
 from sheepop.serve.api.app import read_json
 from sheepop.serve.api.json_out import FiniteJSONResponse
 from sheepop.serve.api.protocol import bad
@@ -70,6 +83,13 @@ def _token(body: dict, name: str, tokenizer: Tokenizer) -> int:
     raise bad(name, f"'{name}' must be a string of one token or a token id, not {shown(t)}")
 
 
+def _flag(body: dict, name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if type(value) is not bool:
+        raise bad(name, f"'{name}' must be true or false, not {shown(value)}")
+    return value
+
+
 def _grid_options(body: dict, n_layer: int, T: int) -> tuple[str, list[int], int | None, bool]:
     kind = body.get("kind", "positions")
     if kind not in KINDS:
@@ -84,11 +104,7 @@ def _grid_options(body: dict, n_layer: int, T: int) -> tuple[str, list[int], int
                                  or not 0 <= position < T):
         raise bad("position", f"'position' is for kind 'heads': a position 0..{T - 1}, not "
                               f"{shown(position)}")
-    attribution = body.get("attribution", True)
-    if type(attribution) is not bool:
-        raise bad("attribution", f"'attribution' must be true or false, not "
-                                 f"{shown(attribution)}")
-    return kind, sorted(set(layers)), position, attribution
+    return kind, sorted(set(layers)), position, _flag(body, "attribution", True)
 
 
 def _checked(body: Any, model: InferenceModel):
@@ -112,6 +128,19 @@ def _checked(body: Any, model: InferenceModel):
     return c, kind, layers, position, attribution
 
 
+def _shares_json(engine: HookedEngine, c: Contrast) -> dict[str, Any]:
+    """Each part's share of m on each prompt: the answer's logit's shares minus the wrong's."""
+    out: dict[str, Any] = {}
+    for prompt, ids in (("clean", c.clean), ("corrupted", c.corrupted)):
+        try:
+            up, down = logit_shares(engine, ids, c.answer), logit_shares(engine, ids, c.wrong)
+        except UserError as e:  # (a soft-capped logit, U-net skips: no sum of shares)
+            raise bad("logit_attribution", f"{e} ('logit_attribution': false)") from None
+        out["names"] = up.names
+        out[prompt] = {"shares": np.round(up.shares - down.shares, DIGITS).tolist()}
+    return out
+
+
 def _grid_json(grid: PatchGrid) -> dict[str, Any]:
     return {"scores": np.round(grid.scores, DIGITS).tolist(),
             "metric": np.round(grid.metric, DIGITS).tolist()}
@@ -123,6 +152,7 @@ async def patch(request: HttpRequest) -> JSONResponse:
     body = await read_json(request, st.settings.max_body)
     model: InferenceModel = st.model
     c, kind, layers, position, attribution = await asyncio.to_thread(_checked, body, model)
+    shares = _flag(body, "logit_attribution", False)
     text = lambda i: st.texts(i)[0]  # noqa: E731
 
     def run(m: InferenceModel) -> dict[str, Any]:
@@ -144,6 +174,8 @@ async def patch(request: HttpRequest) -> JSONResponse:
                **_grid_json(exact)}
         if estimate is not None:
             out["attribution"] = _grid_json(estimate)
+        if shares:
+            out["logit_attribution"] = _shares_json(engine, c)
         return out
 
     try:
