@@ -101,6 +101,44 @@ def test_the_heads_grid_and_a_phone(page, shots):
     page.screenshot(path=str(shots / "page-patch-phone.png"), full_page=True)
 
 
+def read_bar(pg, k: int) -> float:
+    canvas = pg.get_by_test_id("shares")
+    canvas.scroll_into_view_if_needed()
+    box, left, bar = (canvas.bounding_box(), float(canvas.get_attribute("data-left")),
+                      float(canvas.get_attribute("data-bar")))
+    pg.mouse.move(box["x"] + left + (k + 0.5) * bar, box["y"] + box["height"] / 2)
+    assert pg.get_attribute("[data-testid=shares-readout]", "data-bar") == str(k)
+    text = pg.inner_text("[data-testid=shares-readout]")
+    return float(re.search(r": share (\S+) of m", text).group(1))
+
+
+def test_the_direct_logit_attribution_is_a_bar_per_part(page, shots):
+    """One bar per part (the embedding; 2 heads, the attention's b_proj and the feed-forward
+    per block; LayerNorm's beta), each reading the JSON's share on either prompt, summing to
+    m."""
+    got = patch(page)
+    shares = got["logit_attribution"]
+    assert shares["names"] == ["embed", *(f"blocks.{i}.{p}" for i in (0, 1) for p in (
+        "attn.head.0", "attn.head.1", "attn.bias", "ffn")), "final_norm.bias"]
+    page.wait_for_selector("[data-testid=shares]")
+    assert page.get_attribute("[data-testid=shares]", "data-bars") == "10"
+    for prompt in ("clean", "corrupted"):
+        page.select_option("[data-testid=shares-prompt]", prompt)
+        assert [read_bar(page, k) for k in range(10)] == shares[prompt]["shares"]
+        total = float(page.get_attribute("[data-testid=shares-summary]", "data-sum"))
+        assert total == pytest.approx(got[f"{prompt}_metric"], abs=1e-5)  # (float32 pass)
+        assert f"m = {got[f'{prompt}_metric']:.4f}" in page.inner_text(
+            "[data-testid=shares-summary]")
+    read_bar(page, 5)
+    assert page.inner_text("[data-testid=shares-readout]") == (
+        f"head 1.0: share {shares['corrupted']['shares'][5]} of m (corrupted prompt)")
+    page.focus("[data-testid=shares]")
+    page.keyboard.press("End")
+    assert page.get_attribute("[data-testid=shares-readout]", "data-bar") == "9"
+    assert page.inner_text("[data-testid=shares-readout]").startswith("the final norm's β")
+    page.screenshot(path=str(shots / "page-patch-shares.png"), full_page=True)
+
+
 def test_prompts_of_unequal_lengths_show_the_servers_400(page, plain_server):
     body = {"clean": CLEAN, "corrupted": "abd de", "answer": "h", "wrong": "a"}
     reply = call(plain_server.url, "POST", "/v1/patch", body)

@@ -3,8 +3,10 @@
 // m = z[answer] − z[wrong] at the last position. Each cell of the grid is one corrupted pass with
 // one value moved in from the clean pass, scored (m − m*) / (m_c − m*): 1 is the clean run, 0
 // the corrupted one. Beside it, the attribution estimate of every cell from one backward pass,
-// (a − a*) · ∂m/∂a, and how well the two agree (Pearson's r over the cells).
+// (a − a*) · ∂m/∂a, and how well the two agree (Pearson's r over the cells); below, each part's
+// direct share of m (shares.js).
 import { $, api, diverging, el, hideTip, setStatus, shortToken, showTip } from "./common.js";
+import { sharesPanel } from "./shares.js";
 
 const DOC = "/docs/experiments.md";
 const LABEL = 6;  // characters of a token in a column's label (all of it on hover)
@@ -56,6 +58,7 @@ export function patchView(state) {
     el("option", { value: "positions" }, "layers × positions (block l's output at t)"),
     el("option", { value: "heads" }, "layers × heads (head h's output)"));
   const estimate = el("input", { id: "patch-estimate", type: "checkbox", checked: "" });
+  const direct = el("input", { id: "patch-shares", type: "checkbox", checked: "" });
   const form = el("form", { id: "patch-form" },
     field("patch-clean", "Clean prompt", "The capital of France is", { class: "prompt" }),
     field("patch-corrupted", "Corrupted prompt", "The capital of Italy is", { class: "prompt" }),
@@ -66,20 +69,22 @@ export function patchView(state) {
       el("label", {}, "Grid ", kind),
       field("patch-position", "Position", "", { size: "4", placeholder: "every", title: "heads only: patch each head at this position alone (blank: at every position)" }),
       field("patch-blocks", "Blocks", "", { size: "6", placeholder: "every", title: "e.g. 12-29 or 0, 3, 5 (blank: every block)" }),
-      el("label", { title: "the attribution estimate: one forward and one backward pass more" }, estimate, "with the estimate")),
+      el("label", { title: "the attribution estimate: one forward and one backward pass more" }, estimate, "with the estimate"),
+      el("label", { title: "each part's share of m on each prompt: four forward passes more" }, direct, "with the direct logit attribution")),
     el("div", { class: "buttons" }, el("button", { type: "submit", "data-testid": "patch-run" }, "Patch")));
   const status = el("p", { id: "patch-status", "data-testid": "patch-status", class: "status", role: "status" });
   const metric = el("p", { id: "patch-metric", "data-testid": "patch-metric", class: "readout" });
   const agreement = el("p", { id: "patch-agreement", "data-testid": "patch-agreement", class: "readout" });
   const grids = el("div", { id: "patch-grids", class: "patch-grids" });
   const readout = el("p", { id: "patch-readout", "data-testid": "patch-readout", class: "readout", "aria-live": "polite" });
+  const shares = sharesPanel();
   root.append(
     el("p", { class: "hint" }, "Change one value of a forward pass and see what follows. The model runs the corrupted prompt once per cell, with one value (a block's output at one position, or one head's output) taken from the clean prompt's pass instead, and scores how much of the difference between the two runs that value brings along. Blocks and heads are counted from 0, as the hook points' names (blocks.l.resid_out, blocks.l.attn.heads)."),
     form,
     el("h2", {}, "The metric and the score ", el("a", { class: "doc", href: DOC }, "activation and attribution patching")),
     el("p", { class: "formula" }, "m = z[answer] − z[wrong] (the logits at the last position) ,  score = (m − m*) / (m", el("sub", {}, "c"), " − m*)"),
     el("p", { class: "hint" }, "m", el("sub", {}, "c"), ": the clean run's m; m*: the corrupted run's; m: the corrupted run with the cell's value a moved in from the clean run. The estimate replaces each cell's pass by the first-order change from the corrupted run, read from one backward pass: m − m* ≈ (a − a*) · ∂m/∂a, the gradient taken at a*, the corrupted value."),
-    status, metric, legend(), grids, agreement, readout);
+    status, metric, legend(), grids, agreement, readout, shares.root);
 
   let data = null, asked = 0;
 
@@ -179,7 +184,7 @@ export function patchView(state) {
     }
     const body = { clean: $("#patch-clean").value, corrupted: $("#patch-corrupted").value,
       answer: $("#patch-answer").value, wrong: $("#patch-wrong").value, kind: kind.value, layers,
-      attribution: estimate.checked };
+      attribution: estimate.checked, logit_attribution: direct.checked };
     const position = $("#patch-position").value.trim();
     if (kind.value === "heads" && position !== "") body.position = Number(position);
     const mine = ++asked;
@@ -190,6 +195,7 @@ export function patchView(state) {
       data = got;
       setStatus(status, `computed in ${data.seconds.toFixed(3)} s`);
       draw();
+      shares.show(data);
     } catch (e) {
       if (mine === asked) setStatus(status, e.message, true);
     }
