@@ -98,7 +98,8 @@ def test_the_pages_views_open_the_rendered_pages(page, plain_server):
     server = plain_server
     page.goto(server.url + "/")
     links = page.eval_on_selector_all("a.doc", "ns => ns.map(n => n.getAttribute('href'))")
-    assert len(links) >= 5 and all(href.startswith("/docs/math/") for href in links)
+    assert len(links) >= 5 and all(href.startswith(("/docs/math/", "/docs/experiments.md"))
+                                   for href in links)  # (experiments.md: the Patching view's)
     for href in set(links):
         answer = page.request.get(server.url + href)
         assert answer.status == 200 and answer.headers["content-type"].startswith("text/html")

@@ -2,9 +2,10 @@
 mathematics, rendered").
 
 Shown: every page of docs/math/ and docs/derivations/, the two derivations the maths pages
-lean on (docs/backprop.md, docs/architectures.md), and the pictures of docs/images/ those pages
-show. They are read from the source checkout's docs/ when sheepop runs from one (an editable
-install, the tests), and otherwise from the package's own `documents/docs/`, which building the
+lean on (docs/backprop.md, docs/architectures.md), the formulas of the page's Patching view
+(docs/experiments.md), and the pictures of docs/images/ those pages show. They are read from
+the source checkout's docs/ when sheepop runs from one (an editable install, the tests), and
+otherwise from the package's own `documents/docs/`, which building the
 package fills from docs/ (setup.py's build_py, with `files` below): docs/ is the one copy in
 the repository. tests/serve/test_documents_wheel.py builds a wheel and serves its pages.
 
@@ -20,7 +21,7 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parents[4] / "docs"
 SHIPPED = Path(__file__).resolve().with_name("docs")
 FOLDERS = ("math", "derivations")
-PAGES = ("backprop.md", "architectures.md")
+PAGES = ("backprop.md", "architectures.md", "experiments.md")
 _PICTURE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)")
 
 

@@ -81,7 +81,7 @@ export function patchView(state) {
   root.append(
     el("p", { class: "hint" }, "Change one value of a forward pass and see what follows. The model runs the corrupted prompt once per cell, with one value (a block's output at one position, or one head's output) taken from the clean prompt's pass instead, and scores how much of the difference between the two runs that value brings along. Blocks and heads are counted from 0, as the hook points' names (blocks.l.resid_out, blocks.l.attn.heads)."),
     form,
-    el("h2", {}, "The metric and the score ", el("a", { class: "doc", href: DOC }, "activation and attribution patching")),
+    el("h2", {}, "The metric and the score ", el("a", { class: "doc", href: `${DOC}#activation-patching` }, "activation and attribution patching")),
     el("p", { class: "formula" }, "m = z[answer] − z[wrong] (the logits at the last position) ,  score = (m − m*) / (m", el("sub", {}, "c"), " − m*)"),
     el("p", { class: "hint" }, "m", el("sub", {}, "c"), ": the clean run's m; m*: the corrupted run's; m: the corrupted run with the cell's value a moved in from the clean run. The estimate replaces each cell's pass by the first-order change from the corrupted run, read from one backward pass: m − m* ≈ (a − a*) · ∂m/∂a, the gradient taken at a*, the corrupted value."),
     status, metric, legend(), grids, agreement, readout, shares.root);

@@ -32,7 +32,7 @@ export function sharesPanel() {
   const summary = el("p", { id: "shares-summary", "data-testid": "shares-summary", class: "readout" });
   const readout = el("p", { id: "shares-readout", "data-testid": "shares-readout", class: "readout", "aria-live": "polite" });
   const root = el("div", { id: "shares-panel", hidden: "" },
-    el("h2", {}, "Direct logit attribution ", el("a", { class: "doc", href: "/docs/experiments.md" }, "each part's share of m")),
+    el("h2", {}, "Direct logit attribution ", el("a", { class: "doc", href: "/docs/experiments.md#direct-logit-attribution" }, "each part's share of m")),
     el("p", { class: "formula" }, "m = Σ", el("sub", {}, "c"), " share(c) ,  share(c) = s (c − mean(c)) · (γ ⊙ (W", el("sub", {}, "head"),
       "[answer] − W", el("sub", {}, "head"), "[wrong]))"),
     el("p", { class: "hint" }, "At the last position, the stream leaving the last block is the sum of what each part wrote into it: the embedding, each head (its output through its columns of W_proj), each attention bias and each feed-forward. With the final norm's scale s frozen at that stream's own (RMSNorm: c, no mean removed), m is the sum of their shares, plus the final norm's β and the head's bias. One bar per part: ",
