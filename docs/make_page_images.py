@@ -8,7 +8,8 @@ and writes page-generate.png, page-inside.png (and its panels: page-inside-heads
 page-inside-sampled.png, page-inside-lens.png) and page-runs.png at 1280x800, and
 page-inside-phone.png at 390x844; then the Step view (page-step.png, page-step-attention.png,
 page-step-sampling.png, page-step-phone.png) and the Backprop view (page-backward.png,
-page-backward-phone.png) on the text generated. `--views step,backward` takes only those (the
+page-backward-phone.png) on the text generated, and the Patching view with its form's own
+example (page-patch.png, page-patch-shares.png). `--views step,backward` takes only those (the
 docs' ones are of SmolLM2: `sheepop import` its GGUF, then give that run).
 """
 
@@ -106,6 +107,22 @@ def inside_view(page, out: Path) -> None:
         page.screenshot(path=str(out / name))
 
 
+def patch_view(page, out: Path) -> None:
+    """The Patching view on its form's example (France / Italy, " Paris" / " Rome"): the two
+    grids with a cell under the pointer (page-patch.png), the direct attribution's bars
+    (page-patch-shares.png)."""
+    page.get_by_test_id("view-patch").click()
+    page.get_by_test_id("patch-run").click()
+    page.wait_for_selector("[data-testid=patch-estimated] td", timeout=10 * WAIT_MS)
+    cells = page.locator("[data-testid=patch-exact] td")
+    page.evaluate("document.querySelector('#patch-metric').scrollIntoView()")
+    cells.nth(cells.count() // 2 + 3).hover()
+    page.screenshot(path=str(out / "page-patch.png"))
+    page.evaluate("document.querySelector('#shares-panel').scrollIntoView()")
+    page.mouse.move(1, 1)
+    page.screenshot(path=str(out / "page-patch-shares.png"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run_dir", type=Path)
@@ -116,7 +133,7 @@ def main() -> None:
                     help="the generation's temperature (default: the page's); 0: greedy")
     ap.add_argument("--step-at", help="the Step view's token (its text; default: the middle "
                     "generated token)")
-    ap.add_argument("--views", default="generate,inside,runs,step,backward",
+    ap.add_argument("--views", default="generate,inside,runs,step,backward,patch",
                     help="the views to take (after generating), comma-separated")
     args = ap.parse_args()
     views = set(args.views.split(","))
@@ -154,6 +171,8 @@ def main() -> None:
                 step_view(page, args.out, args.step_at)
             if "backward" in views:
                 backward_view(page, args.out, "page-backward.png", "page-backward-grads.png")
+            if "patch" in views:
+                patch_view(page, args.out)
             page.set_viewport_size({"width": 390, "height": 844})
             if "inside" in views:
                 page.get_by_test_id("view-inside").click()
