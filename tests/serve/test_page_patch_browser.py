@@ -94,6 +94,23 @@ def test_the_heads_grid_and_a_phone(page, shots):
     assert page.locator("[data-testid=patch-exact] thead th").all_inner_texts()[1:] == [
         "head 0", "head 1"]
     assert read_cell(page, "patch-exact", 1, 0)[0] == got["scores"][1][0]
+    page.fill("#patch-position", "6")  # each head at the last position alone, block 1 only
+    page.fill("#patch-blocks", "1")
+    got = patch(page, kind="heads")
+    assert got["position"] == 6 and got["layers"] == [1]
+    page.wait_for_selector("[data-testid=patch-exact] td[data-row='0']")
+    assert page.locator("[data-testid=patch-exact] td").count() == 2
+    assert read_cell(page, "patch-exact", 0, 1)[0] == got["scores"][0][1]
+    assert page.inner_text("[data-testid=patch-readout]").startswith(
+        "block 1, head 1 at position 6;")
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if "/v1/patch" in r.url else None)
+    page.fill("#patch-blocks", "0-2")  # past the last block: said on the page, nothing asked
+    page.get_by_test_id("patch-run").click()
+    assert page.inner_text("[data-testid=patch-status]").startswith("Blocks: give indices 0 to 1")
+    assert sent == []
+    page.fill("#patch-blocks", "")
+    page.fill("#patch-position", "")
     page.set_viewport_size({"width": 390, "height": 844})
     patch(page)
     page.wait_for_selector("[data-testid=patch-exact] td[data-col='6']")
