@@ -5,7 +5,8 @@ its views.
     inside_view.py    POST /v1/inspect: the Inside view (attention, top tokens, logit lens)
     step_view.py      POST /v1/trace: the Step view (one token through every step of docs/math)
     backprop_view.py  POST /v1/backward: the Backprop view (one training step's gradients)
-    patch_view.py     POST /v1/patch: activation patching's grid and its estimate (issue 46)
+    patch_view.py     POST /v1/patch: the Patching view (activation patching's grid, its
+                      estimate, the direct logit attribution)
     runs_view.py      GET /v1/runs: the Runs view (the runs under --runs, their curves)
     static/           the page's HTML, scripts and style, written here (no CDN, no framework)
 """
