@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 
 import numpy as np
@@ -236,7 +237,11 @@ def test_generate_compiled_int8_gives_the_eager_tokens(run, capsys):
     assert main(argv) == 0
     eager = capsys.readouterr().out
     assert main([*argv, "--compile"]) == 0
-    assert capsys.readouterr().out == eager and len(eager) > len("the\n")
+    compiled = capsys.readouterr()
+    assert compiled.out == eager and len(eager) > len("the\n")
+    # the start-up line says what compiling cost (inductor's cache may make it short)
+    assert re.search(r"^sheepop: compile: the decode step ready in \d+\.\d s ", compiled.err,
+                     re.M), compiled.err
 
 
 def test_eval_takes_the_dtype(run, capsys):

@@ -1,7 +1,8 @@
-"""The forward pass torch.compile sees (TorchLM.compile, `--compile`: dynamic shapes): a decode
-step with the KV cache, rotary positions and grouped-query attention is one graph, with no break
-that would start a frame per layer (each past dynamo's recompile limit of 8 then runs
-eagerly)."""
+"""The forward pass torch.compile sees: a decode step with the KV cache, rotary positions and
+grouped-query attention is one graph, with no break that would start a frame per layer (each
+past dynamo's recompile limit of 8 then runs eagerly); and the compiled decode step of
+TorchLM.compile (`--compile`, tests/model/test_compiled_decode.py) is not compiled again as
+the cache grows."""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_compiled_decoding_is_not_compiled_again_as_the_cache_grows():
         return aot(graph, example_inputs)
 
     torch._dynamo.reset()
-    lm.forward = torch.compile(lm.model, dynamic=True, backend=backend)
+    lm.compile(backend=backend)
     token = int(lm.prefill([1, 2, 3]).argmax())
     token = int(lm.decode(token).argmax())
     after_first_step, capacities = len(graphs), set()

@@ -143,6 +143,17 @@ class KVCache:
         earlier key or the new token's own, all of which it may see."""
         return min(self.length, self.max_len - t)
 
+    def layer(self, index: int) -> KVCache:
+        """Layer `index`'s part as a one-layer cache (its layer 0) over the same buffers, at the
+        same length: its writes land here; it cannot grow (`make_room` first). A compiled
+        block takes it, so that every layer's call is one graph: given the whole cache and the
+        index, torch.compile made the index a constant of the graph and compiled each layer
+        again (up to its recompile limit of 8, then ran the rest eagerly)."""
+        part = KVCache(self.k[index:index + 1], self.v[index:index + 1], self.rolling,
+                       self.max_len)
+        part.length = self.length
+        return part
+
     def update(self, layer: int, k_new: Any, v_new: Any) -> tuple[Any, Any]:
         """Store (B, H_kv, t, d_k) keys/values after the cached ones; return all of them (views).
 

@@ -17,6 +17,8 @@ Each layer kind is one unit chosen by the config; parameter names match the NumP
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -34,6 +36,8 @@ from sheepop.model.norm import make_norm
 from sheepop.model.positions import Pos, Positions, add_positions, position_modules
 from sheepop.model.skips import Skips
 from sheepop.model.value_embeds import ValueEmbeddings, ValueMix
+
+DecodeBlock = Callable[..., torch.Tensor]
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
@@ -124,6 +128,10 @@ class GPT(nn.Module):
         self.ln_f = make_norm(cfg)
         self.head = Head(cfg)
         self.hooks: Hooks | None = None  # set for one pass by sheepop.model.hooks
+        # How a one-token step with a cache runs each block: None, the block itself; else
+        # decode_block(block, x, positions, pos, its layer's cache, attn_mask, values), the
+        # function sheepop.model.lm.TorchLM.compile compiles once for every layer
+        self.decode_block: DecodeBlock | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -179,8 +187,16 @@ class GPT(nn.Module):
         values = (self.value_embeds.per_layer(idx) if self.value_embeds is not None
                   else [None] * len(self.blocks))
 
+        # (from 2 cached tokens: torch.compile makes a graph of its own for an int of 0 or 1)
+        compiled = (self.decode_block is not None and T == 1 and cache is not None
+                    and cache.length >= 2)
+
         def block(i: int, x: torch.Tensor) -> torch.Tensor:
-            return self.blocks[i](x, self.pos_emb, pos, cache, i, attn_mask, values[i])
+            unit = self.blocks[i]
+            if compiled and unit.hooks is None:  # a hooked pass runs eagerly
+                return self.decode_block(unit, x, self.pos_emb, pos, cache.layer(i),
+                                         attn_mask, values[i])
+            return unit(x, self.pos_emb, pos, cache, i, attn_mask, values[i])
 
         x = self.skips(x, block)
         if cache is not None:

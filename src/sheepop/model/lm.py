@@ -7,7 +7,9 @@ chosen dtype, and the weight layout that makes a single-token step fastest on th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+import types
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
@@ -19,15 +21,17 @@ from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.steering import point_of
-from sheepop.model.gpt import GPT
+from sheepop.model.gpt import GPT, Block
 from sheepop.model.hooks import hooked
+from sheepop.model.positions import Pos, Positions
+from sheepop.model.value_embeds import ValueMix
 
 
 class TorchLM(CachedLM):
     """Next-token logits from a `GPT`, with its preallocated KV cache, under inference_mode.
 
-    `compile=True` runs the forward pass through `torch.compile` (dynamic shapes, so a growing
-    cache does not recompile at every step); the first calls pay the compilation.
+    `compile=True` runs a one-token step's blocks through one `torch.compile`d function
+    (`compile`), compiled at once.
 
     On CPU in float32 each weight matrix W (out, in), the token table (the tied head) included,
     is re-stored in the order the BLAS library's one-token product reads fastest
@@ -44,6 +48,7 @@ class TorchLM(CachedLM):
         self.decode_layout = decode_layout and self.device.type == "cpu"
         _set_layout(model, self._layout_pays())
         self.forward = model
+        self.compiled = False  # TorchLM.compile
         self._new_caches()
         if compile:
             self.compile()
@@ -60,16 +65,48 @@ class TorchLM(CachedLM):
         self.model.to(dtype)
         _set_layout(self.model, self._layout_pays())
         self._new_caches()
+        if self.compiled:  # (its guards do not check the modules' weights)
+            self.compile()
 
-    def compile(self) -> None:
-        """Run the forward pass through `torch.compile` from now on (dynamic shapes).
+    def compile(self, backend: str | Callable = "inductor") -> float:
+        """Run each block of a one-token step through one `torch.compile`d function from now on
+        (`GPT.decode_block`); compile it now, on a scratch cache, and return the seconds it
+        took (inductor keeps the result on disk: the next start of the same model shape and
+        dtype reads it). Prompts run eagerly (one pass a generation).
 
-        `realize_opcount_threshold` 1: inductor otherwise folds a cheap producer (a norm, the
-        rounding of the activations) into the loop of each consumer, recomputing it once per
-        weight row of a decode step's products (int8 on SmolLM2's shape decoded 2.2x faster
-        with it; docs/performance.md, "Compiled decoding")."""
-        self.forward = torch.compile(self.model, dynamic=True,
-                                     options={"realize_opcount_threshold": 1})
+        Every layer runs the same graph (its own layer's cache, KVCache.layer), so compiling
+        costs one block's, not n_layer's (the whole model compiled took 267-559 s for
+        SmolLM2's 30 layers). Dynamic shapes, so a growing cache does not compile again, and
+        without duck shaping: torch.compile otherwise takes two sizes that are equal when it
+        traces (a capacity of 64 columns, 64 values a head) for one symbol and compiles again
+        once they part. Dynamo's guards on the modules' attributes (~240 checks a call, ~0.26
+        ms, 30 calls a token) are skipped (`skip_guard_on_all_nn_modules_unsafe`; those on
+        shapes and sizes stay): the function is this model's own (a code object of its own:
+        dynamo's cache is per code object), its modules do not change once built (`cast`
+        compiles again), and a hooked pass runs eagerly. `realize_opcount_threshold` 1:
+        inductor otherwise folds a cheap producer (a norm, the rounding of the activations)
+        into the loop of each consumer, recomputing it once per weight row
+        (docs/performance.md, "Compiled decoding")."""
+        options = ({"realize_opcount_threshold": 1,
+                    "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
+                   if backend == "inductor" else None)
+        from torch.fx.experimental import _config as symbolic_shapes
+        symbolic_shapes.use_duck_shape = False
+        own = types.FunctionType(one_block.__code__.replace(), one_block.__globals__)
+        self.model.decode_block = torch.compile(own, dynamic=True, backend=backend,
+                                                options=options)
+        self.compiled = True
+        return self._warm_up()
+
+    def _warm_up(self) -> float:
+        """Seconds of a scratch decode step at 2 cached tokens (the compilation, when inductor's
+        cache does not hold it yet); none in a context of under 4 tokens."""
+        started = time.perf_counter()
+        if self.block_size >= 4:
+            cache = self._new_cache(1)
+            self._logits(np.zeros((1, 2), np.int64), cache)
+            self._logits(np.zeros((1, 1), np.int64), cache)
+        return time.perf_counter() - started
 
     def _new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         return self.model.new_cache(batch, max_len)
@@ -80,7 +117,7 @@ class TorchLM(CachedLM):
             # trace an allocation of a symbolic size. Compiled, one column more than the step
             # needs: a step whose keys filled the buffer exactly would be compiled again (the
             # full slice is a case of its own to torch.compile), at every growth of the cache.
-            cache.make_room(idx.shape[1] + (self.forward is not self.model))
+            cache.make_room(idx.shape[1] + self.compiled)
         kw = {}
         if pos_ids is not None:
             past = cache.query_offset(idx.shape[1]) if cache is not None else 0
@@ -103,6 +140,14 @@ class TorchLM(CachedLM):
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(a)).to(self.device)
+
+
+def one_block(block: Block, x: torch.Tensor, positions: Positions, pos: Pos,
+              cache: KVCache, attn_mask: torch.Tensor | None, values: ValueMix | None
+              ) -> torch.Tensor:
+    """Block `block` of a one-token step on its own layer's cache (KVCache.layer): the
+    function TorchLM.compile compiles once for every layer."""
+    return block(x, positions, pos, cache, 0, attn_mask, values)
 
 
 def generation_attention(device: torch.device) -> AbstractContextManager:

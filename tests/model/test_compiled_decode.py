@@ -1,0 +1,121 @@
+"""The compiled decode step (`--compile`, TorchLM.compile): one block's graph for every layer,
+logits equal to the eager step's within each dtype's precision, and inductor's on-disk cache
+read by a second start."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from variants import gqa, llama
+
+from sheepop.config.schema import Config, ModelConfig
+from sheepop.inference.load import build
+from sheepop.scratch.init import init_params
+
+N_LAYER = 3
+
+
+def small_config() -> Config:
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=61, block_size=64, n_layer=N_LAYER, n_embd=64,
+                            dropout=0.0, **llama(tie_weights=True, **gqa(4, 2)))
+    return cfg
+
+
+def test_every_layer_of_a_decode_step_runs_one_graph():
+    """Given the whole cache and its layer's index, each layer was a graph of its own (the
+    index a constant of the graph): n_layer compilations, past dynamo's limit of 8 on a real
+    model. Each layer now gets its own layer's cache: one graph, called n_layer times a step."""
+    cfg = small_config()
+    lm = build(cfg, init_params(cfg.model, 0), None, "torch", "cpu").lm
+    graphs, calls = [], []
+
+    def backend(graph, example_inputs):  # dynamo's graphs, run as they are (no inductor)
+        graphs.append(graph)
+
+        def run(*args):
+            calls.append(1)
+            return graph.forward(*args)
+        return run
+
+    torch._dynamo.reset()
+    lm.compile(backend=backend)  # compiles on a scratch cache: one decode step
+    assert len(graphs) == 1 and len(calls) == N_LAYER
+    token = int(lm.prefill([1, 2, 3]).argmax())  # the prompt runs eagerly
+    for _ in range(5):
+        token = int(lm.decode(token).argmax())
+    assert len(graphs) == 1 and len(calls) == N_LAYER * 6
+
+
+@pytest.fixture(scope="module")
+def weights():
+    return init_params(small_config().model, 3)
+
+
+# How far the compiled step's logits may be from the eager step's, as a fraction of the largest
+# |logit|. float32: the same sums in another order, each product of K <= 256 terms off by at
+# most K * 2^-24 of its sum of |terms|, over the 4 products of a block and the head. The narrow
+# dtypes: the eager step rounds each product's input and output to bf16 (2^-9 each, taken as
+# 2^-8), which inductor does not (its default, emulate_precision_casts off): 2 roundings per
+# product, 4 products a block, and the head.
+PRODUCTS = 4 * N_LAYER + 1
+TOLERANCE = {"float32": PRODUCTS * 256 * 2 ** -24, "bfloat16": 2 * PRODUCTS * 2 ** -8,
+             "int8": 2 * PRODUCTS * 2 ** -8, "int4": 2 * PRODUCTS * 2 ** -8}
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE))
+def test_compiled_logits_equal_the_eager_ones(weights, dtype):
+    """Six decode steps after a 5-token prompt, both fed the eager model's greedy tokens."""
+    cfg = small_config()
+    eager = build(cfg, dict(weights), None, "torch", "cpu", dtype).lm
+    compiled = build(cfg, dict(weights), None, "torch", "cpu", dtype).lm
+    compiled.compile()
+    assert compiled.model.decode_block is not None
+    prompt = [5, 9, 14, 3, 27]
+    z_eager, z_compiled = eager.prefill(prompt), compiled.prefill(prompt)
+    np.testing.assert_array_equal(z_compiled, z_eager)  # the prompt runs eagerly in both
+    for _ in range(6):
+        token = int(z_eager.argmax())
+        z_eager, z_compiled = eager.decode(token), compiled.decode(token)
+        gap = np.abs(z_compiled - z_eager).max() / np.abs(z_eager).max()
+        assert gap <= TOLERANCE[dtype], (dtype, gap)
+
+
+CHILD = """
+import json, sys
+sys.path.insert(0, {helpers!r})
+from torch._dynamo.utils import counters
+from variants import gqa, llama
+from sheepop.config.schema import Config, ModelConfig
+from sheepop.inference.load import build
+from sheepop.scratch.init import init_params
+cfg = Config()
+cfg.model = ModelConfig(vocab_size=61, block_size=64, n_layer=2, n_embd=64, dropout=0.0,
+                        **llama(tie_weights=True, **gqa(4, 2)))
+lm = build(cfg, init_params(cfg.model, 0), None, "torch", "cpu", "int8").lm
+print(json.dumps({{"seconds": lm.compile(), **counters["inductor"]}}))
+"""
+
+
+@pytest.mark.slow
+def test_a_second_start_reads_the_compiled_step_from_inductors_cache(tmp_path):
+    """Two fresh processes compile the same model shape and dtype with one cache folder: the
+    first compiles (a miss of inductor's graph cache), the second reads it (hits, no miss)."""
+    helpers = os.path.join(os.path.dirname(__file__), "..", "helpers")
+    code = CHILD.format(helpers=helpers)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    starts = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        starts.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = starts
+    assert first.get("fxgraph_cache_miss", 0) >= 1
+    assert second.get("fxgraph_cache_hit", 0) >= 1 and second.get("fxgraph_cache_miss", 0) == 0
