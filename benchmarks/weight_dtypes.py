@@ -1,33 +1,46 @@
-"""Weights in fewer bytes, measured: SmolLM2-135M in float32, bfloat16 and int8, side by side.
+"""Weights in fewer bytes, measured: SmolLM2-135M in float32, bfloat16, int8 and int4, each on the
+eager decode step and on `--compile`'s, beside llama.cpp's on the same format.
 
     python benchmarks/weight_dtypes.py                              # imports SmolLM2 first
     python benchmarks/weight_dtypes.py --run /tmp/smol --threads 1 2 --repeats 5
+    python benchmarks/weight_dtypes.py --random-weights --threads 1 --repeats 3   # speed only
 
-For each `--dtype` of the torch engine (sheepop.inference.load.build; int8:
+It prints the machine first (machine.summary: the CPU, torch's CPU capability, the BLAS
+kernels, the load). For each `--dtype` of the torch engine (sheepop.inference.load.build; int8:
 sheepop.model.quantized; int4, 4-bit groups in GGUF Q4_1's layout: sheepop.model.quantized_int4,
 after checking that the imported float32 weights give back the file's own Q4_1 blocks) it
 prints:
 
-- decode tokens/s: greedy decoding of `--new-tokens` tokens after a `--prompt-tokens`-token
-  prompt, one token a step through the KV cache; the dtypes take turns, `--repeats` times, and
-  the median of each is printed, with the load average before and after;
+- decode tokens/s at each `--threads`, on each `--paths`: `plain` (the eager step) and
+  `compiled` (TorchLM.compile, `--compile`: one block's graph for every layer, built and
+  compiled at that thread count, its time printed); greedy decoding of `--new-tokens` tokens
+  after a `--prompt-tokens`-token prompt, one token a step through the KV cache; every model
+  takes its turn, `--repeats` times (the order reversed every other round), and the median of
+  each is printed, with compiled / plain and the load average before and after;
 - the bound: the machine's read bandwidth (a `--bandwidth-mib` array read on the same threads
   by bandwidth_bound.py's readers, the fastest, median of 5) over the bytes of weights one
   decode step reads in that dtype (sheepop.model.quantized.weight_bytes_read: every matrix,
   norm and bias, the token embedding only where the head reads it); tokens/s as a fraction of
   it;
+- llama.cpp's tokens/s on the same format in the same run (llama_cpp_decode: the file's own
+  Q4_1 for int4, `sheepop export --to gguf` q8_0 / bf16 / f32 of the run for the others), when
+  llama-cpp-python is installed (never built by this script: benchmarks/gguf_llama_cpp.py
+  builds it, ~8 min on 2 cores); otherwise it says so and leaves those columns empty;
 - bits per byte on held-out text (`--text`, by default this repository's docs/inference.md,
   written after SmolLM2 was trained): windows of `--window` tokens, the first `--bpb-tokens`
-  of the text, scored by the same model as `sheepop eval` does (loss_sum, TargetBytes).
-
+  of the text, scored by the same model as `sheepop eval` does (loss_sum, TargetBytes; the
+  prompt path, eager on both paths);
 - peak memory: the peak resident set (the kernel's ru_maxrss, through os.wait4) of a fresh
-  `sheepop generate RUN --dtype D --max-new-tokens --peak-tokens` process per dtype, greedy,
-  the torch engine, and float32 on the NumPy engine too (`auto`'s choice there), loading
-  included: what a user's command holds at its worst (`--peak-tokens 0` skips it).
+  `sheepop generate RUN --dtype D --max-new-tokens --peak-tokens` process per dtype and path,
+  greedy, the torch engine, and float32 on the NumPy engine too (`auto`'s choice there),
+  loading included: what a user's command holds at its worst (`--peak-tokens 0` skips it).
 
 The weights are SmolLM2's GGUF (Q4_1 blocks) dequantized to float32 by `sheepop import`: that
-float32 model is the reference the other two are compared with. Targets (issue 31): bfloat16
-within 0.002 bits/byte of float32, int8 within 0.01; each decode at >= 0.8 of its own bound.
+float32 model is the reference the others are compared with (`--random-weights`: SmolLM2's
+shape with random weights, decode_shapes; a decode step reads every weight whatever its value,
+so the speed is the real model's). Targets (issues 31, 47): bfloat16 within 0.002 bits/byte of
+float32, int8 within 0.01; each decode at >= 0.8 of its own bound; int4 >= llama.cpp's Q4_1,
+int8 >= its Q8_0.
 """
 
 from __future__ import annotations
@@ -41,6 +54,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import llama_cpp_decode
 import machine
 import numpy as np
 import torch
@@ -49,6 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 from bandwidth_bound import read_rates  # noqa: E402  (this folder: the same readers)
+from decode_shapes import prompt_ids, shape_config  # noqa: E402
 from real_model import smollm2_gguf  # noqa: E402
 
 from sheepop import threads  # noqa: E402
@@ -56,6 +71,7 @@ from sheepop.arch.quantize import quantize_groups  # noqa: E402
 from sheepop.data.windows import eval_windows  # noqa: E402
 from sheepop.inference.load import build, read_run  # noqa: E402
 from sheepop.model.quantized import weight_bytes_read  # noqa: E402
+from sheepop.scratch.init import init_params  # noqa: E402
 from sheepop.tokenizers.token_bytes import TargetBytes, bits_per_byte  # noqa: E402
 
 DTYPES = ("float32", "bfloat16", "int8", "int4")
@@ -107,12 +123,15 @@ def decode_seconds(lm, ids: list[int], new: int) -> tuple[float, list[int]]:
     return time.perf_counter() - t0, out
 
 
-def peak_rss(run: Path, dtype: str, engine: str, new_tokens: int, threads_used: int) -> int:
-    """Bytes: the peak resident set of one `sheepop generate` of `new_tokens` greedy tokens,
-    the process's own (os.wait4 reports that child's ru_maxrss, in KiB on Linux)."""
+def peak_rss(run: Path, dtype: str, engine: str, new_tokens: int, threads_used: int,
+             compiled: bool = False) -> int:
+    """Bytes: the peak resident set of one `sheepop generate` of `new_tokens` greedy tokens
+    (`--compile` if `compiled`), the process's own (os.wait4 reports that child's ru_maxrss,
+    in KiB on Linux; inductor's compiler processes are not counted)."""
     command = [sys.executable, "-m", "sheepop", "generate", str(run), "--prompt", PROMPT,
                "--max-new-tokens", str(new_tokens), "--temperature", "0", "--dtype", dtype,
-               "--engine", engine, "--device", "cpu", "--threads", str(threads_used)]
+               "--engine", engine, "--device", "cpu", "--threads", str(threads_used),
+               *(["--compile"] if compiled else [])]
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -121,13 +140,83 @@ def peak_rss(run: Path, dtype: str, engine: str, new_tokens: int, threads_used: 
     return usage.ru_maxrss * 1024
 
 
-def print_peaks(run: Path, dtypes: list[str], new_tokens: int, threads_used: int) -> None:
+def print_peaks(run: Path, dtypes: list[str], new_tokens: int, threads_used: int,
+                paths: list[str]) -> None:
     print(f"\npeak resident memory of `sheepop generate --max-new-tokens {new_tokens}` "
           f"(greedy, {threads_used} thread(s)), one fresh process each:")
-    rows = [("float32", "numpy")] + [(d, "torch") for d in dtypes]
-    for dtype, engine in rows:
-        peak = peak_rss(run, dtype, engine, new_tokens, threads_used)
-        print(f"{dtype:<9} {engine:<6} {peak / 1e9:.3f} GB")
+    rows = [("float32", "numpy", False)] + [(d, "torch", False) for d in dtypes
+                                            if "plain" in paths]
+    rows += [(d, "torch", True) for d in dtypes if "compiled" in paths]
+    for dtype, engine, compiled in rows:
+        peak = peak_rss(run, dtype, engine, new_tokens, threads_used, compiled)
+        print(f"{dtype:<9} {engine:<6} {'--compile' if compiled else '':<9} {peak / 1e9:.3f} GB")
+
+
+def gguf_files(run: Path, gguf: Path, dtypes: list[str]):
+    """(llama_cpp, {dtype: the GGUF file llama.cpp runs for it}) when llama-cpp-python is
+    installed: int4 the file itself (its Q4_1 blocks), the others `sheepop export`s of the run
+    (llama_cpp_decode.KINDS); None (and why) when it is not."""
+    module, why = llama_cpp_decode.installed()
+    if module is None:
+        print(why)
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="sheepop-gguf-"))
+    files = {}
+    for dtype in dtypes:
+        kind = llama_cpp_decode.KINDS[dtype]
+        files[dtype] = gguf if kind == "q4_1" else folder / f"smollm2-{kind}.gguf"
+        if kind != "q4_1":
+            subprocess.run([sys.executable, "-m", "sheepop", "export", str(run),
+                            str(files[dtype]), "--to", "gguf", "--gguf-type", kind,
+                            "--overwrite"], check=True, stdout=subprocess.DEVNULL)
+    return module, files
+
+
+def speed_table(config, weights, tokenizer, ids: list[int], n: int, args, llama) -> None:
+    """At `n` threads, each dtype's decode tokens/s on each path (`--paths`: eager, and
+    `--compile`'s, compiled here at n threads: inductor's C++ is specialised to the thread
+    count), all taking turns (the order reversed every other round), medians; against its
+    bound, and llama.cpp's on the same format where it is installed (`llama`)."""
+    threads.apply(n)
+    lms, nbytes = {}, {}
+    for d in args.dtypes:
+        for path in args.paths:
+            t0 = time.perf_counter()
+            lm = build(config, weights, tokenizer, "torch", "cpu", d, path == "compiled").lm
+            lms[d, path], nbytes[d] = lm, weight_bytes_read(lm.model)
+            if path == "compiled":
+                print(f"{d}: built and compiled at {n} thread(s) in "
+                      f"{time.perf_counter() - t0:.1f} s", flush=True)
+    load_before = os.getloadavg()[0]
+    bandwidth = read_bandwidth(args.bandwidth_mib)
+    speed: dict[tuple[str, str], list[float]] = {k: [] for k in lms}
+    tokens: dict[tuple[str, str], list[int]] = {}
+    for r in range(args.repeats):
+        for key in (list(lms) if r % 2 == 0 else list(lms)[::-1]):
+            seconds, tokens[key] = decode_seconds(lms[key], ids, args.new_tokens)
+            speed[key].append((args.new_tokens - 1) / seconds)
+    rates = {} if llama is None else {
+        d: llama_cpp_decode.decode_rate(llama[0], f, ids, args.new_tokens, n)
+        for d, f in llama[1].items()}
+    print(f"\n{n} thread(s): read bandwidth {bandwidth / 1e9:.2f} GB/s; load average "
+          f"{load_before:.2f} -> {os.getloadavg()[0]:.2f}; decode {args.new_tokens} "
+          f"greedy tokens after {len(ids)}, median of {args.repeats}")
+    print(f"{'dtype':<9} {'path':<8} {'MB/token':>8} {'bound tok/s':>11} {'tok/s':>7} "
+          f"{'of bound':>8} {'vs plain':>8} {'llama.cpp':>9} {'vs it':>6}  {'all runs':<24} "
+          "greedy tokens vs float32's")
+    for (d, path), rates_seen in speed.items():
+        bound = bandwidth / nbytes[d]
+        med = statistics.median(rates_seen)
+        plain = speed.get((d, "plain"))
+        ratio = f"{med / statistics.median(plain):.2f}x" if plain else "-"
+        theirs = f"{rates[d]:.1f}" if d in rates else "-"
+        versus = f"{med / rates[d]:.2f}" if d in rates else "-"
+        runs = " ".join(f"{v:.1f}" for v in rates_seen)
+        ref = tokens.get(("float32", path))
+        same = "-" if ref is None else sum(a == b for a, b in zip(tokens[d, path], ref))
+        print(f"{d:<9} {path:<8} {nbytes[d] / 1e6:>8.1f} {bound:>11.1f} {med:>7.1f} "
+              f"{med / bound:>8.2f} {ratio:>8} {theirs:>9} {versus:>6}  {runs:<24} "
+              f"{same} of {args.new_tokens} equal")
 
 
 def bits_per_byte_of(model, x: np.ndarray, y: np.ndarray, n_bytes: int) -> float:
@@ -150,10 +239,24 @@ def main() -> None:
     ap.add_argument("--peak-tokens", type=int, default=200,
                     help="tokens each peak-memory process generates (0: no peak memory)")
     ap.add_argument("--only-peaks", action="store_true", help="measure peak memory only")
+    ap.add_argument("--paths", nargs="+", default=["plain", "compiled"],
+                    choices=["plain", "compiled"],
+                    help="the eager decode step and/or --compile's (TorchLM.compile)")
+    ap.add_argument("--random-weights", action="store_true",
+                    help="SmolLM2's shape with random weights: decode speed only (no file, no "
+                         "peaks, no bits per byte, no llama.cpp)")
     args = ap.parse_args()
 
     run = args.run
     gguf, why = smollm2_gguf()
+    if args.random_weights:
+        print(f"machine: {machine.summary()}")
+        config = shape_config("smollm2")
+        weights = init_params(config.model, 0)
+        ids = prompt_ids(config.model.vocab_size, args.prompt_tokens)
+        for n in args.threads:
+            speed_table(config, weights, None, ids, n, args, None)
+        return
     if run is None:
         if gguf is None:
             sys.exit(f"no model: {why}")
@@ -162,7 +265,7 @@ def main() -> None:
         import_gguf(gguf, run)
     print(f"machine: {machine.summary()}")
     if args.peak_tokens:
-        print_peaks(run, args.dtypes, args.peak_tokens, args.threads[0])
+        print_peaks(run, args.dtypes, args.peak_tokens, args.threads[0], args.paths)
     if args.only_peaks:
         return
     config, tokenizer, weights = read_run(run)
@@ -170,33 +273,11 @@ def main() -> None:
         equal, total = blocks_recovered(gguf, weights)
         print(f"Q4_1 blocks of {gguf.name} given back by quantize_groups from the imported "
               f"float32 weights (ffn and attention output matrices): {equal} of {total}")
-    models = {d: build(config, weights, tokenizer, "torch", "cpu", d) for d in args.dtypes}
-    nbytes = {d: weight_bytes_read(m.lm.model) for d, m in models.items()}
-
     ids = tokenizer.encode(PROMPT * 4)[:args.prompt_tokens]
+    llama = gguf_files(run, gguf, args.dtypes) if gguf is not None else None
     for n in args.threads:
-        threads.apply(n)
-        load_before = os.getloadavg()[0]
-        bandwidth = read_bandwidth(args.bandwidth_mib)
-        speed: dict[str, list[float]] = {d: [] for d in models}
-        tokens: dict[str, list[int]] = {}
-        for _ in range(args.repeats):  # alternating: every dtype once a round
-            for d, m in models.items():
-                seconds, tokens[d] = decode_seconds(m.lm, ids, args.new_tokens)
-                speed[d].append((args.new_tokens - 1) / seconds)
-        print(f"\n{n} thread(s): read bandwidth {bandwidth / 1e9:.2f} GB/s; load average "
-              f"{load_before:.2f} -> {os.getloadavg()[0]:.2f}; decode {args.new_tokens} "
-              f"greedy tokens after {len(ids)}, median of {args.repeats}")
-        print(f"{'dtype':<9} {'MB/token':>8} {'bound tok/s':>11} {'tok/s':>7} {'of bound':>8}"
-              f"  {'all runs':<24} greedy tokens vs float32")
-        for d in models:
-            bound = bandwidth / nbytes[d]
-            med = statistics.median(speed[d])
-            runs = " ".join(f"{s:.1f}" for s in speed[d])
-            same = "-" if "float32" not in tokens else sum(
-                a == b for a, b in zip(tokens[d], tokens["float32"]))
-            print(f"{d:<9} {nbytes[d] / 1e6:>8.1f} {bound:>11.1f} {med:>7.1f} "
-                  f"{med / bound:>8.2f}  {runs:<24} {same} of {args.new_tokens} equal")
+        speed_table(config, weights, tokenizer, ids, n, args, llama)
+    models = {d: build(config, weights, tokenizer, "torch", "cpu", d) for d in args.dtypes}
 
     text = args.text.read_text(encoding="utf-8")
     stream = np.asarray(tokenizer.encode(text)[:args.bpb_tokens + 1])

@@ -1,0 +1,57 @@
+"""llama.cpp's greedy decode speed on a GGUF file, for benchmarks/weight_dtypes.py to print beside
+sheepop's in the same run, when llama-cpp-python is installed.
+
+It is never built here: building llama-cpp-python from source takes ~8 minutes of both cores
+(benchmarks/gguf_llama_cpp.py does it, into $SHEEPOP_BENCH_CACHE/llama-cpp, default
+~/.cache/sheepop-bench/llama-cpp). `installed()` finds it there or in the environment, or says
+why not; the rows are then left out.
+
+    rate = decode_rate(module, path, ids, new, threads)
+
+llama.cpp evaluates the prompt, then takes `new - 1` greedy steps one token at a time (argmax of
+its own logits), timed as sheepop's are (weight_dtypes.decode_seconds: the prompt not counted).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+CACHE = Path(os.environ.get("SHEEPOP_BENCH_CACHE", Path.home() / ".cache" / "sheepop-bench"))
+# sheepop's --dtype -> the GGUF kind llama.cpp runs for it (int4's blocks are Q4_1's; the int8
+# layer has one scale a row, Q8_0 one a block of 32: the nearest llama.cpp format)
+KINDS = {"float32": "f32", "bfloat16": "bf16", "int8": "q8_0", "int4": "q4_1"}
+
+
+def installed():
+    """(the llama_cpp module, "") or (None, why it is not there)."""
+    target = CACHE / "llama-cpp"
+    if target.is_dir():
+        sys.path.append(str(target))
+    try:
+        import llama_cpp
+    except ImportError:
+        return None, (f"llama-cpp-python is not installed (benchmarks/gguf_llama_cpp.py builds "
+                      f"it into {target}: ~8 min on 2 cores); llama.cpp's rows left out")
+    return llama_cpp, ""
+
+
+def decode_rate(module, path: Path, ids: list[int], new: int, threads: int) -> float:
+    """Tokens/s of llama.cpp's `new - 1` greedy decode steps after evaluating `ids`."""
+    # logits_all: llama-cpp-python 0.3 fills `scores` only then (a decode step's one row)
+    llm = module.Llama(model_path=str(path), n_ctx=len(ids) + new + 8, n_threads=threads,
+                       n_threads_batch=threads, logits_all=True, verbose=False)
+    llm.reset()
+    llm.eval(ids)
+    token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    started = time.perf_counter()
+    for _ in range(new - 1):
+        llm.eval([token])
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    seconds = time.perf_counter() - started
+    llm.close()
+    return (new - 1) / seconds
