@@ -76,8 +76,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "without --compile (as fast here, and it starts ~2 s sooner without "
                         "importing torch), else torch")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--compile", action="store_true", help="torch engine: run the model through "
-                   "torch.compile (pays a compilation first; see docs/inference.md)")
+    p.add_argument("--compile", action="store_true", help="torch engine: compile the decode "
+                   "step (torch.compile, one block's graph for every layer: seconds the first "
+                   "time, then read from inductor's cache; docs/performance.md, 'Compiled "
+                   "decoding')")
     add_dtype_option(p)
     add_threads_option(p)
     p.set_defaults(func=run)
