@@ -118,3 +118,27 @@ def test_a_second_start_reads_the_compiled_step_from_inductors_cache(tmp_path):
     first, second = starts
     assert first.get("fxgraph_cache_miss", 0) >= 1
     assert second.get("fxgraph_cache_hit", 0) >= 1 and second.get("fxgraph_cache_miss", 0) == 0
+
+
+def test_a_steered_step_runs_eagerly_and_is_steered(weights):
+    """Steering adds s v through a hook at a block's output; the compiled function skips
+    dynamo's guards on modules (the hook is a module attribute), so a hooked block must run
+    eagerly: compiled, the hook would be left out of every step after the first."""
+    from sheepop.generation.steering import Steering, SteeringVector
+
+    cfg = small_config()
+    vector = SteeringVector(np.random.default_rng(0).standard_normal(64).astype(np.float32),
+                            layer=1, model="small", n_layer=N_LAYER)
+    eager = build(cfg, dict(weights), None, "torch", "cpu").lm
+    compiled = build(cfg, dict(weights), None, "torch", "cpu").lm
+    compiled.compile()
+    plain = compiled.prefill([5, 9, 14])
+    plain = compiled.decode(int(plain.argmax()))  # a compiled step without hooks first
+    for lm in (eager, compiled):
+        lm.steer(Steering(((vector, 4.0),)))
+    z_eager, z_compiled = eager.prefill([5, 9, 14]), compiled.prefill([5, 9, 14])
+    for _ in range(3):
+        token = int(z_eager.argmax())
+        z_eager, z_compiled = eager.decode(token), compiled.decode(token)
+        gap = np.abs(z_compiled - z_eager).max() / np.abs(z_eager).max()
+        assert gap <= TOLERANCE["float32"], gap
