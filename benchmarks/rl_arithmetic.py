@@ -104,15 +104,18 @@ def main() -> int:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     passes = [(r["step"], r["pass@1"]) for r in rows if "pass@1" in r]
     rewards = [r["reward"] for r in rows if "reward" in r]
+    done = max(r["step"] for r in rows)  # fewer than --steps when the run was stopped
     figures = {"digits": args.digits, "heldout": args.heldout, "steps": args.steps,
                "prompts_per_step": args.prompts, "group_size": args.group, "lr": args.lr,
                "lora_rank": args.lora_rank, "pass@8_before": pass8,
                "pass@1_before": passes[0][1], "pass@1_after": passes[-1][1],
-               "pass@1_by_step": passes, "reward_first_5": float(np.mean(rewards[:5])),
+               "pass@1_by_step": passes, "steps_done": done,
+               "reward_first_5": float(np.mean(rewards[:5])),
                "reward_last_5": float(np.mean(rewards[-5:])), "train_seconds": round(seconds),
                "machine": described}
-    print(f"pass@1 (greedy): {passes[0][1]:.3f} before, {passes[-1][1]:.3f} after "
-          f"{args.steps} steps in {seconds / 60:.1f} min; mean reward "
+    print(f"pass@1 (greedy): {passes[0][1]:.3f} before, {passes[-1][1]:.3f} at step "
+          f"{passes[-1][0]} ({done} of {args.steps} steps done in {seconds / 60:.1f} min); "
+          "mean reward "
           f"{figures['reward_first_5']:.3f} over the first 5 steps, "
           f"{figures['reward_last_5']:.3f} over the last 5")
     if args.out:
