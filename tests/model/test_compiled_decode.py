@@ -1,13 +1,11 @@
 """The compiled decode step (`--compile`, TorchLM.compile): one block's graph for every layer,
-logits equal to the eager step's within each dtype's precision, and inductor's on-disk cache
-read by a second start."""
+logits equal to the eager step's within each dtype's precision (float32 and the two narrow
+formats read as stored, int8 and int4; bfloat16 compiles through the same path and is left out
+for time). Each compilation costs tens of seconds of the suite's two cores, so these are few;
+that a second start reads inductor's on-disk cache is torch's own behaviour, measured in
+docs/performance.md, not tested here."""
 
 from __future__ import annotations
-
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -65,11 +63,11 @@ def weights():
 # 2^-8), which inductor does not (its default, emulate_precision_casts off): 2 roundings per
 # product, 4 products a block, and the head.
 PRODUCTS = 4 * N_LAYER + 1
-TOLERANCE = {"float32": PRODUCTS * 256 * 2 ** -24, "bfloat16": 2 * PRODUCTS * 2 ** -8,
-             "int8": 2 * PRODUCTS * 2 ** -8, "int4": 2 * PRODUCTS * 2 ** -8}
+TOLERANCE = {"float32": PRODUCTS * 256 * 2 ** -24, "int8": 2 * PRODUCTS * 2 ** -8,
+             "int4": 2 * PRODUCTS * 2 ** -8}
 
 
-@pytest.mark.parametrize("dtype", list(TOLERANCE))
+@pytest.mark.parametrize("dtype", ["float32", "int8", "int4"])
 def test_compiled_logits_equal_the_eager_ones(weights, dtype):
     """The prompt and six decode steps after it, both fed the eager model's greedy tokens."""
     cfg = small_config()
@@ -101,40 +99,6 @@ def test_a_batch_of_padded_rows_decodes_as_eagerly(weights):
         z_eager, z_compiled = eager.decode_batch(tokens), compiled.decode_batch(tokens)
         gap = np.abs(z_compiled - z_eager).max() / np.abs(z_eager).max()
         assert gap <= TOLERANCE["float32"], gap
-
-
-CHILD = """
-import json, sys
-sys.path.insert(0, {helpers!r})
-from torch._dynamo.utils import counters
-from variants import gqa, llama
-from sheepop.config.schema import Config, ModelConfig
-from sheepop.inference.load import build
-from sheepop.scratch.init import init_params
-cfg = Config()
-cfg.model = ModelConfig(vocab_size=61, block_size=64, n_layer=2, n_embd=64, dropout=0.0,
-                        **llama(tie_weights=True, **gqa(4, 2)))
-lm = build(cfg, init_params(cfg.model, 0), None, "torch", "cpu", "int8").lm
-print(json.dumps({{"seconds": lm.compile(), **counters["inductor"]}}))
-"""
-
-
-@pytest.mark.slow
-def test_a_second_start_reads_the_compiled_step_from_inductors_cache(tmp_path):
-    """Two fresh processes compile the same model shape and dtype with one cache folder: the
-    first compiles (a miss of inductor's graph cache), the second reads it (hits, no miss)."""
-    helpers = os.path.join(os.path.dirname(__file__), "..", "helpers")
-    code = CHILD.format(helpers=helpers)
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
-    starts = []
-    for _ in range(2):
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        starts.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    first, second = starts
-    assert first.get("fxgraph_cache_miss", 0) >= 1
-    assert second.get("fxgraph_cache_hit", 0) >= 1 and second.get("fxgraph_cache_miss", 0) == 0
 
 
 def test_a_steered_step_runs_eagerly_and_is_steered(weights):
