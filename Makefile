@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 # Pinned so that a fresh machine (and CI) takes the CPU build instead of a multi-GB CUDA one.
 TORCH_SPEC ?= torch==2.13.0
-PRESET ?= tiny
+PRESET ?= cpu
 RUNS ?= runs
 # Evaluated once (:=): the name `make run` trains into; $(RUNS)/latest points to the newest run.
 RUN_DIR := $(RUNS)/$(PRESET)-$(shell date +%Y%m%d-%H%M%S)

@@ -32,7 +32,7 @@ def test_make_run_points_runs_latest_at_the_run_and_ends_with_what_to_do_next(tm
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (run,) = [p for p in runs.iterdir() if p.name != "latest"]
-    assert re.fullmatch(r"tiny-\d{8}-\d{6}", run.name)
+    assert re.fullmatch(r"cpu-\d{8}-\d{6}", run.name)
     assert os.readlink(runs / "latest") == run.name  # relative: the folder can move
     assert (runs / "latest" / "model.safetensors").is_file()
     assert (run / "best" / "model.safetensors").is_file()

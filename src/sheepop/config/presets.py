@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    # The `make run` default: trains for a few minutes on 2 CPU cores.
+    # nanoGPT's recipe at a shape that trains in minutes on 2 CPU cores; `sheepop train`'s
+    # starting point without --preset (and `make run`'s until `cpu` beat it, docs/speedrun.md).
     "tiny": {
         "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.0},
         "train": {"steps": 1500, "batch_size": 16, "lr": 2e-3, "min_lr": 2e-4,
@@ -20,7 +21,8 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # tiny's shape and data with the modern recipe (docs/speedrun.md: each piece a setting with
     # its derivation): rotary positions, RMSNorm, QK-norm, ReLU^2, logit soft-capping,
     # zero-initialised projections, Muon for the blocks' matrices, warmup-stable-decay.
-    # benchmarks/cpu_preset.py trains it against tiny for the same wall time.
+    # benchmarks/cpu_preset.py trains it against tiny for the same wall time: val loss 0.956
+    # against 1.222 (docs/speedrun.md, "A preset for the CPU"), so `make run` trains it.
     "cpu": {
         "model": {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.0,
                   "pos_encoding": "rope", "norm": "rmsnorm", "qk_norm": True,
