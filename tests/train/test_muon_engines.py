@@ -57,6 +57,8 @@ def test_torch_orthogonalises_a_stack_as_numpy_does_each_matrix(shape):
     got = newton_schulz(torch.from_numpy(stack), 5, (3.4445, -4.7750, 2.0315), 1e-7).numpy()
     for g, m in zip(got, stack):
         np.testing.assert_allclose(g, orthogonalize(m), rtol=0, atol=1e-13)
+    one = newton_schulz(torch.from_numpy(stack[0]), 5, (3.4445, -4.7750, 2.0315), 1e-7)
+    np.testing.assert_allclose(one.numpy(), got[0], rtol=0, atol=1e-13)  # a single matrix too
 
 
 def run_steps(engine, steps: range) -> list[float]:

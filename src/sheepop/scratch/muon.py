@@ -65,7 +65,7 @@ def orthogonalize(m: np.ndarray, steps: int = NS_STEPS,
     tall = m.shape[0] > m.shape[1]
     x = m.T if tall else m
     x = x / max(np.linalg.norm(x), m.dtype.type(eps))
-    if x.shape[1] > 1.5 * x.shape[0]:
+    if steps > 0 and x.shape[1] > 1.5 * x.shape[0]:
         x = left_factor(x @ x.T, steps, a, b, c) @ x
     else:
         for _ in range(steps):

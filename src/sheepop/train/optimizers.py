@@ -32,12 +32,12 @@ def newton_schulz(m: torch.Tensor, steps: int, coefficients: tuple[float, float,
     tall = m.size(-2) > m.size(-1)
     x = m.mT if tall else m
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
-    if x.size(-1) > 1.5 * x.size(-2):
+    if steps > 0 and x.size(-1) > 1.5 * x.size(-2):
         gram = x @ x.mT
         eye = torch.eye(gram.size(-1), dtype=gram.dtype, device=gram.device)
         product = None
         for t in range(steps):
-            q = torch.baddbmm(a * eye + b * gram, gram, gram, alpha=c)  # a I + b A + c A^2
+            q = a * eye + b * gram + c * (gram @ gram)
             product = q if product is None else q @ product
             if t < steps - 1:
                 gram = q @ gram @ q
