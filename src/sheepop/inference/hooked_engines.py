@@ -70,7 +70,16 @@ def _keeper(kept: Values) -> Hook:
     return keep
 
 
-class NumpyHooked:
+class _ReadsValues:
+    """`values` from the engine's own `last_logits`: one pass observing the points."""
+
+    def values(self, ids: Sequence[int], points: Sequence[str]) -> tuple[np.ndarray, Values]:
+        kept: Values = {}
+        keep = _keeper(kept)
+        return self.last_logits(ids, {p: keep for p in points}), kept
+
+
+class NumpyHooked(_ReadsValues):
     """The NumPy engine on `params` (any float dtype: float64 for a finite-difference check)."""
 
     def __init__(self, params: Mapping[str, np.ndarray], cfg: ModelConfig):
@@ -85,11 +94,6 @@ class NumpyHooked:
 
     def last_logits(self, ids: Sequence[int], hooks: Mapping[str, Hook]) -> np.ndarray:
         return self._forward(ids, hooks, True)[0][0, -1].astype(np.float64)
-
-    def values(self, ids: Sequence[int], points: Sequence[str]) -> tuple[np.ndarray, Values]:
-        kept: Values = {}
-        keep = _keeper(kept)
-        return self.last_logits(ids, {p: keep for p in points}), kept
 
     def gradients(self, ids: Sequence[int], points: Sequence[str], weights: Mapping[int, float]
                   ) -> tuple[np.ndarray, Values, Values]:
@@ -109,7 +113,7 @@ class NumpyHooked:
         return out
 
 
-class TorchHooked:
+class TorchHooked(_ReadsValues):
     """The torch engine's `model` (a sheepop.model.GPT, in eval mode, on any device and dtype)."""
 
     def __init__(self, model: Any):
@@ -129,11 +133,6 @@ class TorchHooked:
         with torch.no_grad(), hooked(self.model, hooks):
             logits, _ = self.model(self._idx(ids), last_only=True)
         return logits[0, -1].double().cpu().numpy()
-
-    def values(self, ids: Sequence[int], points: Sequence[str]) -> tuple[np.ndarray, Values]:
-        kept: Values = {}
-        keep = _keeper(kept)
-        return self.last_logits(ids, {p: keep for p in points}), kept
 
     def gradients(self, ids: Sequence[int], points: Sequence[str], weights: Mapping[int, float]
                   ) -> tuple[np.ndarray, Values, Values]:
