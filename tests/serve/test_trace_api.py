@@ -118,6 +118,7 @@ def test_the_backward_step_is_the_engines(plain):
     logits = gpt_forward(w, m, np.asarray([ids[:-1]]))[0]
     dz = tolerance(m, model_depth(m.n_layer), logits)
     assert x["n"] == n and abs(x["loss"] - step.loss) <= 2 * dz
+    assert x["engine"] == "numpy (hand-written backward pass)" and x["seconds"] > 0
     assert x["target"]["id"] == ids[3] and len(x["dz"]["rows"]) == 4
     assert x["dz"]["rows"][0]["dz"] == pytest.approx(step.dz[2, ids[3]], abs=2 * dz / n)
     each = {p["name"]: p["norm"] for layer in x["layers"] for p in layer["params"]}
@@ -146,6 +147,8 @@ def test_the_backward_step_is_the_engines(plain):
     ("/v1/backward", {"prompt": PROMPT, "position": 9}, "position"),
     ("/v1/backward", {"prompt": PROMPT, "top": 0}, "top"),
     ("/v1/backward", {"messages": [{"role": "user", "content": "x"}]}, "messages"),
+    ("/v1/backward", "[\"not\", \"an\", \"object\"]", None),
+    ("/v1/patch", "[\"not\", \"an\", \"object\"]", None),
 ])
 def test_malformed_requests_are_refused_and_the_server_keeps_serving(plain, path, body, param):
     server, _ = plain

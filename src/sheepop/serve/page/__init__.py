@@ -7,6 +7,8 @@ its views.
     backprop_view.py  POST /v1/backward: the Backprop view (one training step's gradients)
     patch_view.py     POST /v1/patch: the Patching view (activation patching's grid, its
                       estimate, the direct logit attribution)
+    view_endpoint.py  what the Step, Backprop and Patching views' endpoints share: the body
+                      read and checked, the computation on the scheduler's thread, the timing
     runs_view.py      GET /v1/runs: the Runs view (the runs under --runs, their curves)
     static/           the page's HTML, scripts and style, written here (no CDN, no framework)
 """

@@ -16,21 +16,17 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-import time
 from typing import Any
 
 import numpy as np
-from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sheepop.files import shown
 from sheepop.inference.load import InferenceModel
 from sheepop.inference.weights import model_weights
-from sheepop.serve.api.app import read_json
-from sheepop.serve.api.json_out import FiniteJSONResponse
 from sheepop.serve.api.protocol import ApiError, bad
 from sheepop.serve.page.inside_view import _prompt_ids
+from sheepop.serve.page.view_endpoint import Computation, Text, view_endpoint
 from sheepop.tokenizers.token_bytes import perplexity
 from sheepop.train.backward_step import BackwardStep, backward_step
 
@@ -72,7 +68,8 @@ def to_json(step: BackwardStep, position: int, top: int, text, tied: bool) -> di
               for layer, params in groups.items()]
     layers.sort(key=lambda g: _order(g["layer"]))
     return {
-        "object": "backward", "tokens": [{"id": i, "text": text(i)} for i in step.ids],
+        "object": "backward", "engine": "numpy (hand-written backward pass)",
+        "tokens": [{"id": i, "text": text(i)} for i in step.ids],
         "loss": step.loss, "n": n, "perplexity": perplexity(step.loss), "position": position,
         "target": {"id": target, "text": text(target), "p": float(p[target])},
         "dz": {"rows": rows, "norm": float(np.linalg.norm(dz)), "sum": float(dz.sum()),
@@ -82,13 +79,7 @@ def to_json(step: BackwardStep, position: int, top: int, text, tied: bool) -> di
     }
 
 
-async def backward(request: HttpRequest) -> JSONResponse:
-    st = request.app.state
-    started = time.perf_counter()
-    body = await read_json(request, st.settings.max_body)
-    if not isinstance(body, dict):
-        raise bad(None, "the request body must be a JSON object")
-    model: InferenceModel = st.model
+async def _prepare(body: dict, model: InferenceModel, text: Text) -> Computation:
     # (off the event loop: a chat template renders here, for up to its bound of seconds)
     ids = await asyncio.to_thread(_prompt_ids, body, model.tokenizer)
     limit = min(MAX_TOKENS, model.config.model.block_size + 1)
@@ -103,7 +94,6 @@ async def backward(request: HttpRequest) -> JSONResponse:
     top = body.get("top", 8)
     if type(top) is not int or not 1 <= top <= 20:
         raise bad("top", f"'top' must be an integer between 1 and 20, not {shown(top)}")
-    text = lambda i: st.texts(i)[0]  # noqa: E731
 
     def run(m: InferenceModel) -> dict[str, Any]:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -113,11 +103,7 @@ async def backward(request: HttpRequest) -> JSONResponse:
                                 "there is no gradient to show", code="non_finite_logits")
         return to_json(step, position, top, text, m.config.model.tie_weights)
 
-    out = await asyncio.wrap_future(st.scheduler.call(run))
-    out["model"] = st.settings.name
-    out["engine"] = "numpy (hand-written backward pass)"
-    out["seconds"] = round(time.perf_counter() - started, 4)
-    return FiniteJSONResponse(out)
+    return run
 
 
-ROUTES = [Route("/v1/backward", backward, methods=["POST"])]
+ROUTES = [Route("/v1/backward", view_endpoint(_prepare), methods=["POST"])]

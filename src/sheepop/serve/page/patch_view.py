@@ -26,12 +26,9 @@ field to change.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import numpy as np
-from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sheepop.errors import UserError
@@ -48,10 +45,9 @@ from sheepop.inference.patching import (
     contrast,
     patch_grid,
 )
-from sheepop.serve.api.app import read_json
-from sheepop.serve.api.json_out import FiniteJSONResponse
 from sheepop.serve.api.protocol import bad
 from sheepop.serve.page.inside_view import _token_ids
+from sheepop.serve.page.view_endpoint import Computation, Text, view_endpoint
 from sheepop.tokenizers import Tokenizer
 
 MAX_TOKENS = 64
@@ -107,9 +103,7 @@ def _grid_options(body: dict, n_layer: int, T: int) -> tuple[str, list[int], int
     return kind, sorted(set(layers)), position, _flag(body, "attribution", True)
 
 
-def _checked(body: Any, model: InferenceModel):
-    if not isinstance(body, dict):
-        raise bad(None, "the request body must be a JSON object")
+def _checked(body: dict, model: InferenceModel):
     tokenizer, m = model.tokenizer, model.config.model
     clean, corrupted = _prompt(body, "clean", tokenizer), _prompt(body, "corrupted", tokenizer)
     if len(clean) > min(MAX_TOKENS, m.block_size):
@@ -146,14 +140,9 @@ def _grid_json(grid: PatchGrid) -> dict[str, Any]:
             "metric": np.round(grid.metric, DIGITS).tolist()}
 
 
-async def patch(request: HttpRequest) -> JSONResponse:
-    st = request.app.state
-    started = time.perf_counter()
-    body = await read_json(request, st.settings.max_body)
-    model: InferenceModel = st.model
+async def _prepare(body: dict, model: InferenceModel, text: Text) -> Computation:
     c, kind, layers, position, attribution = await asyncio.to_thread(_checked, body, model)
     shares = _flag(body, "logit_attribution", False)
-    text = lambda i: st.texts(i)[0]  # noqa: E731
 
     def run(m: InferenceModel) -> dict[str, Any]:
         engine = hooked_engine(m)
@@ -178,13 +167,7 @@ async def patch(request: HttpRequest) -> JSONResponse:
             out["logit_attribution"] = _shares_json(engine, c)
         return out
 
-    try:
-        out = await asyncio.wrap_future(st.scheduler.call(run))
-    except UserError as e:
-        raise bad(None, str(e)) from None
-    out["model"] = st.settings.name
-    out["seconds"] = round(time.perf_counter() - started, 4)
-    return FiniteJSONResponse(out)
+    return run
 
 
-ROUTES = [Route("/v1/patch", patch, methods=["POST"])]
+ROUTES = [Route("/v1/patch", view_endpoint(_prepare), methods=["POST"])]

@@ -20,24 +20,19 @@ from numpy.random.default_rng(seed), the first index where the CDF passes u.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import numpy as np
-from starlette.requests import Request as HttpRequest
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sheepop.arch.trace import FFNStep, NormStep, TokenTrace
-from sheepop.errors import UserError
 from sheepop.files import shown
 from sheepop.generation.sample import draw, penalize_repeats, probabilities
 from sheepop.inference.load import InferenceModel, never_generated
 from sheepop.inference.step_trace import step_trace
-from sheepop.serve.api.app import read_json
-from sheepop.serve.api.json_out import FiniteJSONResponse
 from sheepop.serve.api.protocol import ApiError, bad
 from sheepop.serve.page.inside_view import _prompt_ids
+from sheepop.serve.page.view_endpoint import Computation, Text, view_endpoint
 from sheepop.softmax import softmax
 
 MAX_TOKENS = 1024
@@ -70,10 +65,8 @@ def _integer(body: dict, name: str, default: int, low: int, high: int) -> int:
     return v
 
 
-def request_ids(body: Any, model: InferenceModel) -> tuple[list[int], int]:
+def request_ids(body: dict, model: InferenceModel) -> tuple[list[int], int]:
     """(the prompt's ids and the continuation's after them, how many are the prompt's)."""
-    if not isinstance(body, dict):
-        raise bad(None, "the request body must be a JSON object")
     ids = _prompt_ids(body, model.tokenizer)
     prompt = len(ids)
     more = body.get("continuation", [])
@@ -189,11 +182,7 @@ def _settings(body: dict, model: InferenceModel) -> dict[str, Any]:
             "seed": _integer(body, "seed", 0, 0, 2 ** 32 - 1)}
 
 
-async def trace(request: HttpRequest) -> JSONResponse:
-    st = request.app.state
-    started = time.perf_counter()
-    body = await read_json(request, st.settings.max_body)
-    model: InferenceModel = st.model
+async def _prepare(body: dict, model: InferenceModel, text: Text) -> Computation:
     # (off the event loop: a chat template renders here, for up to its bound of seconds)
     ids, prompt_tokens = await asyncio.to_thread(request_ids, body, model)
     position = _integer(body, "position", len(ids) - 1, 0, len(ids) - 1)
@@ -202,7 +191,6 @@ async def trace(request: HttpRequest) -> JSONResponse:
     full_vocab = body.get("full_vocab", False)
     if type(full_vocab) is not bool:
         raise bad("full_vocab", f"'full_vocab' must be true or false, not {shown(full_vocab)}")
-    text = lambda i: st.texts(i)[0]  # noqa: E731
 
     def run(m: InferenceModel) -> dict[str, Any]:
         x = step_trace(m, ids, position, layer)
@@ -212,13 +200,7 @@ async def trace(request: HttpRequest) -> JSONResponse:
                            code="non_finite_logits")
         return to_json(x, m, settings, full_vocab, text, prompt_tokens)
 
-    try:
-        out = await asyncio.wrap_future(st.scheduler.call(run))
-    except UserError as e:
-        raise bad(None, str(e)) from None
-    out["model"] = st.settings.name
-    out["seconds"] = round(time.perf_counter() - started, 4)
-    return FiniteJSONResponse(out)
+    return run
 
 
-ROUTES = [Route("/v1/trace", trace, methods=["POST"])]
+ROUTES = [Route("/v1/trace", view_endpoint(_prepare), methods=["POST"])]
