@@ -20,6 +20,16 @@ from sheepop.generation.constraint import (
     compile_constraint,
 )
 from sheepop.generation.generate import generate, generate_batch_ids, next_token
+from sheepop.generation.number_digits import (
+    IN_STRING,
+    MANTISSA,
+    MAX_DIGITS,
+    MAX_EXPONENT_DIGITS,
+    NONE,
+    OUTSIDE,
+    DigitTable,
+    Place,
+)
 from sheepop.inference.load import build
 from sheepop.model import GPT
 from sheepop.tokenizers import train_tokenizer
@@ -217,3 +227,80 @@ def test_json_is_written_as_json_dumps_writes_it():
     for t in tok.encode(" 3"):
         state.advance(t)
     assert {tok.decode([i]) for i in np.flatnonzero(state.allowed(tok.vocab_size))} == {"}"}
+
+
+
+def _allowed_after(schema, text: str, tok) -> set[str]:
+    """What may come after `text` under `schema` ("EOS" for the end)."""
+    state = compile_constraint(ConstraintSpec("json_schema", schema), tok).start({tok.eos_id})
+    for t in tok.encode(text):
+        state.advance(t)
+    return {"EOS" if i == tok.eos_id else tok.decode([i])
+            for i in np.flatnonzero(state.allowed(tok.vocab_size))}
+
+
+def _number(kind: str = "number", **bounds) -> dict:
+    return {"type": "object", "properties": {"n": {"type": kind, **bounds}},
+            "required": ["n"], "additionalProperties": False}
+
+
+DIGITS = set("0123456789")
+
+
+@pytest.fixture(scope="module")
+def chars():
+    return train_tokenizer("char", ['{}[]":, 0123456789n.eE+-'])
+
+
+def test_a_numbers_digits_stop_at_the_bound_and_the_number_still_ends(chars):
+    """15 digits in a number's integer part and fraction, a lone leading 0 not counted: in
+    [0, 1] (where the grammar alone lets `1.000...` run forever) `0.` takes 15 and `1.` 14,
+    and then only the object's end may come; an integer takes 15; an exponent 3. What the
+    bound leaves is a number of the schema."""
+    assert (MAX_DIGITS, MAX_EXPONENT_DIGITS) == (15, 3)
+    unit = _number(minimum=0, maximum=1)
+    assert DIGITS <= _allowed_after(unit, '{"n": 0.' + "1" * 14, chars)
+    assert _allowed_after(unit, '{"n": 0.' + "1" * 15, chars) == {"}"}
+    assert _allowed_after(unit, '{"n": 1.' + "0" * 13, chars) == {"0", "}"}
+    assert _allowed_after(unit, '{"n": 1.' + "0" * 14, chars) == {"}"}
+    jsonschema.validate(json.loads('{"n": 0.' + "1" * 15 + "}"), unit)
+    assert DIGITS <= _allowed_after(_number("integer"), '{"n": ' + "9" * 14, chars)
+    assert _allowed_after(_number("integer"), '{"n": ' + "9" * 15, chars) == {"}"}
+    # a 15-digit mantissa may not take a point (its fraction would be the 16th digit)
+    assert _allowed_after({"type": "number"}, "9" * 15, chars) == {"e", "E", "EOS"}
+    assert _allowed_after({"type": "number"}, "9.5e-" + "1" * 3, chars) == {"EOS"}
+
+
+def test_where_a_number_at_the_bound_could_not_end_its_last_digit_is_refused(chars):
+    """Above an exclusive minimum of 0.5, `0.5` and 14 zeros could only go on with a 16th
+    digit: the look ahead refuses that zero and keeps 1-9, which end it within the bound (and
+    as a float64 above 0.5, where `0.50000000000000001` is 0.5). Where the schema needs more
+    digits than the bound (18 for an integer from 10**17), the grammar keeps its way."""
+    schema = _number(exclusiveMinimum=0.5, maximum=0.6)
+    assert _allowed_after(schema, '{"n": 0.5' + "0" * 12, chars) == DIGITS
+    assert _allowed_after(schema, '{"n": 0.5' + "0" * 13, chars) == DIGITS - {"0"}
+    jsonschema.validate(json.loads('{"n": 0.5' + "0" * 13 + "1}"), schema)
+    with pytest.raises(jsonschema.ValidationError):  # what the grammar alone let through
+        jsonschema.validate(json.loads('{"n": 0.5' + "0" * 15 + "1}"), schema)
+    big = _number("integer", minimum=10**17)
+    for digits in (14, 15, 17):
+        assert _allowed_after(big, '{"n": ' + "1" * digits, chars) == DIGITS
+
+
+def test_digits_in_strings_are_text_and_a_many_digit_token_is_counted_whole():
+    """The bound reads each token's bytes from where the text is: after 13 digits a token of
+    2 digits takes the number to 15 and one of 3 would break it; 20 digits inside a string are
+    text; from inside a string, its end then a number of 16 digits breaks it."""
+    tokens = [b"1", b"00", b"000", b'"', b"1" * 20, b'", 1' + b"2" * 15, b"}", None]
+    table = DigitTable(tokens)
+    place = Place()
+    for _ in range(13):
+        place = table.after(place, 0)
+    assert place == Place(OUTSIDE, MANTISSA, 13)
+    over, edge = table.row(place)
+    assert over.tolist() == [False, False, True, False, True, False, False, False]
+    assert edge.tolist() == [False, True, False, False, False, False, False, False]
+    inside = table.after(table.after(Place(), 3), 4)  # '"' then 20 digits: a string
+    assert inside == Place(IN_STRING, NONE, 0)
+    assert table.row(inside)[0].tolist() == [False] * 5 + [True, False, False]
+    assert table.after(inside, 7) == inside  # a special token writes nothing

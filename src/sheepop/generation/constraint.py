@@ -15,6 +15,11 @@ the text so far is complete, and is all of A_t once nothing may follow; special 
 are. Each sequence keeps its own state (`ConstraintState`), advanced by every token it draws,
 so the rows of a batch may follow different grammars.
 
+A JSON number's digits are bounded on top of the grammar (sheepop.generation.number_digits: at
+most 15 in its integer part and fraction, 3 in its exponent, unless the schema needs more), so a
+sampled answer cannot spend its tokens inside one number; a regular expression is taken as
+written.
+
 What it promises, and where it stops: a sequence that ends on an end id is valid. One cut short
 (`max_tokens`, the context's end, a stop string) is a valid prefix, not a valid text. The grammar
 sees the generated text only, never the prompt.
@@ -39,6 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from sheepop.errors import UserError
+from sheepop.generation.number_digits import DigitTable, Place
 
 KINDS = ("json_object", "json_schema", "regex")
 # JSON on one line, a space after ':' and ',' and none elsewhere: Python's json.dumps, the form
@@ -93,10 +99,18 @@ class TokenVocabulary:
         wrapped = Wrapped()
         # (0xFF never begins UTF-8: llguidance reads such a token as special, matching no text)
         wrapped.tokens = [b"\xff[special]" if t is None else t for t in tokens]
-        self.size = len(tokens)
+        self.size, self.tokens = len(tokens), list(tokens)
+        self._digits: DigitTable | None = None
         self.special = np.zeros(self.size, dtype=bool)
         self.special[specials] = True
         self.tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(wrapped))
+
+    @property
+    def digits(self) -> DigitTable:
+        """Each token's digits, for the bound on a JSON number's (built on first use)."""
+        if self._digits is None:
+            self._digits = DigitTable(self.tokens)
+        return self._digits
 
 
 _VOCABULARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -159,20 +173,53 @@ class ConstraintState:
         self.matcher = LLMatcher(vocab.tokenizer, constraint.grammar, log_level=0)
         self._bits = np.full((vocab.size + 31) // 32, -1, dtype=np.int32)
         self.ended = False
+        # where the text is in a JSON number (None: a regular expression, whose digits are
+        # the user's own choice)
+        self.place = None if constraint.spec.kind == "regex" else Place()
 
     def allowed(self, size: int) -> np.ndarray:
         """Bool (size,): the tokens that may come next (ids past the vocabulary never)."""
         out = np.zeros(size, dtype=bool)
         if self.ended:
             return out
+        n = min(size, self.constraint.vocabulary.size)
+        out[:n] = self._grammar_mask()[:n]
+        ends = [i for i in self.end_ids if i < size]
+        out[ends] = self.matcher.is_accepting()
+        if self.place is not None:
+            out[:n] = self._within_digits(out[:n])
+        return out
+
+    def _grammar_mask(self) -> np.ndarray:
+        """A_t without the end ids: bool over the vocabulary, special tokens never."""
         self.matcher.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
         vocab = self.constraint.vocabulary
         bits = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[:vocab.size]
-        n = min(size, vocab.size)
-        out[:n] = bits[:n].astype(bool) & ~vocab.special[:n]
-        ends = [i for i in self.end_ids if i < size]
-        out[ends] = self.matcher.is_accepting()
-        return out
+        return bits.astype(bool) & ~vocab.special
+
+    def _within_digits(self, allowed: np.ndarray) -> np.ndarray:
+        """B_t from A_t = `allowed` (sheepop.generation.number_digits), or A_t where B_t is
+        empty. A token that takes a number to the bound is kept only if the grammar then
+        allows something other than one more digit (an end, a comma, an exponent)."""
+        table = self.constraint.vocabulary.digits
+        over, edge = table.row(self.place)
+        n = len(allowed)
+        kept = allowed & ~over[:n]
+        for token in np.flatnonzero(kept & edge[:n]):
+            kept[token] = self._can_stop_after(int(token), table.after(self.place, int(token)))
+        return kept if kept.any() else allowed
+
+    def _can_stop_after(self, token: int, place: Place) -> bool:
+        """Whether, after `token` (a number then at the bound, at `place`), the grammar allows
+        an end or a token within the bound: consumed, asked, rolled back."""
+        table = self.constraint.vocabulary.digits
+        self.matcher.consume_token(token)
+        try:
+            if self.matcher.is_accepting():
+                return True
+            return bool((self._grammar_mask() & ~table.row(place)[0]).any())
+        finally:
+            self.matcher.rollback(1)
 
     def advance(self, token: int) -> None:
         """Take the token drawn (one `allowed` permitted: anything else is a bug)."""
@@ -182,6 +229,8 @@ class ConstraintState:
         if not self.matcher.consume_token(token) or self.matcher.is_error():
             raise RuntimeError(f"token {token} broke the constraint: "
                                f"{self.matcher.get_error()}")
+        if self.place is not None:
+            self.place = self.constraint.vocabulary.digits.after(self.place, token)
 
 
 def compile_constraint(spec: ConstraintSpec | None, tokenizer: ConstrainedTokenizer
