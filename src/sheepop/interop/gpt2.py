@@ -33,6 +33,7 @@ import numpy as np
 
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
+from sheepop.interop.export_checks import refuse_first, settings_neither_has
 from sheepop.positional import sinusoidal_table
 
 Weights = dict[str, np.ndarray]
@@ -81,22 +82,14 @@ def check_gpt2_shaped(cfg: ModelConfig) -> None:
         (cfg.activation in EXPORTED_ACTIVATION, f"model.activation={cfg.activation} (GPT-2's "
          f"are {', '.join(EXPORTED_ACTIVATION)})"),
         (cfg.tie_weights, "model.tie_weights=false (GPT-2's head is the token embedding)"),
-        (not cfg.head_bias, "model.head_bias=true (GPT-2's head has no bias)"),
-        (not cfg.qk_norm, "model.qk_norm=true (GPT-2 does not normalise queries and keys)"),
-        (not cfg.value_embeds, f"model.value_embeds={cfg.value_embeds} (GPT-2's values come "
-         "from the stream alone)"),
-        (not cfg.unet_skips, "model.unet_skips=true (GPT-2 has no skips across blocks)"),
-        (not cfg.logit_softcap, f"model.logit_softcap={cfg.logit_softcap:g} (GPT-2's logits "
-         "are not capped)"),
+        *settings_neither_has(cfg, "GPT-2"),
         (cfg.bias, "model.bias=false (GPT-2 has biases in every linear layer)"),
         (cfg.norm == "layernorm", f"model.norm={cfg.norm} (GPT-2 uses layernorm)"),
         (cfg.ffn == "mlp", f"model.ffn={cfg.ffn} (GPT-2's feed-forward is the two-layer mlp)"),
         (cfg.n_kv_head in (0, cfg.n_head), f"model.n_kv_head={cfg.n_kv_head} (GPT-2 has one "
          "key/value head per query head)"),
     ]
-    for ok, setting in problems:
-        if not ok:
-            raise UserError(f"cannot export as GPT-2: {setting}")
+    refuse_first(problems, "GPT-2")
 
 
 def hf_config(cfg: ModelConfig, bos_id: int | None = None, eos_id: int | None = None

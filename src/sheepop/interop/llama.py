@@ -31,6 +31,7 @@ from sheepop.config.layer_kinds import GATE_ACTIVATION
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.files import shown
+from sheepop.interop.export_checks import refuse_first, settings_neither_has
 
 Weights = dict[str, np.ndarray]
 
@@ -76,17 +77,9 @@ def check_llama_shaped(cfg: ModelConfig) -> None:
         (cfg.norm == "rmsnorm", f"model.norm={cfg.norm} (Llama uses rmsnorm)"),
         (cfg.ffn == "swiglu", f"model.ffn={cfg.ffn} (Llama's feed-forward is swiglu)"),
         (not cfg.bias, "model.bias=true (Llama has no biases)"),
-        (not cfg.head_bias, "model.head_bias=true (Llama's head has no bias)"),
-        (not cfg.qk_norm, "model.qk_norm=true (Llama does not normalise queries and keys)"),
-        (not cfg.value_embeds, f"model.value_embeds={cfg.value_embeds} (Llama's values come "
-         "from the stream alone)"),
-        (not cfg.unet_skips, "model.unet_skips=true (Llama has no skips across blocks)"),
-        (not cfg.logit_softcap, f"model.logit_softcap={cfg.logit_softcap:g} (Llama's logits "
-         "are not capped)"),
+        *settings_neither_has(cfg, "Llama"),
     ]
-    for ok, setting in problems:
-        if not ok:
-            raise UserError(f"cannot export as Llama: {setting}")
+    refuse_first(problems, "Llama")
 
 
 def hf_config(cfg: ModelConfig, bos_id: int | None = None, eos_id: int | None = None
