@@ -10,6 +10,13 @@ why not; the rows are then left out.
 
 llama.cpp evaluates the prompt, then takes `new - 1` greedy steps one token at a time (argmax of
 its own logits), timed as sheepop's are (weight_dtypes.decode_seconds: the prompt not counted).
+
+On a CPU with AMX (`amx_int8` in /proc/cpuinfo) llama.cpp's "extra buffer types" are turned off
+(`use_extra_bufts`, llama.cpp's --no-extra-bufts; on x86 they are the AMX buffer and the weight
+repacking): its AMX product segfaults at the first token on such a machine (measured on the
+AVX-512/AMX Xeon of docs/performance.md, llama-cpp-python 0.3.36: `ldtilecfg` in
+ggml_backend_amx_mul_mat; llama.cpp issue 20824, pull request 26954). It then runs its
+AVX-512 dot products, as on a CPU without AMX.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -40,11 +48,40 @@ def installed():
     return llama_cpp, ""
 
 
+def amx() -> bool:
+    """Whether this CPU has AMX's int8 tiles (llama.cpp's AMX path; see the module's note)."""
+    try:
+        return "amx_int8" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
+@contextmanager
+def without_extra_buffers(module):
+    """Models loaded inside get `use_extra_bufts` off: llama-cpp-python's Llama() takes no
+    argument for it, so its source of default parameters is wrapped for the while."""
+    library = module.llama_cpp
+    defaults = library.llama_model_default_params
+
+    def plain():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    library.llama_model_default_params = plain
+    try:
+        yield
+    finally:
+        library.llama_model_default_params = defaults
+
+
 def decode_rate(module, path: Path, ids: list[int], new: int, threads: int) -> float:
-    """Tokens/s of llama.cpp's `new - 1` greedy decode steps after evaluating `ids`."""
+    """Tokens/s of llama.cpp's `new - 1` greedy decode steps after evaluating `ids` (without
+    its extra buffers where the CPU has AMX: `amx`)."""
     # logits_all: llama-cpp-python 0.3 fills `scores` only then (a decode step's one row)
-    llm = module.Llama(model_path=str(path), n_ctx=len(ids) + new + 8, n_threads=threads,
-                       n_threads_batch=threads, logits_all=True, verbose=False)
+    with without_extra_buffers(module) if amx() else nullcontext():
+        llm = module.Llama(model_path=str(path), n_ctx=len(ids) + new + 8, n_threads=threads,
+                           n_threads_batch=threads, logits_all=True, verbose=False)
     llm.reset()
     llm.eval(ids)
     token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
