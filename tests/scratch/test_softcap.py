@@ -1,4 +1,4 @@
-"""Logit soft-capping (scratch/softcap.py, model.gpt.softcap): c tanh(z / c), its backward
+"""Logit soft-capping (scratch/softcap.py, model/softcap.py): c tanh(z / c), its backward
 gradient-checked, the torch engine's the same numbers, 0 the identity."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.interop.gpt2 import check_gpt2_shaped
 from sheepop.interop.llama import check_llama_shaped
-from sheepop.model.gpt import softcap
+from sheepop.model.softcap import softcap
 from sheepop.scratch.softcap import softcap_backward, softcap_forward
 
 

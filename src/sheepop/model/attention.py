@@ -27,6 +27,7 @@ from sheepop.arch.hooks import LayerHooks
 from sheepop.arch.kv_cache import KVCache
 from sheepop.config.schema import ModelConfig
 from sheepop.model.positions import Pos, Positions
+from sheepop.model.qk_norm import norm_and_turn
 from sheepop.model.value_embeds import ValueMix, mix_values
 
 
@@ -47,7 +48,8 @@ class CausalSelfAttention(nn.Module):
         self.attn_drop = nn.Dropout(cfg.dropout)
         self.use_sdpa = True  # False: the explicit masked-softmax path (same output)
         # model.qk_norm: each head's q and k RMS-normalised (no gain) before RoPE, so every
-        # score lies within +-sqrt(d_k) (sheepop.scratch.qk_norm derives it)
+        # score lies within +-sqrt(d_k) (sheepop.scratch.qk_norm derives it; the torch unit
+        # is sheepop.model.qk_norm)
         self.qk_norm_eps = cfg.ln_eps if cfg.qk_norm else None
         self.hooks: LayerHooks | None = None  # set for one pass by sheepop.model.hooks
 
@@ -86,10 +88,8 @@ class CausalSelfAttention(nn.Module):
         qk, v = heads.split((H + H_kv, H_kv), dim=1)
         if hooks is not None:
             qk = _hooked_projections(hooks, qk, H)
-        if self.qk_norm_eps is not None:
-            qk = F.rms_norm(qk, (d_k,), eps=self.qk_norm_eps)
-        if positions is not None:  # queries and keys turn by the same angles: one rotation
-            qk = positions.rotate(qk, pos)
+        # queries and keys normalise and turn by the same angles: one pass (qk_norm.py)
+        qk = norm_and_turn(qk, self.qk_norm_eps, positions, pos)
         q, k = qk.split((H, H_kv), dim=1)
         if values is not None:  # before the cache stores them: later steps read them mixed
             v = mix_values(v, values)

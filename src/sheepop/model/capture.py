@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from sheepop.arch.inspection import Trace
-from sheepop.model.gpt import softcap
 from sheepop.model.hooks import hooked
 from sheepop.model.lm import TorchLM
+from sheepop.model.softcap import softcap
 
 
 def _numpy(t: torch.Tensor) -> np.ndarray:

@@ -10,6 +10,8 @@ docs/derivations/mlp.md and docs/derivations/swiglu.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -17,11 +19,38 @@ import torch.nn.functional as F
 from sheepop.arch.hooks import LayerHooks
 from sheepop.config.schema import ModelConfig
 
+
+class _ReluSquared(torch.autograd.Function):
+    """y = max(u, 0)^2, du = 2 max(u, 0) dy (docs/derivations/mlp.md): keeps u alone, where
+    autograd's relu-then-square kept both results and went back in four passes over the hidden
+    layer (two products, the threshold's mask, a multiply); here one temporary in each
+    direction, the same values (2 max(u, 0) is exact, then one product)."""
+
+    @staticmethod
+    def forward(ctx: Any, u: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(u)
+        y = torch.relu(u)
+        return y.mul_(y)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> torch.Tensor:
+        (u,) = ctx.saved_tensors
+        return torch.relu(u).mul_(2.0).mul_(dy)
+
+
+def relu_squared(u: torch.Tensor) -> torch.Tensor:
+    """max(u, 0)^2 (Primer, modded-nanogpt): `_ReluSquared` eagerly, the composite under
+    torch.compile (inductor fuses it itself)."""
+    if torch.compiler.is_compiling():
+        return F.relu(u).square()
+    return _ReluSquared.apply(u)
+
+
 ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),                        # x * Phi(x), Phi the normal CDF (erf)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
-    "relu2": lambda x: F.relu(x).square(),              # max(x, 0)^2 (Primer, modded-nanogpt)
+    "relu2": relu_squared,                              # max(x, 0)^2
     "silu": F.silu,                                     # x * sigmoid(x)
 }
 

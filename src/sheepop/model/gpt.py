@@ -8,7 +8,7 @@
                                        U-net skips), some attentions mix value embeddings
                                        into their values (value_embeds.py)
     logits = Norm_f(h) W_head^T (+ b_head)       W_head = E when tied
-    logits = c tanh(logits / c)                  with model.logit_softcap = c (softcap)
+    logits = c tanh(logits / c)                  with model.logit_softcap = c (softcap.py)
 
 Each layer kind is one unit chosen by the config; parameter names match the NumPy engine
 (sheepop.scratch) and the checkpoint format exactly. Initialisation follows the shared rule
@@ -35,6 +35,7 @@ from sheepop.model.ffn import make_ffn
 from sheepop.model.norm import make_norm
 from sheepop.model.positions import Pos, Positions, add_positions, position_modules
 from sheepop.model.skips import Skips
+from sheepop.model.softcap import softcap
 from sheepop.model.value_embeds import ValueEmbeddings, ValueMix
 
 DecodeBlock = Callable[..., torch.Tensor]
@@ -90,12 +91,6 @@ class TokenEmbedding(nn.Embedding):
 
     def table(self) -> torch.Tensor:
         return self.weight
-
-
-def softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
-    """Logit soft-capping c tanh(z / c), z itself when cap is 0 (its backward is autograd's:
-    dz = dy (1 - tanh^2(z / c)); the NumPy engine's unit, sheepop.scratch.softcap, writes it)."""
-    return cap * torch.tanh(z / cap) if cap else z
 
 
 class Head(nn.Module):

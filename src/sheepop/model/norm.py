@@ -4,18 +4,103 @@
     rmsnorm     y = gamma * x / sqrt(mean(x^2) + eps)            (no centring, no shift)
 
 Each takes the width d and eps and keeps its parameters as `weight` (and `bias`), the names both
-engines and the checkpoint use. The NumPy engine's units are in sheepop/scratch/norm.py; the
-mathematics in docs/derivations/layernorm.md and docs/derivations/rmsnorm.md.
+engines and the checkpoint use. LayerNorm is torch's own fused kernel. RMSNorm is `RMSNorm`
+below, one autograd Function with its backward written out (docs/derivations/rmsnorm.md):
+
+    r = 1 / sqrt(mean(x^2) + eps),  x_hat = x r,  y = gamma x_hat
+    dx = r (g - x_hat mean(g x_hat)),  g = dy gamma;   dgamma = sum over rows of dy x_hat
+
+torch 2.13's F.rms_norm runs its forward as one kernel but goes back through autograd's
+composite (a MulBackward per factor, a mean, a pow), 2.4x LayerNorm's forward and backward at the
+speedrun's 2,048 x 384 (benchmarks/speedrun.py --step-parts, docs/speedrun.md). Under
+torch.compile the composite is kept: inductor fuses it into one kernel of its own.
+
+The NumPy engine's units are in sheepop/scratch/norm.py (`rmsnorm_forward`, `rmsnorm_backward`:
+the same formulas); the mathematics in docs/derivations/layernorm.md and
+docs/derivations/rmsnorm.md.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from sheepop.config.schema import ModelConfig
 
+
+def wide_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a normalisation computes in: float32 at least (bf16's 8 bits of mantissa would
+    round the mean square), float64 kept."""
+    return torch.promote_types(x.dtype, torch.float32)
+
+
+def rms_scale(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """r = 1 / sqrt(mean(x^2) + eps) over the last axis, kept as an axis of 1: the norm's one
+    pass (no temporary as wide as x), squared."""
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.size(-1)) \
+        .add_(eps).rsqrt_()
+
+
+def rms_backward(g: torch.Tensor, x_hat: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """dx = r (g - x_hat mean(g x_hat)) from g = dL/dx_hat (docs/derivations/rmsnorm.md#backward),
+    written into g: the caller passes a tensor of its own."""
+    mean = torch.linalg.vecdot(g, x_hat).unsqueeze(-1).div_(x_hat.size(-1))
+    return g.addcmul_(x_hat, mean, value=-1).mul_(r)
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = gamma x r with the backward above; keeps x_hat (x's shape, float32) and r."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        x_hat = x.to(wide_dtype(x))
+        r = rms_scale(x_hat, eps)
+        x_hat = x_hat * r
+        ctx.save_for_backward(x_hat, weight, r)
+        ctx.x_dtype = x.dtype
+        return (x_hat * weight).to(torch.promote_types(x.dtype, weight.dtype))
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x_hat, weight, r = ctx.saved_tensors
+        dy = dy.to(x_hat.dtype)
+        dweight = None
+        if ctx.needs_input_grad[1]:
+            dweight = (dy * x_hat).flatten(0, -2).sum(0).to(weight.dtype)
+        dx = rms_backward(dy * weight, x_hat, r).to(ctx.x_dtype) if ctx.needs_input_grad[0] \
+            else None
+        return dx, dweight, None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """gamma * x / sqrt(mean(x^2) + eps) over the last axis, through `_RMSNorm` (eagerly) or
+    F.rms_norm (under torch.compile, which fuses the composite itself)."""
+    if torch.compiler.is_compiling():
+        return F.rms_norm(x, (x.size(-1),), weight, eps)
+    return _RMSNorm.apply(x, weight, eps)
+
+
+class RMSNorm(nn.Module):
+    """y = gamma * x / sqrt(mean(x^2) + eps); gamma is `weight` (ones at the start), as in
+    nn.RMSNorm, whose state dict it shares."""
+
+    def __init__(self, d: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.size(0)}, eps={self.eps}"
+
+
 NORMS = {"layernorm": lambda d, eps: nn.LayerNorm(d, eps=eps),
-         "rmsnorm": lambda d, eps: nn.RMSNorm(d, eps=eps)}
+         "rmsnorm": RMSNorm}
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:

@@ -4,7 +4,9 @@ A kind acts in one or both of two places (docs/math/03-positions.md,
 docs/derivations/positions.md):
 
     embed(x, pos)     x + P[pos] on the token embeddings (sinusoidal, learned)
-    rotate(qk, pos)   on each head's queries and keys, stacked, inside attention (rope)
+    rotate(qk, pos)   on each head's queries and keys, stacked, inside attention (rope);
+                      turns(pos, qk) gives the same turn as complex numbers, which
+                      attention multiplies by (sheepop.model.qk_norm)
 
 (`none`: neither), and digit places and term indices (`model.digit_positions`,
 `model.term_positions`: `DigitPositions`) add rows chosen by each digit's place in its number
@@ -43,6 +45,11 @@ class Positions(nn.Module):
 
     def rotate(self, qk: torch.Tensor, pos: Pos) -> torch.Tensor:
         return qk
+
+    def turns(self, pos: Pos, qk: torch.Tensor) -> torch.Tensor | None:
+        """What `rotate` multiplies each pair of entries by, as complex numbers e^(i p omega)
+        (sheepop.model.qk_norm turns in one product with them); None: no rotation."""
+        return None
 
 
 class SinusoidalPositions(Positions):
@@ -94,14 +101,23 @@ class RotaryPositions(Positions):
         return self
 
     def rotate(self, qk: torch.Tensor, pos: Pos) -> torch.Tensor:
-        cos, sin = self._angles(pos, qk)
+        """The rotation in real arithmetic (`_turn`): the form torch.compile takes; eagerly
+        attention turns by `turns` (sheepop.model.qk_norm), the same values."""
+        cos, sin, _ = self._angles(pos, qk)
         return _turn(qk, cos, sin)
 
-    def _angles(self, pos: Pos, qk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def turns(self, pos: Pos, qk: torch.Tensor) -> torch.Tensor:
+        """e^(i p omega_j) = cos + i sin for each pair j, (..., T, d_k / 2): the pair
+        (x_2j, x_2j+1) read as x_2j + i x_2j+1 and multiplied by it is `rotate`'s turn."""
+        return self._angles(pos, qk)[2]
+
+    def _angles(self, pos: Pos, qk: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(cos, cos) and (-sin, sin) of p omega_i for each pair i, interleaved as the pairs
-        are (..., T, d_k), computed once per forward pass: every layer asks for the same
-        positions, and in a one-token decode step these small operations are a noticeable
-        share of the time (not under torch.compile, which fuses them)."""
+        are (..., T, d_k), and cos + i sin (..., T, d_k / 2), computed once per forward pass:
+        every layer asks for the same positions, and in a one-token decode step these small
+        operations are a noticeable share of the time (not under torch.compile, which fuses
+        them)."""
         dtype = torch.promote_types(qk.dtype, torch.float32)
         compiling = torch.compiler.is_compiling()
         if not compiling:  # (the key alone would break torch.compile's graph)
@@ -119,7 +135,7 @@ class RotaryPositions(Positions):
         angle = self._turns(p.to(torch.float64))                          # (..., T, d_k/2)
         cos, sin = torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
         angles = (torch.stack((cos, cos), -1).flatten(-2),
-                  torch.stack((-sin, sin), -1).flatten(-2))
+                  torch.stack((-sin, sin), -1).flatten(-2), torch.complex(cos, sin))
         if not compiling:
             self._last = (key, angles)
         return angles

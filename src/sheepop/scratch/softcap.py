@@ -6,7 +6,7 @@
 Near 0 it is the identity (tanh u ~ u), so only logits that grow towards c are held back: a
 model cannot make one token's logit run away (Gemma 2 caps at 30, modded-nanogpt at 15). The
 cache is t = tanh(z / c); cap 0 is off (the identity, no cache). The torch engine's unit is
-`sheepop.model.gpt.softcap`.
+`sheepop.model.softcap.softcap`.
 """
 
 from __future__ import annotations
