@@ -12,7 +12,8 @@ Versioned JSON documents. Every JSON file sheepop owns is one object that names 
 
 `DocumentFormat` binds the "format" tag, the version this sheepop writes (the newest it reads)
 and the name error messages give such a file. `write_document` writes one; `read_document` /
-`parse_document` read one back, and every way that can fail is one `UserError` line:
+`parse_document` read one back (`read_fields` then builds an object of its fields), and every
+way that can fail is one `UserError` line:
 
     missing file           the caller's message (e.g. "... make it with `sheepop prepare`")
     a directory, unreadable, not UTF-8, not JSON, not an object, another "format",
@@ -41,7 +42,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from sheepop.errors import UserError
 
@@ -320,3 +321,18 @@ def read_document(path: str | Path, fmt: DocumentFormat, missing: str | None = N
     """The document at `path` (see `parse_document`); `missing` is the message when the file
     does not exist, which should say how to make it; `limit`: its largest size in bytes."""
     return parse_document(read_text(path, missing, fmt.title, limit), fmt, str(path), hint)
+
+
+T = TypeVar("T")
+
+
+def read_fields(path: str | Path, fmt: DocumentFormat, missing: str,
+                build: Callable[[dict[str, Any]], T]) -> T:
+    """`build` of the document at `path` (see `read_document`): the object its fields make (a
+    run's options). A field `build` finds missing (KeyError) or of the wrong type (TypeError;
+    ValueError: int("x")) is one UserError naming it."""
+    fields = read_document(path, fmt, missing)
+    try:
+        return build(fields)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path}: missing or bad field {e}") from None

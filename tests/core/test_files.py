@@ -1,6 +1,8 @@
 """sheepop.files: atomic writes and versioned JSON documents, each failure one clear line."""
 
+import importlib
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from sheepop.files import (
     atomic_write_text,
     parse_document,
     read_document,
+    read_fields,
     read_json,
     read_text,
     write_document,
@@ -130,6 +133,44 @@ def test_a_hint_names_what_a_foreign_file_looks_like():
     with pytest.raises(UserError, match=r"not a sheepop test file .*; it looks like a list$"):
         parse_document("[]", DOC, "x.json", hint=hint)
     assert parse_document('{"format": "sheepop-test", "version": 1}', DOC, "x")["version"] == 1
+
+
+def test_read_fields_builds_the_object_and_a_missing_or_mistyped_field_is_one_line(tmp_path):
+    write_document(tmp_path / "d.json", DOC, {"n": "x"})
+    build = lambda d: int(d["n"])  # noqa: E731
+    assert read_fields(tmp_path / "d.json", DOC, "no d", lambda d: d["n"]) == "x"
+    for body, field in (({"n": "x"}, "invalid literal for int"), ({}, "'n'"),
+                        ({"n": None}, "int() argument must be")):
+        write_document(tmp_path / "d.json", DOC, body)
+        with pytest.raises(UserError, match=f"^{re.escape(str(tmp_path / 'd.json'))}: missing or "
+                                            f"bad field .*{re.escape(field)}") as e:
+            read_fields(tmp_path / "d.json", DOC, "no d", build)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("where, good, mistyped", [
+    ("sheepop.finetune.run:FinetuneOptions",
+     {"base_run": "b", "data": "d", "train_on": "assistant"}, {"beta": "x"}),
+    ("sheepop.rl.run:RlOptions", {"base_run": "b", "prompts": "p", "rl": {}}, {"rl": "x"}),
+    ("sheepop.progression.task:TaskOptions",
+     {"digits": 3, "window_terms": 4, "reverse_digits": True, "mask_given": 2},
+     {"digits": "x"}),
+])
+def test_a_runs_options_file_with_a_missing_or_mistyped_field_is_one_line(tmp_path, where, good,
+                                                                          mistyped):
+    """finetune.json, rl.json and progression.json: each run's options, read back on resume
+    (a mistyped finetune.beta was a ValueError's traceback)."""
+    module, _, name = where.partition(":")
+    mod = importlib.import_module(module)
+    options = getattr(mod, name)
+    path = tmp_path / mod.RUN_FILE
+    write_document(path, mod.RUN_DOCUMENT, good)
+    assert options.load(tmp_path) == options(**good)
+    first = next(iter(good))
+    for body in ({**good, **mistyped}, {k: v for k, v in good.items() if k != first}):
+        write_document(path, mod.RUN_DOCUMENT, body)
+        with pytest.raises(UserError, match=f"^{re.escape(str(path))}: missing or bad field "):
+            options.load(tmp_path)
 
 
 def test_read_json_accepts_any_shape_of_foreign_file(tmp_path):

@@ -37,7 +37,7 @@ from sheepop.config.schema import FINETUNE_SECTIONS, Config
 from sheepop.data.conversations import read_conversations
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
-from sheepop.files import DocumentFormat, read_document, write_document
+from sheepop.files import DocumentFormat, read_fields, write_document
 from sheepop.finetune.dpo import dpo_trainer
 from sheepop.finetune.pairs import read_pairs
 from sheepop.finetune.sampler import ChatSampler, fixed_batches
@@ -81,15 +81,12 @@ class FinetuneOptions:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> FinetuneOptions:
-        path = Path(run_dir) / RUN_FILE
-        d = read_document(path, RUN_DOCUMENT, f"{run_dir} is not a fine-tuning run (no "
-                          f"{RUN_FILE}): start it with `sheepop finetune BASE_RUN`")
-        try:
-            return cls(str(d["base_run"]), str(d["data"]), str(d["train_on"]), d.get("lora"),
-                       str(d.get("method", "sft")), float(d.get("beta", 0.1)),
-                       str(d.get("val_data", "")))
-        except (KeyError, TypeError) as e:
-            raise UserError(f"{path}: missing or bad field {e}") from None
+        return read_fields(
+            Path(run_dir) / RUN_FILE, RUN_DOCUMENT, f"{run_dir} is not a fine-tuning run (no "
+            f"{RUN_FILE}): start it with `sheepop finetune BASE_RUN`",
+            lambda d: cls(str(d["base_run"]), str(d["data"]), str(d["train_on"]), d.get("lora"),
+                          str(d.get("method", "sft")), float(d.get("beta", 0.1)),
+                          str(d.get("val_data", ""))))
 
 
 def base_model(base_run: str | Path) -> tuple[Config, Any, dict[str, np.ndarray], int]:

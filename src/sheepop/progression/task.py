@@ -28,7 +28,7 @@ from sheepop.checkpoint import format as checkpoint
 from sheepop.config.schema import Config, resolve_vocab_size
 from sheepop.data.dataset import Dataset
 from sheepop.errors import UserError
-from sheepop.files import DocumentFormat, read_document, write_document
+from sheepop.files import DocumentFormat, read_fields, write_document
 from sheepop.progression.data import Progressions
 from sheepop.progression.stream import TermWindows, TermWindowSampler, flat_stream
 from sheepop.tokenizers.digits import DigitsTokenizer
@@ -56,15 +56,12 @@ class TaskOptions:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> TaskOptions:
-        path = Path(run_dir) / RUN_FILE
-        d = read_document(path, RUN_DOCUMENT, f"{run_dir} is not a progression run (no "
-                          f"{RUN_FILE}): train it with `sheepop progression train`")
-        try:
-            return cls(int(d["digits"]), int(d["window_terms"]), bool(d["reverse_digits"]),
-                       int(d["mask_given"]), str(d.get("data", "")),
-                       bool(d.get("both_ways", False)))
-        except (KeyError, TypeError, ValueError) as e:
-            raise UserError(f"{path}: missing or bad field {e}") from None
+        return read_fields(
+            Path(run_dir) / RUN_FILE, RUN_DOCUMENT, f"{run_dir} is not a progression run (no "
+            f"{RUN_FILE}): train it with `sheepop progression train`",
+            lambda d: cls(int(d["digits"]), int(d["window_terms"]), bool(d["reverse_digits"]),
+                          int(d["mask_given"]), str(d.get("data", "")),
+                          bool(d.get("both_ways", False))))
 
 
 def task_dataset(data: Progressions, opts: TaskOptions) -> tuple[Dataset, TermWindows,

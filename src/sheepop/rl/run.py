@@ -31,7 +31,7 @@ from sheepop.config.build import build_config
 from sheepop.config.rl import RlConfig
 from sheepop.config.schema import Config
 from sheepop.errors import UserError
-from sheepop.files import DocumentFormat, read_document, write_document
+from sheepop.files import DocumentFormat, read_fields, write_document
 from sheepop.inference.load import read_run
 from sheepop.rl import tasks
 from sheepop.rl.verifiers import resolve
@@ -70,13 +70,10 @@ class RlOptions:
 
     @classmethod
     def load(cls, run_dir: str | Path) -> RlOptions:
-        path = Path(run_dir) / RUN_FILE
-        d = read_document(path, RUN_DOCUMENT, f"{run_dir} is not an RL run (no {RUN_FILE}): "
-                          "start it with `sheepop rl BASE_RUN`")
-        try:
-            return cls(str(d["base_run"]), str(d["prompts"]), dict(d["rl"]), d.get("lora"))
-        except (KeyError, TypeError, ValueError) as e:
-            raise UserError(f"{path}: missing or bad field {e}") from None
+        return read_fields(
+            Path(run_dir) / RUN_FILE, RUN_DOCUMENT, f"{run_dir} is not an RL run (no "
+            f"{RUN_FILE}): start it with `sheepop rl BASE_RUN`",
+            lambda d: cls(str(d["base_run"]), str(d["prompts"]), dict(d["rl"]), d.get("lora")))
 
 
 @dataclass
