@@ -115,7 +115,8 @@ def call(url: str, method: str, path: str, body: Any = None, key: str | None = N
 
 class ServerProcess:
     """`sheepop serve RUN --port 0 ARGS`; ready once it prints the address it listens on. A
-    thread keeps reading its stderr (into `lines`), so the pipe never fills."""
+    thread keeps reading its stderr (into `lines`), so the pipe never fills. As a context
+    manager (`with ServerProcess(...) as s:`), stopped at the end and checked to exit 0."""
 
     def __init__(self, run: Path, *args: str, env: dict[str, str] | None = None,
                  preexec_fn=None):
@@ -153,6 +154,13 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return -9
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Stopped by SIGTERM, which it must exit 0 on (a graceful shutdown)."""
+        assert self.stop(signal.SIGTERM) == 0
 
 
 # ----- a server in this process (its scheduler within reach) -------------------------------------

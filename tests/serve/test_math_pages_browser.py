@@ -12,27 +12,20 @@ import re
 from pathlib import Path
 
 import pytest
-from chromium import needs_chromium
+from chromium import needs_chromium, opened
 
 from sheepop.serve.documents import shown
 
 pytestmark = needs_chromium
-WAIT_MS = 20_000
 PAGES = shown.pages(shown.root())
 
 
 @pytest.fixture
 def page(browser):
-    """A fresh page at 1280x800; at the end, no error in its console."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.set_default_timeout(WAIT_MS)
-    yield pg
-    context.close()
-    assert errors == []
+    """A fresh page at 1280x800 (each test opens its own address); at the end, no error in its
+    console."""
+    with opened(browser) as pg:
+        yield pg
 
 
 FORMULA_BOXES = """() => [...document.querySelectorAll('math')].map(m => {

@@ -10,12 +10,11 @@ puts the best ones into docs/images/."""
 import base64
 import json
 import math
-import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
-from chromium import needs_chromium
+from chromium import needs_chromium, opened
 from serve_helpers import ServerProcess, call, weights
 
 from sheepop.checkpoint import format as checkpoint
@@ -24,7 +23,6 @@ from sheepop.generation.sample import penalize_repeats, probabilities
 from sheepop.tokenizers import train_tokenizer
 
 pytestmark = needs_chromium
-WAIT_MS = 20_000
 PROMPT = "abc def"
 
 
@@ -51,25 +49,15 @@ def site(tmp_path_factory):
     rows = [{"step": s, "loss": 3.2 * 0.9 ** s, "lr": 1e-3 * min(1, (s + 1) / 4)}
             for s in range(0, 40, 2)] + [{"step": 20, "val_loss": 1.2, "val_bpb": 1.9}]
     (root / "train-1/metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    s = ServerProcess(run, "--engine", "torch", "--runs", str(root))
-    yield s, root
-    assert s.stop(signal.SIGTERM) == 0
+    with ServerProcess(run, "--engine", "torch", "--runs", str(root)) as s:
+        yield s, root
 
 
 @pytest.fixture
 def page(browser, site):
     """A fresh page on the site at 1280x800; at the end, no error in its console."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.set_default_timeout(WAIT_MS)
-    pg.goto(site[0].url + "/")
-    pg.wait_for_function("document.querySelector('#model-line')?.textContent.includes('layers')")
-    yield pg
-    context.close()
-    assert errors == []
+    with opened(browser, site[0].url + "/") as pg:
+        yield pg
 
 
 def canvas_pixels(pg, testid: str) -> str:
@@ -147,9 +135,8 @@ def test_the_status_says_how_many_proposed_tokens_were_accepted(browser, tmp_pat
     """On a server started with --speculate, a greedy generation running alone checks tokens
     proposed from its text: the status gives the accepted and proposed counts of its usage,
     the same as the API's for the same request."""
-    server = ServerProcess(make_run(tmp_path / "model"), "--engine", "numpy", "--speculate",
-                           "8", "--cache-mb", "0")
-    try:
+    with ServerProcess(make_run(tmp_path / "model"), "--engine", "numpy", "--speculate", "8",
+                       "--cache-mb", "0") as server:
         prompt = "hij kab hij kab hij kab h"
         usage = call(server.url, "POST", "/v1/completions", {
             "prompt": prompt, "max_tokens": 30, "temperature": 0}).json()["usage"]
@@ -157,18 +144,10 @@ def test_the_status_says_how_many_proposed_tokens_were_accepted(browser, tmp_pat
         kept = details["accepted_prediction_tokens"]
         proposed = kept + details["rejected_prediction_tokens"]
         assert kept > 0
-        context = browser.new_context(viewport={"width": 1280, "height": 800})
-        pg = context.new_page()
-        pg.set_default_timeout(WAIT_MS)
-        pg.goto(server.url + "/")
-        pg.wait_for_function("document.querySelector('#model-line')?.textContent"
-                             ".includes('layers')")
-        generate(pg, prompt, max_tokens=30, temperature="0")
-        line = f"; {kept} of {proposed} proposed tokens accepted; prompt 25 tokens"
-        assert line in pg.inner_text("#generate-status")
-        context.close()
-    finally:
-        assert server.stop(signal.SIGTERM) == 0
+        with opened(browser, server.url + "/") as pg:
+            generate(pg, prompt, max_tokens=30, temperature="0")
+            line = f"; {kept} of {proposed} proposed tokens accepted; prompt 25 tokens"
+            assert line in pg.inner_text("#generate-status")
 
 
 def inspected(url: str, body: dict) -> dict:
@@ -354,15 +333,8 @@ def test_the_views_fit_a_phone_and_the_tabs_take_the_keyboard(page, shots):
 def test_a_chat_model_gets_a_conversation_and_inside_reads_it(browser, runs, shots):
     """The chat run (its template) without an API key: two turns, then the inside view analyses
     the whole templated conversation, as /v1/inspect does with the same messages."""
-    server = ServerProcess(runs[0])
-    try:
-        pg = browser.new_page(viewport={"width": 1280, "height": 800})
-        errors: list[str] = []
-        pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        pg.on("pageerror", lambda e: errors.append(str(e)))
-        pg.set_default_timeout(WAIT_MS)
-        pg.goto(server.url + "/")
-        pg.wait_for_function("document.querySelector('#model-line')?.textContent.includes('chat')")
+    with ServerProcess(runs[0]) as server, \
+            opened(browser, server.url + "/", ready="chat") as pg:
         pg.fill("#max-tokens", "6")
         for message in ("abc", "def"):
             pg.get_by_test_id("prompt").fill(message)
@@ -387,9 +359,6 @@ def test_a_chat_model_gets_a_conversation_and_inside_reads_it(browser, runs, sho
         assert box.startswith("".join(t["text"] for t in answer["tokens"]))
         assert box.endswith(reply[1])
         pg.screenshot(path=str(shots / "page-chat.png"), full_page=True)
-        assert errors == []
-    finally:
-        assert server.stop(signal.SIGTERM) == 0
 
 
 def test_a_server_with_an_api_key_serves_the_page_which_asks_for_the_key(browser, server):
@@ -398,14 +367,11 @@ def test_a_server_with_an_api_key_serves_the_page_which_asks_for_the_key(browser
     assert call(server.url, "GET", "/").status == 200
     assert call(server.url, "GET", "/static/page.js").status == 200
     assert call(server.url, "GET", "/v1/inspect").status == 401
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = context.new_page()
-    pg.set_default_timeout(WAIT_MS)
-    pg.goto(server.url + "/")
-    pg.wait_for_function("document.querySelector('#model-line')?.textContent"
-                         ".includes('API key')")
-    pg.get_by_test_id("api-key").fill(KEY)
-    pg.get_by_test_id("api-key").press("Enter")  # the page reloads: `?.` until it is back
-    pg.wait_for_function("document.querySelector('#model-line')?.textContent.includes('layers')")
-    assert pg.get_by_test_id("api-key").input_value() == KEY  # kept for the tab
-    context.close()
+    with opened(browser, server.url + "/", ready="API key") as pg:
+        pg.expected_errors.append("Failed to load resource: the server responded with a "
+                                  "status of 401 (Unauthorized)")  # (the first call, keyless)
+        pg.get_by_test_id("api-key").fill(KEY)
+        pg.get_by_test_id("api-key").press("Enter")  # the page reloads: `?.` until it is back
+        pg.wait_for_function("document.querySelector('#model-line')?.textContent"
+                             ".includes('layers')")
+        assert pg.get_by_test_id("api-key").input_value() == KEY  # kept for the tab

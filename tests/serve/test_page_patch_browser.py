@@ -9,29 +9,18 @@ import re
 
 import numpy as np
 import pytest
-from chromium import needs_chromium
+from chromium import needs_chromium, opened
 from serve_helpers import call
 
 pytestmark = needs_chromium
-WAIT_MS = 20_000
 CLEAN, CORRUPTED = "abc def", "abd deg"  # 7 tokens each; position 2 is the first that differs
 READ = re.compile(r"exact score (\S+) \(m = (\S+)\); estimated score (\S+) \(m ≈ (\S+)\)")
 
 
 @pytest.fixture
 def page(browser, plain_server):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.set_default_timeout(WAIT_MS)
-    pg.goto(plain_server.url + "/#patch")
-    pg.wait_for_function("document.querySelector('#model-line')?.textContent.includes('layers')")
-    pg.expected_errors = []  # what a test's own bad request makes the browser log
-    yield pg
-    context.close()
-    assert errors == pg.expected_errors
+    with opened(browser, plain_server.url + "/#patch") as pg:
+        yield pg
 
 
 def patch(pg, kind="positions", clean=CLEAN, corrupted=CORRUPTED) -> dict:

@@ -11,11 +11,9 @@ argsort over a vocabulary of that size."""
 
 from __future__ import annotations
 
-import signal
-
 import numpy as np
 import pytest
-from chromium import launch, needs_chromium
+from chromium import needs_chromium, opened
 from serve_helpers import ServerProcess, call
 
 from sheepop.arch.inspection import distribution
@@ -47,9 +45,8 @@ def test_the_lens_top_k_equals_a_full_softmax_and_sort_on_a_49k_vocabulary():
 
 @pytest.fixture(scope="module")
 def smol(smollm2_run):
-    s = ServerProcess(smollm2_run, "--engine", "torch")
-    yield s
-    assert s.stop(signal.SIGTERM) == 0
+    with ServerProcess(smollm2_run, "--engine", "torch") as s:
+        yield s
 
 
 @pytest.mark.real_model
@@ -99,69 +96,55 @@ def test_the_next_token_after_the_capital_of_france_is_paris(smol):
 
 @pytest.mark.real_model
 @needs_chromium
-def test_the_inside_view_draws_smollm2_in_chromium(smol, shots):
-    playwright = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    errors: list[str] = []
-    with playwright.sync_playwright() as p:
-        browser = launch(p)
-        try:
-            pg = browser.new_page(viewport={"width": 1280, "height": 800})
-            pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            pg.on("pageerror", lambda e: errors.append(str(e)))
-            pg.set_default_timeout(WAIT_MS)
-            pg.goto(smol.url + "/")
-            pg.wait_for_function("document.querySelector('#model-line').textContent"
-                                 ".includes('30 layers, 9 heads')")
-            # A chat model: the question goes through its own ChatML template.
-            pg.get_by_test_id("prompt").fill("What is the capital of France?")
-            pg.fill("#max-tokens", "7")
-            pg.fill("#temperature", "0")
-            pg.get_by_test_id("generate").click()
-            pg.wait_for_function("document.querySelector('#generate-status').textContent"
-                                 ".includes('tokens in')")
-            assert pg.locator("#conversation .turn").all_inner_texts() == [
-                "user:What is the capital of France?",
-                "assistant:The capital of France is Paris."]
+def test_the_inside_view_draws_smollm2_in_chromium(smol, browser, shots):
+    with opened(browser, smol.url + "/", ready="30 layers, 9 heads", wait_ms=WAIT_MS) as pg:
+        # A chat model: the question goes through its own ChatML template.
+        pg.get_by_test_id("prompt").fill("What is the capital of France?")
+        pg.fill("#max-tokens", "7")
+        pg.fill("#temperature", "0")
+        pg.get_by_test_id("generate").click()
+        pg.wait_for_function("document.querySelector('#generate-status').textContent"
+                             ".includes('tokens in')")
+        assert pg.locator("#conversation .turn").all_inner_texts() == [
+            "user:What is the capital of France?",
+            "assistant:The capital of France is Paris."]
 
-            # The inside view starts on that conversation; another prompt overtakes it.
-            pg.get_by_test_id("view-inside").click()
-            assert pg.locator("#layer option").count() == 30
-            assert pg.locator("#head option").count() == 9
-            pg.fill("#inside-prompt", PAGE_PROMPT)
-            pg.click("#analyse-button")
-            pg.wait_for_function("document.querySelector('#inside-status').textContent === "
-                                 "'12 tokens, 30 layers × 9 heads'")
-            lens = pg.get_by_test_id("logit-lens")
-            assert lens.locator("tbody tr").count() == 31  # the embedding and 30 blocks
-            assert lens.locator("thead th").all_inner_texts()[1:] == [
-                "The", "␣capital", "␣of", "␣France", "␣is", "␣Paris", ".", "␣The", "␣capital",
-                "␣of", "␣Germany", "␣is"]
-            assert lens.locator("tbody tr").last.locator("td").last.inner_text() == "␣Berlin"
-            assert pg.locator("#next-bars td").first.inner_text() == "␣Berlin"
+        # The inside view starts on that conversation; another prompt overtakes it.
+        pg.get_by_test_id("view-inside").click()
+        assert pg.locator("#layer option").count() == 30
+        assert pg.locator("#head option").count() == 9
+        pg.fill("#inside-prompt", PAGE_PROMPT)
+        pg.click("#analyse-button")
+        pg.wait_for_function("document.querySelector('#inside-status').textContent === "
+                             "'12 tokens, 30 layers × 9 heads'")
+        lens = pg.get_by_test_id("logit-lens")
+        assert lens.locator("tbody tr").count() == 31  # the embedding and 30 blocks
+        assert lens.locator("thead th").all_inner_texts()[1:] == [
+            "The", "␣capital", "␣of", "␣France", "␣is", "␣Paris", ".", "␣The", "␣capital",
+            "␣of", "␣Germany", "␣is"]
+        assert lens.locator("tbody tr").last.locator("td").last.inner_text() == "␣Berlin"
+        assert pg.locator("#next-bars td").first.inner_text() == "␣Berlin"
 
-            # Layer 12's head 2 (read from the server when chosen) looks at the token before.
-            pg.get_by_test_id("head").select_option("1")
-            pg.get_by_test_id("layer").select_option("11")
-            pg.wait_for_function("document.querySelector('[data-testid=attention]')"
-                                 ".dataset.layer === '11'")
-            heatmap = pg.get_by_test_id("attention")
-            margin, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("margin", "cell"))
-            heatmap.scroll_into_view_if_needed()
-            box = heatmap.bounding_box()
-            pg.mouse.move(box["x"] + margin + 10.5 * cell, box["y"] + margin + 11.5 * cell)
-            answer = call(smol.url, "POST", "/v1/inspect", {"prompt": PAGE_PROMPT, "layers": [11],
-                                                            "lens": False}).json()
-            weight = answer["attention"]["weights"][0][1][11][10]
-            assert pg.inner_text("#attention-readout") == (
-                f'layer 12, head 2: query 11 " is" → key 10 " Germany": A = {weight:.7f}')
-            assert pg.inner_text("#inside-status") == "12 tokens, 30 layers × 9 heads"
-            pg.mouse.move(5, 5)
-            pg.evaluate("window.scrollTo(0, document.querySelector('#attention').closest('.panel')"
-                        ".offsetTop - 64)")
-            pg.screenshot(path=str(shots / "page-smollm2.png"))
-            pg.evaluate("window.scrollTo(0, document.querySelector('#logit-lens')"
-                        ".closest('.panel').offsetTop - 8)")
-            pg.screenshot(path=str(shots / "page-smollm2-lens.png"))
-        finally:
-            browser.close()
-    assert errors == []
+        # Layer 12's head 2 (read from the server when chosen) looks at the token before.
+        pg.get_by_test_id("head").select_option("1")
+        pg.get_by_test_id("layer").select_option("11")
+        pg.wait_for_function("document.querySelector('[data-testid=attention]')"
+                             ".dataset.layer === '11'")
+        heatmap = pg.get_by_test_id("attention")
+        margin, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("margin", "cell"))
+        heatmap.scroll_into_view_if_needed()
+        box = heatmap.bounding_box()
+        pg.mouse.move(box["x"] + margin + 10.5 * cell, box["y"] + margin + 11.5 * cell)
+        answer = call(smol.url, "POST", "/v1/inspect", {"prompt": PAGE_PROMPT, "layers": [11],
+                                                        "lens": False}).json()
+        weight = answer["attention"]["weights"][0][1][11][10]
+        assert pg.inner_text("#attention-readout") == (
+            f'layer 12, head 2: query 11 " is" → key 10 " Germany": A = {weight:.7f}')
+        assert pg.inner_text("#inside-status") == "12 tokens, 30 layers × 9 heads"
+        pg.mouse.move(5, 5)
+        pg.evaluate("window.scrollTo(0, document.querySelector('#attention').closest('.panel')"
+                    ".offsetTop - 64)")
+        pg.screenshot(path=str(shots / "page-smollm2.png"))
+        pg.evaluate("window.scrollTo(0, document.querySelector('#logit-lens')"
+                    ".closest('.panel').offsetTop - 8)")
+        pg.screenshot(path=str(shots / "page-smollm2-lens.png"))

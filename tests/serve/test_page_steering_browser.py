@@ -3,17 +3,14 @@ server started with --steer it lists the vector, and a greedy generation steered
 is the API's steered answer (and not the plain one); "none" sends no steering. A server
 without vectors lists none in GET /v1/inspect (the control stays hidden)."""
 
-import signal
-
 import pytest
-from chromium import needs_chromium
+from chromium import needs_chromium, opened
 from serve_helpers import ServerProcess, call
 
 from sheepop.inference.load import load
 from sheepop.inference.steer import make_vector
 
 pytestmark = needs_chromium
-WAIT_MS = 20_000
 PROMPT = "abc abc"
 
 
@@ -22,24 +19,14 @@ def site(runs, tmp_path_factory):
     path = tmp_path_factory.mktemp("page-steer") / "ab.safetensors"
     model = load(runs[1], engine="numpy")
     make_vector(model, "plain", ["abab abab", "aaa bbb"], ["hij hij"], 1).save(path)
-    s = ServerProcess(runs[1], "--engine", "numpy", "--steer", str(path))
-    yield s
-    assert s.stop(signal.SIGTERM) == 0
+    with ServerProcess(runs[1], "--engine", "numpy", "--steer", str(path)) as s:
+        yield s
 
 
 @pytest.fixture
 def page(browser, site):
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    pg = context.new_page()
-    errors: list[str] = []
-    pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.set_default_timeout(WAIT_MS)
-    pg.goto(site.url + "/")
-    pg.wait_for_function("document.querySelector('#model-line')?.textContent.includes('layers')")
-    yield pg
-    context.close()
-    assert errors == []
+    with opened(browser, site.url + "/") as pg:
+        yield pg
 
 
 def api_text(site, **body) -> str:
@@ -72,9 +59,6 @@ def test_the_page_steers_as_the_api_does(page, site):
     assert generate(page, "", "4") == plain  # "none": no steering sent
 
 
-def test_a_server_without_vectors_lists_none(runs):
-    s = ServerProcess(runs[1], "--engine", "numpy")
-    try:
-        assert call(s.url, "GET", "/v1/inspect").json()["steering"] == []
-    finally:
-        assert s.stop(signal.SIGTERM) == 0
+def test_a_server_without_vectors_lists_none(plain_server):
+    """(The same run served without --steer: the session's plain server.)"""
+    assert call(plain_server.url, "GET", "/v1/inspect").json()["steering"] == []

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-import signal
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from chromium import needs_chromium
+from chromium import needs_chromium, opened
 from serve_helpers import ServerProcess, call, weights
 from variants import gqa, llama
 
@@ -27,7 +26,6 @@ from sheepop.model import GPT
 from sheepop.tokenizers import train_tokenizer
 
 pytestmark = needs_chromium
-WAIT_MS = 20_000
 PROMPT = "abc def"
 GENERATED = 6
 
@@ -49,29 +47,14 @@ def run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def site(run):
-    s = ServerProcess(run, "--engine", "torch")
-    yield s
-    assert s.stop(signal.SIGTERM) == 0
-
-
-def open_page(browser, url: str, width: int = 1280, height: int = 800):
-    context = browser.new_context(viewport={"width": width, "height": height})
-    pg = context.new_page()
-    pg.errors = []
-    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    pg.set_default_timeout(WAIT_MS)
-    pg.goto(url + "/")
-    pg.wait_for_function("document.querySelector('#model-line').textContent.includes('layers')")
-    return context, pg
+    with ServerProcess(run, "--engine", "torch") as s:
+        yield s
 
 
 @pytest.fixture
 def page(browser, site):
-    context, pg = open_page(browser, site.url)
-    yield pg
-    context.close()
-    assert pg.errors == []
+    with opened(browser, site.url + "/") as pg:
+        yield pg
 
 
 def generate(pg, prompt: str = PROMPT, max_tokens: int = GENERATED) -> list[str]:
@@ -227,19 +210,17 @@ def test_backprop_shows_the_loss_dz_and_the_gradients_autograd_gives(page, site,
 
 
 def test_the_new_views_fit_a_phone(browser, site, shots):
-    context, pg = open_page(browser, site.url, 390, 844)
-    generate(pg, max_tokens=4)
-    for view in ("step", "backward"):
-        pg.get_by_test_id(f"view-{view}").click()
-        pg.wait_for_selector("[data-testid=step-softmax]" if view == "step"
-                             else "[data-testid=backward-grads] tbody tr")
-        if view == "step":
-            pg.click("#step .more")  # a long vector opened in full still fits
-        width = pg.evaluate("document.documentElement.scrollWidth")
-        assert width <= 390, f"{view}: the page is {width} px wide on a 390 px screen"
-        pg.screenshot(path=str(shots / f"page-{view}-phone.png"))
-    context.close()
-    assert pg.errors == []
+    with opened(browser, site.url + "/", 390, 844) as pg:
+        generate(pg, max_tokens=4)
+        for view in ("step", "backward"):
+            pg.get_by_test_id(f"view-{view}").click()
+            pg.wait_for_selector("[data-testid=step-softmax]" if view == "step"
+                                 else "[data-testid=backward-grads] tbody tr")
+            if view == "step":
+                pg.click("#step .more")  # a long vector opened in full still fits
+            width = pg.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"{view}: the page is {width} px wide on a 390 px screen"
+            pg.screenshot(path=str(shots / f"page-{view}-phone.png"))
 
 
 @pytest.mark.real_model
@@ -247,8 +228,7 @@ def test_step_on_smollm2(browser, smollm2_run, shots):
     """SmolLM2 (30 layers, 9 heads of which 3 key/value, RMSNorm, SwiGLU, RoPE): the trace's
     softmax row is /v1/inspect's, its next token after the question is the model's, and the
     page draws it with 30 layers and 9 heads. The request time is printed (-s shows it)."""
-    s = ServerProcess(smollm2_run, "--engine", "numpy")  # starts without importing torch
-    try:
+    with ServerProcess(smollm2_run, "--engine", "numpy") as s:  # starts without importing torch
         prompt = "The capital of France is"
         started = time.perf_counter()
         x = call(s.url, "POST", "/v1/trace", {"prompt": prompt, "layer": 12}).json()
@@ -263,22 +243,18 @@ def test_step_on_smollm2(browser, smollm2_run, shots):
                                        seen["attention"]["weights"][0][h][-1], atol=1e-5)
         assert x["logits"]["top"][0]["id"] == seen["next"]["ids"][-1][0]
         assert x["logits"]["top"][0]["text"] == " Paris"
-        context, pg = open_page(browser, s.url)
-        pg.set_default_timeout(120_000)
-        pg.get_by_test_id("view-step").click()
-        pg.fill("#step-prompt", prompt)
-        pg.click("#step-form button")
-        pg.wait_for_selector("[data-testid=step-softmax]")
-        assert pg.get_by_test_id("step-layer").locator("option").count() == 30
-        assert pg.get_by_test_id("step-head").locator("option").count() == 9
-        pg.get_by_test_id("step-layer").select_option("12")  # (from 0, as the API's)
-        pg.wait_for_function("document.querySelector('#step-status').textContent"
-                             ".includes('layer 13 of 30')")
-        pg.get_by_test_id("step-head").select_option("1")
-        np.testing.assert_allclose(softmax_row(pg), seen["attention"]["weights"][0][1][-1],
-                                   atol=1e-5)
-        pg.screenshot(path=str(shots / "page-step-smollm2.png"))
-        context.close()
-        assert pg.errors == []
-    finally:
-        assert s.stop(signal.SIGTERM) == 0
+        with opened(browser, s.url + "/") as pg:
+            pg.set_default_timeout(120_000)
+            pg.get_by_test_id("view-step").click()
+            pg.fill("#step-prompt", prompt)
+            pg.click("#step-form button")
+            pg.wait_for_selector("[data-testid=step-softmax]")
+            assert pg.get_by_test_id("step-layer").locator("option").count() == 30
+            assert pg.get_by_test_id("step-head").locator("option").count() == 9
+            pg.get_by_test_id("step-layer").select_option("12")  # (from 0, as the API's)
+            pg.wait_for_function("document.querySelector('#step-status').textContent"
+                                 ".includes('layer 13 of 30')")
+            pg.get_by_test_id("step-head").select_option("1")
+            np.testing.assert_allclose(softmax_row(pg), seen["attention"]["weights"][0][1][-1],
+                                       atol=1e-5)
+            pg.screenshot(path=str(shots / "page-step-smollm2.png"))
