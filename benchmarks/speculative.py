@@ -22,6 +22,13 @@ part), the proposed tokens accepted (usage's completion_tokens_details) and the 
 task the medians and their ratio, and whether the greedy answers were the same text.
 
     python benchmarks/speculative.py --server --repeats 5 --new-tokens 256
+
+--pass-cost measures what the gate's cost model (sheepop.generation.speculative.PASS_COST)
+is made of: after the edit task's prompt, a checking pass over m positions against a decode
+step, alternating, each rolled back (median of --repeats x 10 of each), for m = 2, 3, 5, 9,
+17, 33; printed as decode steps per pass.
+
+    python benchmarks/speculative.py --pass-cost --repeats 3
 """
 
 from __future__ import annotations
@@ -182,6 +189,28 @@ def serve_runs(args: argparse.Namespace, run: Path) -> None:
         print("".join(line for line in server.lines if "speculative decoding" in line)[-2000:])
 
 
+def pass_costs(lm, prompt: list[int], repeats: int) -> None:
+    """--pass-cost: a pass over m positions in decode steps (the module's docstring)."""
+    import numpy as np
+    lm.prefill(prompt[:-1])
+    sizes = [2, 3, 5, 9, 17, 33]
+    times: dict[int, list[float]] = {m: [] for m in [1] + sizes}
+    for _ in range(10 * repeats):
+        for m in [1] + sizes:
+            t = time.perf_counter()
+            if m == 1:
+                lm.decode(prompt[-1])
+            else:
+                lm.verify(prompt[-m:])
+            times[m].append(time.perf_counter() - t)
+            lm.rollback(m)
+    step = float(np.median(times[1]))
+    print(f"decode step {step * 1e3:.2f} ms (median of {len(times[1])}); a pass over m "
+          f"positions, in decode steps: " +
+          ", ".join(f"{m}: {np.median(times[m]) / step:.2f}" for m in sizes) +
+          f"  load {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, help="an imported SmolLM2 run (default: import it)")
@@ -194,6 +223,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="0: the idle cores (sheepop.threads)")
     ap.add_argument("--server", action="store_true",
                     help="through `sheepop serve` at batch 1 (the module's docstring)")
+    ap.add_argument("--pass-cost", action="store_true",
+                    help="a checking pass's cost in decode steps (the module's docstring)")
     args = ap.parse_args()
     from sheepop import threads
     print(f"threads: {threads.apply(args.threads)}")
@@ -210,6 +241,11 @@ def main() -> None:
     plain = SampleConfig(max_new_tokens=args.new_tokens, temperature=args.temperature,
                          top_k=0, top_p=1.0, min_p=0.0, seed=0, speculate=0)
     spec = dataclasses.replace(plain, speculate=args.speculate)
+    if args.pass_cost:
+        pass_costs(model.lm, chat_ids(tok, [{"role": "user", "content": TASKS["edit"]}],
+                                      True)[0], args.repeats)
+        print(machine.summary())
+        return
     for task in args.tasks:
         prompt = chat_ids(tok, [{"role": "user", "content": TASKS[task]}], True)[0]
         rates: dict[str, list[float]] = {"plain": [], "speculative": []}

@@ -86,22 +86,45 @@ def test_verify_gives_decodes_logits_and_rollback_forgets(engine):
     assert lm.cache_length == len(prompt) + 2
 
 
-def test_the_gate_pauses_where_proposals_do_not_pay_and_tries_again():
+def test_the_gate_stops_after_fruitless_passes_backs_off_and_resumes_on_a_copy():
+    """Counts only, no clock: the first pass proposes all 16; one whose first proposal is
+    turned down closes the gate for PAUSE_MIN tokens; the try after it proposes fewer, and
+    fruitless too doubles the pause; a try that keeps all it proposed reopens it for good, and
+    as copies keep coming the proposals grow back to 16."""
     gate = Gate()
-    gate.record(8, 8)  # 8 accepted: the average starts there
-    assert gate.open() and gate.gain == 8
-    for _ in range(4):  # 0 accepted a pass: 8 -> 5.6 -> 3.92 -> 2.744 -> 1.92 < MIN_GAIN 2
-        assert gate.open()
-        gate.took(1)
-        gate.record(8, 0)
-    assert not gate.open() and gate.paused == speculative.PAUSE_TOKENS
-    gate.took(speculative.PAUSE_TOKENS - 1)
-    assert not gate.open()
+    assert gate.proposals(16) == 16  # nothing known yet: a copy from the start taken whole
+    gate.record(16, 0, True, 16)
+    assert gate.proposals(16) == 0 and gate.paused == speculative.PAUSE_MIN
+    for _ in range(speculative.PAUSE_MIN):
+        assert gate.proposals(16) == 0
+        gate.took(1)  # a plain decode step
+    k = gate.proposals(16)
+    assert 1 <= k < 16  # low acceptance: a cheaper pass
+    gate.record(k, 0, True, 16)
     gate.took(1)
-    assert gate.open() and gate.gain == speculative.MIN_GAIN  # retried at the threshold
-    gate.record(8, 1)  # one more poor pass closes it again
-    assert not gate.open()
-    assert (gate.passes, gate.proposed, gate.accepted) == (6, 48, 9)
+    assert gate.paused == 2 * speculative.PAUSE_MIN - 1  # backed off longer
+    gate.took(gate.paused)
+    sizes = []
+    for _ in range(6):  # the text copies now: every proposal kept
+        k = gate.proposals(16)
+        sizes.append(k)
+        gate.record(k, k, False, 16)
+        gate.took(k + 1)
+        assert gate.open() and gate.backoff == speculative.PAUSE_MIN
+    assert sizes[0] < 16 and sizes[-1] == 16 and sizes == sorted(sizes)
+    assert (gate.passes, gate.accepted) == (8, sum(sizes))
+
+
+def test_the_gate_weighs_a_passs_cost_against_the_tokens_it_expects():
+    """V(k) = (1 + G(k)) / c(k + 1): with p = q = 0.9 (copies) all 16 pay; with p = 0.25 and
+    q = 0.5 (the quoting summary's 12%) no k does; the cost is PASS_COST's, linear between."""
+    assert speculative.pass_cost(1) == 1.0 and speculative.pass_cost(2) == 1.45
+    assert speculative.pass_cost(13) == pytest.approx(2.05)  # half way from 9 to 17
+    copies, rare = Gate(first=[98.0, 89.0], further=[997.0, 898.0]), \
+        Gate(first=[98.0, 24.0], further=[98.0, 48.0])
+    assert copies.rates() == pytest.approx((0.9, 0.9), abs=1e-3)
+    assert copies.best(16) == 16 and copies.value(16) > 2
+    assert rare.value(rare.best(16)) < 1.0 < speculative.MIN_PAYOFF
 
 
 REPEATING = [3, 4, 5, 6, 7, 8, 9, 10, 3, 4, 5, 6, 7, 8, 9, 10, 3, 4]
@@ -116,8 +139,8 @@ def test_greedy_speculation_writes_the_plain_greedy_tokens(engine, pos, block, n
     """Within the context and past it (block 32: the speculation stops when the cache is full
     and plain decoding goes on), with the repetition penalty (which the proposals' own tokens
     change); and proposals were taken (fewer forward passes than tokens). The gate never
-    pauses here (MIN_GAIN 0), so every proposal is checked."""
-    monkeypatch.setattr(speculative, "MIN_GAIN", 0.0)
+    pauses here (MIN_PAYOFF 0), so proposals are checked at every step."""
+    monkeypatch.setattr(speculative, "MIN_PAYOFF", 0.0)
     lm = Counted(make_lm(engine, block=block, pos=pos))
     plain_cfg = SampleConfig(max_new_tokens=new, temperature=0.0, repetition_penalty=penalty)
     spec_cfg = SampleConfig(max_new_tokens=new, temperature=0.0, repetition_penalty=penalty,
@@ -222,7 +245,7 @@ def test_a_structured_output_mask_applies_to_every_checked_position(json_model, 
     import jsonschema
 
     from sheepop.generation.constraint import ConstraintSpec, compile_constraint
-    monkeypatch.setattr(speculative, "MIN_GAIN", 0.0)
+    monkeypatch.setattr(speculative, "MIN_PAYOFF", 0.0)
     tok = json_model.tokenizer
     constraint = compile_constraint(ConstraintSpec("json_schema", SCHEMA), tok)
     lm, prompt = Counted(json_model.lm), tok.encode(JSON_TEXT + " " + JSON_TEXT)

@@ -31,7 +31,7 @@ PROMPTS = ["abc def ghi abc def ghi abc def g", "hij kab hij kab hij kab h",
 @pytest.fixture
 def gate_open(monkeypatch):
     """Proposals at every step (the gate never pauses): the most checks and rejections."""
-    monkeypatch.setattr(speculative, "MIN_GAIN", 0.0)
+    monkeypatch.setattr(speculative, "MIN_PAYOFF", 0.0)
 
 
 def complete(url: str, **body) -> dict:

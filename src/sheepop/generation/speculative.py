@@ -27,19 +27,33 @@ plain decoding writes. The rejected proposals' keys and values leave the cache
 positions, which on a CPU costs little more than one (a decode step reads every weight once
 for one row; k + 1 rows reuse each weight read).
 
-It turns itself off where it does not pay (`Gate`). A pass over k + 1 positions costs more
-than a decode step: on a CPU the small products of k + 1 rows go through the BLAS library's
-matrix-matrix path, which repacks every weight it reads (SmolLM2, torch, 2 cores, one thread: a
-pass of 2 positions 1.5 decode steps, of 9 2.85, of 17 3.4; benchmarks/speculative.py). So a
-proposing pass must gain MIN_GAIN tokens beyond the one a decode step gives, on a moving
-average; below it, proposing pauses for PAUSE_TOKENS tokens (plain decode steps), then tries
-again. The gate reads only counts, never clocks, so a seed gives the same text every time.
+It turns itself off where it does not pay (`Gate`), judged from the pass's cost and the
+acceptance it has seen. A pass over m = k + 1 positions costs c(m) decode steps (PASS_COST,
+measured: more than 1, since the k + 1 rows go through the BLAS library's matrix-matrix path,
+which repacks every weight it reads). Prompt lookup's proposals are kept as copies are: the
+first token tells whether the text copies here, the others how long the copy runs. So the gate
+estimates p, the chance a pass's first proposal is kept, and q, the chance a proposal after a
+kept one is kept, from the passes seen (counts weighted by 2^(-age / HALF_LIFE tokens), each
+with one prior observation: p from 1 kept of 2, q from 2 of 3); a pass of k proposals then
+yields on average
+
+    1 + G(k) tokens,   G(k) = sum_{i=1..k} p q^(i-1) = p (1 - q^k) / (1 - q),
+
+for c(k + 1) steps, where plain decoding yields c(k + 1) tokens. It proposes the k <= the
+asked-for K that maximises V(k) = (1 + G(k)) / c(k + 1) (low acceptance shrinks k, down to 1),
+and pauses when even that V(k) < MIN_PAYOFF (a margin over the break-even 1 for the cost's
+error): proposing stops for `backoff` tokens (plain decode steps), then one pass tries again.
+A try that pays for itself (1 + kept >= c(k + 1)) sets the back-off back to PAUSE_MIN; one
+that does not doubles it, to PAUSE_MAX, so a text that does not copy costs a pass now and then,
+ever more rarely. The first pass proposes all K (nothing is known yet; a copy from the first
+token is taken whole). The gate reads only counts, never clocks, so a seed gives the same text
+every time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -53,13 +67,18 @@ from sheepop.softmax import softmax
 # surely than 2; a single token recurs everywhere (a space, a bracket), and its proposals were
 # mostly rejected on SmolLM2's code edit, each costing a pass (benchmarks/speculative.py).
 NGRAM_MAX, NGRAM_MIN = 3, 2
-# A proposing pass must gain this many accepted tokens on average (the moving average below
-# it pauses proposing for PAUSE_TOKENS tokens): about the extra cost, in decode steps, of a pass
-# over 9 positions on the 2-core machine (2.85 steps for 1 + gain tokens; module docstring).
-MIN_GAIN = 2.0
-PAUSE_TOKENS = 16
-# Weight of the newest pass in the moving average of the gain.
-AVERAGE_WEIGHT = 0.3
+# A checking pass over m positions in decode steps (benchmarks/speculative.py --pass-cost:
+# SmolLM2, torch, one thread, the 2-core Intel Xeon with AVX-512, load 5.8-6.8, medians of 30
+# and 50 of each, 2026-12-02; the 2-core AMD EPYC measured 1.5 at 2, 2.85 at 9, 3.4 at 17),
+# linear between the points, the last slope beyond (`pass_cost`).
+PASS_COST = ((1, 1.0), (2, 1.45), (3, 1.5), (5, 1.75), (9, 2.0), (17, 2.1), (33, 2.35))
+# Propose only where a pass is expected to yield this many tokens per decode step of its cost
+# (1 is break-even; the margin covers the cost's error across machines and loads).
+MIN_PAYOFF = 1.1
+# Evidence of acceptance halves in weight every HALF_LIFE tokens: a text copies for a while.
+HALF_LIFE = 64
+# The pauses where proposals do not pay, in tokens: the first, and the most it doubles to.
+PAUSE_MIN, PAUSE_MAX = 8, 256
 
 
 def propose(ids: Sequence[int], k: int, ngram_max: int = NGRAM_MAX,
@@ -101,13 +120,26 @@ def judge(z: np.ndarray, cfg: SampleConfig, rng: np.random.Generator, proposed: 
     return draw(residual, rng), probs
 
 
+def pass_cost(m: int) -> float:
+    """c(m): a pass over m positions in decode steps, from PASS_COST (linear between its
+    points, the last segment's slope beyond)."""
+    points = PASS_COST
+    for (m0, c0), (m1, c1) in zip(points, points[1:]):
+        if m <= m1 or (m1, c1) == points[-1]:
+            return c0 + (c1 - c0) * (m - m0) / (m1 - m0)
+    raise AssertionError("PASS_COST has at least two points")
+
+
 @dataclass
 class Gate:
-    """Whether to propose now: the accepted tokens per proposing pass (a moving average,
-    starting hopeful at the first pass's own) below MIN_GAIN closes it for PAUSE_TOKENS
-    tokens, then it opens again with the average at MIN_GAIN."""
-    gain: float | None = None
+    """When to propose, and how many (`proposals`): the k <= K that maximises the expected
+    tokens a pass yields per decode step of its cost, none (a pause of `backoff` tokens)
+    where that is below MIN_PAYOFF (the module's docstring). p is estimated from `first`
+    (weighted counts: first proposals checked, kept), q from `further` (later ones)."""
+    first: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    further: list[float] = field(default_factory=lambda: [0.0, 0.0])
     paused: int = 0  # tokens left before proposing again
+    backoff: int = PAUSE_MIN  # the next pause
     passes: int = 0  # checks of proposals
     proposed: int = 0
     accepted: int = 0
@@ -117,18 +149,54 @@ class Gate:
     def open(self) -> bool:
         return self.paused == 0
 
-    def record(self, proposed: int, accepted: int) -> None:
+    def rates(self) -> tuple[float, float]:
+        """(p, q): a first proposal kept, a later one kept after a kept one (with the prior
+        observations: 1 of 2, 2 of 3)."""
+        (c0, k0), (c1, k1) = self.first, self.further
+        return (k0 + 1.0) / (c0 + 2.0), (k1 + 2.0) / (c1 + 3.0)
+
+    def value(self, k: int) -> float:
+        """V(k) = (1 + G(k)) / c(k + 1): the tokens a pass of k proposals yields on average,
+        per decode step of its cost (plain decoding: 1)."""
+        p, q = self.rates()
+        gain = p * (1.0 - q ** k) / (1.0 - q)
+        return (1.0 + gain) / pass_cost(k + 1)
+
+    def best(self, limit: int) -> int:
+        """The k in 1..limit with the largest V(k) (the smallest of equals)."""
+        return max(range(1, limit + 1), key=lambda k: (self.value(k), -k))
+
+    def proposals(self, limit: int) -> int:
+        """How many tokens to propose now, at most `limit`: 0 while paused, all of them
+        before the first pass, else `best`."""
+        if limit <= 0 or not self.open():
+            return 0
+        return limit if self.passes == 0 else self.best(limit)
+
+    def record(self, proposed: int, accepted: int, rejected: bool, limit: int) -> None:
+        """A pass checked `proposed` tokens and kept the first `accepted`; `rejected`: the
+        walk stopped at a proposal turned down (else it ended with the sequence, or kept them
+        all); `limit`, the most it could have proposed. Then: pause, or not."""
         self.passes += 1
         self.proposed += proposed
         self.accepted += accepted
-        self.gain = accepted if self.gain is None else \
-            self.gain + AVERAGE_WEIGHT * (accepted - self.gain)
-        if self.gain < MIN_GAIN:
-            self.paused, self.gain = PAUSE_TOKENS, MIN_GAIN  # retried at the threshold
+        self.first[0] += 1
+        self.first[1] += accepted > 0
+        if accepted:  # the later proposals reached: those kept, and the one turned down
+            self.further[0] += accepted - 1 + rejected
+            self.further[1] += accepted - 1
+        if 1 + accepted >= pass_cost(proposed + 1):
+            self.backoff = PAUSE_MIN  # this pass paid for itself
+        if self.value(self.best(limit)) < MIN_PAYOFF:
+            self.paused, self.backoff = self.backoff, min(2 * self.backoff, PAUSE_MAX)
 
     def took(self, tokens: int) -> None:
         self.paused = max(0, self.paused - tokens)
         self.tokens += tokens
+        fade = 0.5 ** (tokens / HALF_LIFE)
+        for counts in (self.first, self.further):
+            counts[0] *= fade
+            counts[1] *= fade
 
     def line(self) -> str:
         """'speculative decoding: 68 of 94 proposed tokens kept in 7 checks; 96 tokens in 27
@@ -150,7 +218,7 @@ def check_pass(lm: ProposalChecker, ids: Sequence[int], k: int, gate: Gate,
 
     This is the one place the pass is made: `speculated` (sheepop generate and chat) and the
     server's lone running sequence (sheepop.serve.api.scheduler) both call it."""
-    draft = propose(ids, k if gate.open() else 0)
+    draft = propose(ids, gate.proposals(k))
     rows = lm.verify([ids[-1]] + draft) if draft else lm.decode(ids[-1])[None]
     for j, z in enumerate(rows):
         proposed = draft[j] if j < len(draft) else None
@@ -158,7 +226,8 @@ def check_pass(lm: ProposalChecker, ids: Sequence[int], k: int, gate: Gate,
         if token != proposed or ended:
             lm.rollback(len(draft) - j)  # the cache keeps ids but the newest token
             if draft:
-                gate.record(len(draft), j + (token == proposed))
+                gate.record(len(draft), j + (token == proposed),
+                            token != proposed and j < len(draft), k)
             gate.took(j + 1)
             gate.steps += 1
             return j + 1
