@@ -30,7 +30,7 @@ from sheepop.cli import main
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference.load import build, load
-from sheepop.model import GPT
+from sheepop.model import GPT, quantized
 from sheepop.model.quantized import (
     Int8Linear,
     deinterleave,
@@ -133,12 +133,17 @@ def test_interleaved_columns_put_each_quarter_in_its_own_byte_of_a_word():
         [12, 15, 18, 21], [13, 16, 19, 22], [14, 17, 20, 23]]
 
 
-def test_the_compiled_int8_product_is_the_kernels_formula():
-    """Under torch.compile up to 8 rows run `_words_product` (the loop inductor fuses). Eager,
-    it is bf16(bf16(x) q^T s) as the kernel computes it; compiled, inductor keeps x and y in
-    float32 where the code rounds them to bf16 (its default, emulate_precision_casts off), so
-    the compiled result is x q^T s within float32's error, and within the two bf16 roundings
-    (2^-8 of sum |x_i w_i|, 2^-8 of |y|) of the kernel's."""
+@pytest.mark.parametrize("words_loop", [True, False])
+def test_the_compiled_int8_product_is_the_kernels_formula(words_loop, monkeypatch):
+    """Under torch.compile up to 8 rows run `_words_product` (the loop inductor fuses) where
+    WORDS_LOOP_PAYS (an AVX2 CPU), else torch's kernel as eagerly. Eager, the loop is
+    bf16(bf16(x) q^T s) as the kernel computes it; compiled, inductor keeps x and y in float32
+    where the code rounds them to bf16 (its default, emulate_precision_casts off), so the
+    compiled loop's result is x q^T s within float32's error, and within the two bf16
+    roundings (2^-8 of sum |x_i w_i|, 2^-8 of |y|) of the kernel's; the compiled kernel's is
+    the eager kernel's. Both paths are taken here whatever this CPU is."""
+    monkeypatch.setattr(quantized, "WORDS_LOOP_PAYS", words_loop)
+    torch._dynamo.reset()  # (the flag is read when dynamo traces)
     torch.manual_seed(1)
     layer = Int8Linear.from_weight(torch.randn(48, 64) * 0.1, torch.randn(48))
     compiled = torch.compile(layer, dynamic=True)
@@ -149,6 +154,10 @@ def test_the_compiled_int8_product_is_the_kernels_formula():
         eager_words = layer._words_product(x.bfloat16()).float()  # the bf16 roundings kept
         # measured: the same bf16 numbers, but for (y + b) - b's float32 rounding (1.2e-7)
         assert torch.allclose(eager_words, kernel, rtol=0, atol=1e-6), rows
+        if not words_loop:  # the kernel itself (its bf16 result), but for (y + b) - b
+            assert torch.allclose(got, kernel, rtol=0, atol=1e-6), rows
+            assert not torch.allclose(got.double(), x.double() @ w.T, rtol=0, atol=1e-5)
+            continue
         exact, size = x.double() @ w.T, x.double().abs() @ w.abs().T
         assert torch.allclose(got.double(), exact, rtol=0, atol=1e-5), rows
         assert ((got - kernel).abs() <= 2 ** -8 * (size + kernel.abs())).all(), rows

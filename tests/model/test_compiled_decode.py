@@ -14,6 +14,7 @@ from variants import gqa, llama
 
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.inference.load import build
+from sheepop.model import quantized
 from sheepop.scratch.init import init_params
 
 N_LAYER = 3
@@ -49,6 +50,39 @@ def test_every_layer_of_a_decode_step_runs_one_graph():
     for _ in range(5):
         token = int(lm.decode(token).argmax())
     assert len(graphs) == 1 and len(calls) == N_LAYER * 6
+
+
+def test_an_int8_decode_step_with_the_kernel_is_one_graph_too(monkeypatch):
+    """Compiled on a CPU whose int8 product is torch's kernel (not WORDS_LOOP_PAYS: AVX-512),
+    each block's seven products call the kernel inside the block's one graph: its guard on the
+    storages' alignment (data_ptr, which dynamo cannot trace) broke every product out of the
+    graph (5 compiled regions a block, measured on SmolLM2)."""
+    monkeypatch.setattr(quantized, "WORDS_LOOP_PAYS", False)
+    cfg = small_config()
+    lm = build(cfg, init_params(cfg.model, 0), None, "torch", "cpu", "int8").lm
+    graphs, calls = [], []
+
+    def backend(graph, example_inputs):
+        graphs.append(graph)
+
+        def run(*args):
+            calls.append(1)
+            return graph.forward(*args)
+        return run
+
+    torch._dynamo.reset()
+    lm.compile(backend=backend)
+    token = int(lm.prefill([1, 2, 3]).argmax())
+    for _ in range(5):
+        token = int(lm.decode(token).argmax())
+    kernel = torch.ops.aten._weight_int8pack_mm
+    kernels = [sum(n.target in (kernel, kernel.default) for n in g.graph.nodes) for g in graphs]
+    # one graph with every product of the block the kernel takes (both sizes multiples of
+    # 16: here q, k, v, o and one of the feed-forward's); the head's graphs (a vocabulary of
+    # 61: the dequantized product) without
+    takes = [m for m in lm.model.blocks[0].modules() if isinstance(m, quantized.Int8Linear)
+             and m.in_features % 16 == 0 and m.out_features % 16 == 0]
+    assert len(takes) >= 4 and sorted(kernels, reverse=True)[:2] == [len(takes), 0], kernels
 
 
 @pytest.fixture(scope="module")

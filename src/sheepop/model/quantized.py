@@ -17,10 +17,12 @@ slower than the float32 product itself, measured here) and gives a bf16 result. 
 dequantized weight, so those rows take that path, rounded the same way: both paths compute
 the same numbers up to the order of the float32 sums.
 
-Under torch.compile (`--compile`) up to `KERNEL_ROWS` rows run `Int8Linear._words_product`
-instead of the kernel: the same formula written as a loop inductor turns into C++ that reads
-the int8 weights 32 at a time (2.2x the kernel's decode speed on SmolLM2's shape, given the
-conditions in docs/performance.md, "Compiled decoding"). Inductor drops the code's roundings
+Under torch.compile (`--compile`), on a CPU whose torch kernels are AVX2's (`WORDS_LOOP_PAYS`),
+up to `KERNEL_ROWS` rows run `Int8Linear._words_product` instead of the kernel: the same
+formula written as a loop inductor turns into C++ that reads the int8 weights 32 at a time
+(2.2x the kernel's decode speed on SmolLM2's shape there, given the conditions in
+docs/performance.md, "Compiled decoding"); elsewhere the compiled step calls the kernel, as
+the eager one does. Inductor drops the code's roundings
 to bf16 there (its default, emulate_precision_casts off), so compiled results are x q^T s in
 float32, within a bf16 step of the kernel's: greedy tokens can part where two logits nearly
 tie. (Rounding by integer arithmetic on the bits, which inductor keeps, made the compiled step
@@ -41,6 +43,15 @@ KERNEL_ROWS = 8
 thread, a 1536 x 576 weight: it beats the row-major float32 product up to 8 rows (1.8x at 1
 row) and loses from 16 (0.75x at 16, 0.55x at 512). So a step of more than 8 sequences (serve's
 batches) runs the dequantized product: no faster than float32, only smaller in memory."""
+
+
+WORDS_LOOP_PAYS = torch.backends.cpu.get_cpu_capability() == "AVX2"
+"""Whether a compiled step reads int8 weights through `Int8Linear._words_product` (inductor's
+C++ loop) rather than torch's kernel. Measured at 1 thread, every product of SmolLM2's decode
+step (30 layers and the head, 135 MB of int8): on the AVX2 EPYC the loop took 0.45x the
+kernel's time; on the AVX-512 Xeon (avx512_bf16, AMX), where torch's kernel runs its AVX-512
+form, 2.3x (77 against 33 ms of CPU time; docs/performance.md, "Compiled decoding on the
+AVX-512 Xeon"). Without vectors (ATEN_CPU_CAPABILITY=default) it was not measured: the kernel."""
 
 
 KERNEL_WIDTH_STEP = 16
@@ -67,8 +78,14 @@ def int8_kernel_takes(rows: torch.Tensor, q: torch.Tensor) -> bool:
     with a tail, but the machine that failed (issue 41) failed at N = 24 and K = 40 together,
     and the issue read it as 16 output channels at a time; a model's N (SmolLM2's 576, 1536,
     49,152; GPT-2's 768, 2304, 3072) meets it, so the guard costs nothing real."""
-    return (rows.shape[-1] % KERNEL_WIDTH_STEP == 0 and q.shape[0] % KERNEL_WIDTH_STEP == 0
-            and rows.is_contiguous() and rows.data_ptr() % 32 == 0 and q.data_ptr() % 16 == 0)
+    shapes = (rows.shape[-1] % KERNEL_WIDTH_STEP == 0 and q.shape[0] % KERNEL_WIDTH_STEP == 0
+              and rows.is_contiguous())
+    if torch.compiler.is_compiling():
+        # data_ptr cannot be traced (each layer's product broke the graph in two); compiled,
+        # the rows are a buffer of inductor's (interleaved: a copy), aligned to 64 bytes as
+        # every CPU allocation of torch's is, and so is q, a buffer the model owns
+        return shapes
+    return shapes and rows.data_ptr() % 32 == 0 and q.data_ptr() % 16 == 0
 
 
 class Int8Linear(nn.Module):
@@ -118,7 +135,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
         few = rows.shape[0] <= KERNEL_ROWS and rows.device.type == "cpu"
-        if few and self.interleaved and torch.compiler.is_compiling():
+        if few and self.interleaved and WORDS_LOOP_PAYS and torch.compiler.is_compiling():
             y = self._words_product(rows)
         else:
             stored = interleave(rows) if self.interleaved else rows
