@@ -21,21 +21,21 @@ from sheepop.config.schema import ModelConfig
 
 
 class _ReluSquared(torch.autograd.Function):
-    """y = max(u, 0)^2, du = 2 max(u, 0) dy (docs/derivations/mlp.md): keeps u alone, where
-    autograd's relu-then-square kept both results and went back in four passes over the hidden
-    layer (two products, the threshold's mask, a multiply); here one temporary in each
-    direction, the same values (2 max(u, 0) is exact, then one product)."""
+    """y = r^2 with r = max(u, 0), du = 2 r dy (docs/derivations/mlp.md): keeps r alone, and
+    goes back in two passes, r dy then times 2, where autograd's relu-then-square went back
+    through pow's and the threshold's backwards (three, and a temporary more); the same values
+    bit for bit (times 2 is exact: round(r dy) 2 = round(2 r dy))."""
 
     @staticmethod
     def forward(ctx: Any, u: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(u)
-        y = torch.relu(u)
-        return y.mul_(y)
+        r = torch.relu(u)
+        ctx.save_for_backward(r)
+        return r.square()
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> torch.Tensor:
-        (u,) = ctx.saved_tensors
-        return torch.relu(u).mul_(2.0).mul_(dy)
+        (r,) = ctx.saved_tensors
+        return torch.mul(r, dy).mul_(2.0)
 
 
 def relu_squared(u: torch.Tensor) -> torch.Tensor:

@@ -39,15 +39,19 @@ def wide_dtype(x: torch.Tensor) -> torch.dtype:
 
 def rms_scale(x: torch.Tensor, eps: float) -> torch.Tensor:
     """r = 1 / sqrt(mean(x^2) + eps) over the last axis, kept as an axis of 1: the norm's one
-    pass (no temporary as wide as x), squared."""
+    pass (no temporary as wide as x), squared. x in float32 at least: torch's kernels on mixed
+    dtypes (a bf16 x read into float32) take a slow path, 2-3x a cast and the same kernel."""
     return torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(x.size(-1)) \
         .add_(eps).rsqrt_()
 
 
-def rms_backward(g: torch.Tensor, x_hat: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+def rms_backward(g: torch.Tensor, x_hat: torch.Tensor, r: torch.Tensor,
+                 mean: torch.Tensor | None = None) -> torch.Tensor:
     """dx = r (g - x_hat mean(g x_hat)) from g = dL/dx_hat (docs/derivations/rmsnorm.md#backward),
-    written into g: the caller passes a tensor of its own."""
-    mean = torch.linalg.vecdot(g, x_hat).unsqueeze(-1).div_(x_hat.size(-1))
+    written into g (the caller passes a tensor of its own); `mean`, mean(g x_hat) (..., 1), when
+    the caller has it already."""
+    if mean is None:
+        mean = torch.linalg.vecdot(g, x_hat).unsqueeze(-1).div_(x_hat.size(-1))
     return g.addcmul_(x_hat, mean, value=-1).mul_(r)
 
 
@@ -66,12 +70,15 @@ class _RMSNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x_hat, weight, r = ctx.saved_tensors
-        dy = dy.to(x_hat.dtype)
-        dweight = None
-        if ctx.needs_input_grad[1]:
-            dweight = (dy * x_hat).flatten(0, -2).sum(0).to(weight.dtype)
-        dx = rms_backward(dy * weight, x_hat, r).to(ctx.x_dtype) if ctx.needs_input_grad[0] \
-            else None
+        d = x_hat.size(-1)
+        # dy x_hat, once: its column sums are dgamma, and its rows times gamma (one product of a
+        # matrix and a vector) are sum(g x_hat), g = dy gamma, which dx's mean needs
+        dy_x_hat = (dy * x_hat).flatten(0, -2)
+        dweight = dy_x_hat.sum(0).to(weight.dtype) if ctx.needs_input_grad[1] else None
+        dx = None
+        if ctx.needs_input_grad[0]:
+            mean = (dy_x_hat @ weight.to(dy_x_hat.dtype)).div_(d).view(*x_hat.shape[:-1], 1)
+            dx = rms_backward(dy * weight, x_hat, r, mean).to(ctx.x_dtype)
         return dx, dweight, None
 
 

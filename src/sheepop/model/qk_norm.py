@@ -41,23 +41,25 @@ class _NormTurn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, qk: torch.Tensor, eps: float | None, turns: torch.Tensor | None
                 ) -> torch.Tensor:
-        x = qk.to(wide_dtype(qk))
+        # one copy, widened and contiguous (a strided view of the heads, cast as it is, stays
+        # strided, and every pass after it slower)
+        x = qk.to(wide_dtype(qk), memory_format=torch.contiguous_format, copy=True)
         r = None
         if eps is not None:
             r = rms_scale(x, eps)
-            x = x * r
+            x.mul_(r)
         ctx.save_for_backward(x if r is not None else None, r, turns)
         ctx.qk_dtype = qk.dtype
         if turns is not None:
-            x = turn(x.contiguous(), turns)
+            x = turn(x, turns)
         return x.to(qk.dtype)
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
         x_hat, r, turns = ctx.saved_tensors
-        g = dy.to(wide_dtype(dy))
+        g = dy.to(wide_dtype(dy)).contiguous()
         if turns is not None:
-            g = turn(g.contiguous(), turns.conj())
+            g = turn(g, turns.conj())
         elif g is dy:  # rms_backward writes into g
             g = g.clone()
         if r is not None:

@@ -6,11 +6,11 @@
 (docs/derivations/head-and-loss.md#soft-capping; the NumPy engine's unit is
 sheepop.scratch.softcap, the same formulas). One autograd Function that keeps y, its output,
 and nothing else: the head's logits are the step's largest tensor (2,048 x 4,096 at the
-speedrun's BPE scale), and torch's composite made five of that size (z / c, tanh, c tanh and
-their gradients), each a fresh allocation, and under bf16 autocast ran tanh in bf16, slower than
-float32's. Here it is computed in float32 at least and returned so, which the loss reads as it
-is (it promotes bf16 logits to float32 anyway). Under torch.compile the composite is kept:
-inductor fuses it itself.
+speedrun's BPE scale), and torch's composite made six of that size (z / c, tanh, c tanh and
+their gradients), and under bf16 autocast ran tanh in bf16, slower than float32's. Here it is
+computed in float32 at least and returned so, which the loss reads as it is (it promotes bf16
+logits to float32 anyway); the backward makes only dz, in z's dtype. Under torch.compile the
+composite is kept: inductor fuses it itself.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+ROWS = 64  # rows of logits per piece of the backward: 1 MB of float32 at 4,096 ids
 
 
 class _Softcap(torch.autograd.Function):
@@ -33,9 +35,17 @@ class _Softcap(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor, None]:
         (y,) = ctx.saved_tensors
-        # 1 - (y / c)^2 in one temporary: y^2, times -1/c^2, plus 1, times dy
-        dz = y.square().mul_(-1.0 / ctx.cap ** 2).add_(1.0).mul_(dy)
-        return dz.to(ctx.z_dtype), None
+        dz = torch.empty(y.shape, dtype=ctx.z_dtype, device=y.device)
+        ys, dys, dzs = (t.reshape(-1, t.size(-1)) for t in (y, dy, dz))
+        # dy (1 - (y / c)^2) a few rows at a time, in float32, written once in z's dtype: a
+        # temporary as large as the logits would be a fresh allocation each step (above
+        # glibc's mmap threshold), its pages faulted in anew, which cost more than the
+        # arithmetic (benchmarks/speedrun.py --step-parts measures CPU time, faults included)
+        for i in range(0, ys.size(0), ROWS):
+            rows = slice(i, i + ROWS)
+            t = ys[rows].square().mul_(-1.0 / ctx.cap ** 2).add_(1.0)
+            torch.mul(t, dys[rows], out=dzs[rows])
+        return dz, None
 
 
 def softcap(z: torch.Tensor, cap: float) -> torch.Tensor:
