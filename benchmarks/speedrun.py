@@ -5,6 +5,7 @@
     python benchmarks/speedrun.py --ablation             # each piece of the recipe removed in turn
     python benchmarks/speedrun.py --extras               # each piece left out of it added
     python benchmarks/speedrun.py --scale bpe            # ~12M parameters, BPE, the whole corpus
+    python benchmarks/speedrun.py --scale bpe --step-parts   # the step alone, piece by piece
 
 The reference is nanoGPT's own recipe written here as nanoGPT's code does it
 (benchmarks/nanogpt_reference.py: its GPT-2 block with learned positions, LayerNorm, a GELU MLP
@@ -25,6 +26,13 @@ shakespeare_char "baby" shape scaled to a 2-core CPU: 4 layers of 128, context 6
 Python 3.11) through a 4,096-id BPE, 6 layers of 384 with 6 heads (~12M parameters), context
 256, batch 8. Where the CPU has bf16 instructions (AVX512_BF16 or AMX) both train under bf16
 autocast; elsewhere float32 (a bf16 product is emulated there, tens of times slower).
+
+`--step-parts` trains nothing: it times one training step (forward, backward, clipping, update)
+of nanoGPT's recipe, of sheepop's, and of sheepop's without each of its pieces in turn, on the
+same batch, taking turns with the order reversed every other round; each round's times are
+divided by that round's nanoGPT step (ratios taken side by side), then the median over the
+rounds, by the wall clock and by the process's CPU time (on a shared core the wall clock counts
+the other work's turns too). What the recipe's step costs beyond nanoGPT's, and which piece.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import argparse
 import os
 import statistics
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +56,7 @@ from sheepop.config.build import build_config
 from sheepop.config.schema import DataConfig
 from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.data.windows import WindowSampler, eval_windows
-from sheepop.train.engine_torch import native_bf16
+from sheepop.train.engine_torch import TorchEngine, native_bf16
 from sheepop.train.start import setup
 
 
@@ -163,6 +172,61 @@ def train_nanogpt(dataset: Dataset, scale: Scale, steps: int, seed: int,
     return {"val": history[-1][2], "seconds": history[-1][1]}
 
 
+def step_parts(scale: Scale, base: list[str], recipe: list[str], vocab: int, rounds: int,
+               autocast: torch.dtype | None) -> None:
+    """Print each contender's step over nanoGPT's, side by side (round by round, median)."""
+    s = scale.shape
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, vocab, (s["batch_size"], s["block_size"]))
+    y = np.roll(x, -1, axis=1)
+    steps = {}
+    torch.manual_seed(0)
+    reference = nanogpt.ReferenceStep(
+        nanogpt.ReferenceGPT(nanogpt.Shape(s["n_layer"], s["n_head"], s["n_embd"],
+                                           s["block_size"], vocab)), autocast=autocast)
+    xt, yt = torch.as_tensor(x), torch.as_tensor(y)
+    steps["nanoGPT"] = lambda: reference(xt, yt)
+    # (zero_init and wsd change no step's arithmetic: not timed)
+    variants = {"sheepop": recipe, **{f"without {name}": recipe + UNDO[name] for name in RECIPE
+                                      if name not in ("zero_init", "wsd")},
+                "sheepop with nanoGPT's settings": []}
+    for name, sets in variants.items():
+        cfg = build_config(None, None, [*base, *sets, f"model.vocab_size={vocab}"])
+        engine = TorchEngine(cfg.model, cfg.train)
+        steps[name] = (lambda e: lambda: e.train_step([(x, y)], e.cfg.lr))(engine)
+    names = list(steps)
+    # Wall time, and the process's CPU time: on a core shared with other work the wall clock
+    # also counts the others' turns, the CPU time only this step's (with one thread, the step)
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for name in names:  # a warm-up step each (oneDNN builds its kernels on the first)
+        steps[name]()
+    for i in range(rounds):
+        for name in names if i % 2 == 0 else names[::-1]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            steps[name]()
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+        print(f"round {i + 1}/{rounds}  (load {os.getloadavg()[0]:.1f})", flush=True)
+
+    def ratios(times: dict[str, list[float]], name: str) -> list[float]:
+        return [a / b for a, b in zip(times[name], times["nanoGPT"])]
+
+    ours = {kind: statistics.median(ratios(t, "sheepop")) for kind, t in (("wall", wall),
+                                                                          ("cpu", cpu))}
+    print("| step | wall ms | x nanoGPT's (range) | CPU ms | x nanoGPT's (range) | "
+          "CPU x sheepop's |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        w, c = ratios(wall, name), ratios(cpu, name)
+        print(f"| {name} | {statistics.median(wall[name]) * 1e3:,.0f} | "
+              f"{statistics.median(w):.2f} ({min(w):.2f}-{max(w):.2f}) | "
+              f"{statistics.median(cpu[name]) * 1e3:,.0f} | "
+              f"{statistics.median(c):.2f} ({min(c):.2f}-{max(c):.2f}) | "
+              f"{statistics.median(c) / ours['cpu']:.2f} |")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
 def spread(values: list[float]) -> str:
     if not values:
         return "-"
@@ -183,6 +247,8 @@ def main() -> None:
                     help="also the recipe with each measured-and-left-out piece added")
     ap.add_argument("--max-bytes", type=int, default=0, help="0: the scale's")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--step-parts", type=int, default=0, metavar="ROUNDS",
+                    help="time the steps only, this many rounds (see above), and stop")
     args = ap.parse_args()
     scale = SCALES[args.scale]
     scale.steps = args.steps or scale.steps
@@ -193,6 +259,12 @@ def main() -> None:
     bf16 = native_bf16(torch.device("cpu"))
     print(machine.summary())
     print(f"bf16 instructions: {'yes: both train under bf16 autocast' if bf16 else 'no: float32'}")
+    if args.step_parts:
+        base = shape_settings(scale, "bfloat16" if bf16 else "float32", args.threads) + NANOGPT
+        step_parts(scale, base, [s for sets in RECIPE.values() for s in sets],
+                   scale.data.vocab_size or 100, args.step_parts,
+                   torch.bfloat16 if bf16 else None)
+        return
     dataset = load_dataset(None, scale.data)
     print(f"{args.scale} scale: {len(dataset.train):,} train and {len(dataset.val):,} val tokens, "
           f"{dataset.tokenizer.vocab_size} ids", flush=True)
