@@ -20,13 +20,14 @@ problems, before and after.
             (chosen) and a distinct wrong one (rejected); a problem whose answers all score
             alike gives none. Training problems' pairs to WORK/train-pairs.jsonl, held-out ones'
             to WORK/held-out-pairs.jsonl
-5. before   greedy pass@1 of the base on the held-out problems (sheepop.rl.rollouts.pass_at_1)
+5. before   greedy pass@1 of the base on the held-out problems (the verifier: the answer's last
+            integer), and the share whose first stated "A + B = N" is right (`stated_sum`)
 6. DPO      sheepop.finetune.run.finetune, the code of `sheepop finetune WORK/base --method
             dpo --data WORK/train-pairs.jsonl --set finetune.val_data=WORK/held-out-pairs.jsonl
             --lora-rank R`: its metrics.jsonl holds the held-out pairs' reward accuracy and
             margin at each evaluation (before training, at the reference, every margin is 0
             and the accuracy 0 by definition)
-7. after    greedy pass@1 of the DPO run on the held-out problems
+7. after    both again, of the DPO run on the held-out problems
 
 The 100 single-digit sums (--digits 1) are where SmolLM2's answers disagree (greedy right on 42
 of 100): the two-digit sums give almost no pair (8 samples found a right answer for 0 of 30 in
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -49,7 +51,7 @@ from rl_arithmetic import DEFAULT_GGUF, MAX_NEW_TOKENS, base_run
 from sheepop.finetune.run import finetune
 from sheepop.inference.load import InferenceModel, load
 from sheepop.rl import tasks
-from sheepop.rl.rollouts import Answers, pass_at_1, row_seeds, sample_answers
+from sheepop.rl.rollouts import Answers, row_seeds, sample_answers
 from sheepop.rl.verifiers import resolve
 from sheepop.tokenizers.chat_format import turn_end
 
@@ -69,6 +71,24 @@ def answers_to(model: InferenceModel, records: list[dict], k: int, seed: int) ->
                                     seeds[i * k:(i + len(chunk)) * k]))
     return Answers([p for a in parts for p in a.prompts], [t for a in parts for t in a.tokens],
                    [t for a in parts for t in a.texts], np.concatenate([a.rewards for a in parts]))
+
+
+def stated_sum(text: str, record: dict) -> int | None:
+    """The N of the first "A + B = N" (or "equals N", "is N") the answer writes for its own
+    question's A and B, or None: the verifier reads the last integer, and an answer that states
+    the sum and then restates the question ("2 + 4 = 6 ... the sum of 2 and 4.") ends on B."""
+    a, b = re.findall(r"\d+", record["prompt"])[:2]
+    found = re.search(rf"\b{a}\s*\+\s*{b}\s*(?:=|equals|is)\s*(-?\d+)", text)
+    return int(found.group(1)) if found else None
+
+
+def greedy_scores(model: InferenceModel, records: list[dict], ids: list[list[int]],
+                  eos: int | None) -> tuple[float, float]:
+    """(greedy pass@1 by the verifier, the share of greedy answers whose first stated sum is
+    right)."""
+    answers = sample_answers(model, records, ids, 1, VERIFIER, eos, MAX_NEW_TOKENS, 0.0, None)
+    stated = [stated_sum(t, r) == r["answer"] for r, t in zip(records, answers.texts)]
+    return float((answers.rewards >= 1.0).mean()), float(np.mean(stated))
 
 
 def preference_pairs(records: list[dict], answers: Answers, k: int, most: int) -> list[dict]:
@@ -101,9 +121,9 @@ def main() -> int:
     p.add_argument("--heldout", type=int, default=40, help="held-out problems")
     p.add_argument("--problems", type=int, default=60, help="at most this many training "
                    "problems (the rest of the task's, after the held-out ones)")
-    p.add_argument("--samples", type=int, default=8, help="answers sampled a problem")
-    p.add_argument("--pairs-per-problem", type=int, default=4)
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--samples", type=int, default=16, help="answers sampled a problem")
+    p.add_argument("--pairs-per-problem", type=int, default=8)
+    p.add_argument("--steps", type=int, default=120)
     p.add_argument("--batch", type=int, default=4, help="pairs a step (train.batch_size)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--beta", type=float, default=0.1)
@@ -151,8 +171,9 @@ def main() -> int:
               file=sys.stderr)
         return 2
     held_ids = [tasks.prompt_ids(model.tokenizer, r) for r in held]
-    before = pass_at_1(model, held, held_ids, VERIFIER, eos, MAX_NEW_TOKENS)
-    print(f"before: greedy pass@1 {before:.3f} on {len(held)} held-out problems "
+    before, stated_before = greedy_scores(model, held, held_ids, eos)
+    print(f"before: greedy pass@1 {before:.3f} on {len(held)} held-out problems, first "
+          f"stated sum right {stated_before:.3f} "
           f"(sampling and pass@1: {time.perf_counter() - t0:.0f} s)")
     t0 = time.perf_counter()
     finetune(str(base), str(args.work / "train-pairs.jsonl"), out, overrides=[
@@ -168,7 +189,7 @@ def main() -> int:
     evals = [(r["step"], r["reward_accuracy"], r["reward_margin"]) for r in rows
              if "reward_accuracy" in r]
     tuned = load(out, "torch")
-    after = pass_at_1(tuned, held, held_ids, VERIFIER, eos, MAX_NEW_TOKENS)
+    after, stated_after = greedy_scores(tuned, held, held_ids, eos)
     figures = {"digits": args.digits, "heldout_problems": len(held),
                "train_problems": len(train_items), "samples": args.samples,
                "train_pairs": len(pairs["train"]), "heldout_pairs": len(pairs["held-out"]),
@@ -176,14 +197,16 @@ def main() -> int:
                "beta": args.beta, "lora_rank": args.lora_rank,
                "reward_accuracy_by_step": evals, "reward_accuracy_after": evals[-1][1],
                "reward_margin_after": evals[-1][2], "pass@1_before": before,
-               "pass@1_after": after, "sampling_seconds": round(sampling),
+               "pass@1_after": after, "stated_sum_right_before": stated_before,
+               "stated_sum_right_after": stated_after, "sampling_seconds": round(sampling),
                "train_seconds": round(training), "machine": described}
     print(f"held-out reward accuracy {evals[-1][1]:.3f} (margin {evals[-1][2]:.3f}) on "
           f"{len(pairs['held-out'])} pairs after {args.steps} steps in {training / 60:.1f} min "
           "(0 before: every margin is 0 at the reference); by step: "
           + ", ".join(f"{s} {a:.2f}" for s, a, _ in evals))
     print(f"greedy pass@1 on {len(held)} held-out problems: {before:.3f} before, "
-          f"{after:.3f} after")
+          f"{after:.3f} after; first stated sum right: {stated_before:.3f} before, "
+          f"{stated_after:.3f} after")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(figures, indent=1) + "\n")
