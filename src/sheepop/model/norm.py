@@ -56,20 +56,22 @@ def rms_backward(g: torch.Tensor, x_hat: torch.Tensor, r: torch.Tensor,
 
 
 class _RMSNorm(torch.autograd.Function):
-    """y = gamma x r with the backward above; keeps x_hat (x's shape, float32) and r."""
+    """y = gamma x r with the backward above. Keeps x (the residual stream, alive anyway: what
+    LayerNorm keeps too) and r, and forms x_hat again going back: a new float32 x_hat per norm
+    was 13 tensors of the residual's size more memory a step, which a step then faults in anew
+    (the VM's page faults cost more of the wall clock than the pass that recomputes it)."""
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        x_hat = x.to(wide_dtype(x))
-        r = rms_scale(x_hat, eps)
-        x_hat = x_hat * r
-        ctx.save_for_backward(x_hat, weight, r)
-        ctx.x_dtype = x.dtype
-        return (x_hat * weight).to(torch.promote_types(x.dtype, weight.dtype))
+        wide = x.to(wide_dtype(x))
+        r = rms_scale(wide, eps)
+        ctx.save_for_backward(x, weight, r)
+        return (wide * r).mul_(weight).to(torch.promote_types(x.dtype, weight.dtype))
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x_hat, weight, r = ctx.saved_tensors
+        x, weight, r = ctx.saved_tensors
+        x_hat = x.to(r.dtype) * r
         d = x_hat.size(-1)
         # dy x_hat, once: its column sums are dgamma, and its rows times gamma (one product of a
         # matrix and a vector) are sum(g x_hat), g = dy gamma, which dx's mean needs
@@ -78,7 +80,7 @@ class _RMSNorm(torch.autograd.Function):
         dx = None
         if ctx.needs_input_grad[0]:
             mean = (dy_x_hat @ weight.to(dy_x_hat.dtype)).div_(d).view(*x_hat.shape[:-1], 1)
-            dx = rms_backward(dy * weight, x_hat, r, mean).to(ctx.x_dtype)
+            dx = rms_backward(dy * weight, x_hat, r, mean).to(x.dtype)
         return dx, dweight, None
 
 

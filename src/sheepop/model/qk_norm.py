@@ -41,14 +41,14 @@ class _NormTurn(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, qk: torch.Tensor, eps: float | None, turns: torch.Tensor | None
                 ) -> torch.Tensor:
-        # one copy, widened and contiguous (a strided view of the heads, cast as it is, stays
-        # strided, and every pass after it slower)
-        x = qk.to(wide_dtype(qk), memory_format=torch.contiguous_format, copy=True)
+        x = widened(qk)
         r = None
         if eps is not None:
             r = rms_scale(x, eps)
             x.mul_(r)
-        ctx.save_for_backward(x if r is not None else None, r, turns)
+        # qk itself is kept (a view of the projection, which attention's values keep alive
+        # anyway), not x_hat: a float32 copy a layer more memory a step, faulted in anew
+        ctx.save_for_backward(qk if r is not None else None, r, turns)
         ctx.qk_dtype = qk.dtype
         if turns is not None:
             x = turn(x, turns)
@@ -56,15 +56,19 @@ class _NormTurn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:
-        x_hat, r, turns = ctx.saved_tensors
-        g = dy.to(wide_dtype(dy)).contiguous()
+        qk, r, turns = ctx.saved_tensors
+        g = widened(dy)
         if turns is not None:
             g = turn(g, turns.conj())
-        elif g is dy:  # rms_backward writes into g
-            g = g.clone()
         if r is not None:
-            g = rms_backward(g, x_hat, r)
+            g = rms_backward(g, widened(qk).mul_(r), r)
         return g.to(ctx.qk_dtype), None, None
+
+
+def widened(x: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of x in float32 at least, in one pass (a strided view of the heads,
+    cast as it is, stays strided, and every pass after it slower)."""
+    return x.to(wide_dtype(x), memory_format=torch.contiguous_format, copy=True)
 
 
 def norm_and_turn(qk: torch.Tensor, eps: float | None, positions: Positions | None,
