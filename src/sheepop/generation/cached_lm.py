@@ -7,6 +7,8 @@ An engine subclasses `CachedLM` and supplies the arithmetic:
         last token; `idx` (B, T) continues the `cache` (None: no cache), which advances by T;
         with last_only=False, (B, T, V): after every position (a prompt's own log-probabilities);
         `additions` (layer -> array) added to block layer's output at every position (steering)
+    _packed_logits(packed) -> (R, V) after each row's last token of every part of a `Packed`
+        pass (sheepop.arch.packed), each part's cache advanced by its tokens
 
 Everything else, one sequence (`prefill`/`decode`/`full`, the `LanguageModel` protocol) or a
 batch of left-padded sequences (`prefill_batch`/`decode_batch`/`full_batch`/`keep_rows`, the
@@ -25,6 +27,7 @@ import numpy as np
 from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import left_pad
 from sheepop.arch.kv_cache import KVCache
+from sheepop.arch.packed import Packed, Part
 from sheepop.generation.steering import Steering, row_additions
 
 # Positions per forward pass of a prompt or an evaluation (all rows together): a pass holds
@@ -61,6 +64,29 @@ class CachedLM:
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
         raise NotImplementedError
+
+    def _packed_logits(self, packed: Packed) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def mixes(self) -> bool:
+        """Whether `mixed` may put several sequences in one pass: unless an engine says not
+        (digit places: a run of digits each row's state)."""
+        return True
+
+    def mixed(self, parts: Sequence[Part]) -> list[np.ndarray]:
+        """Each part's logits (B_i, V) after its rows' last tokens, from one forward pass over
+        all their tokens (sheepop.arch.packed: a running batch's decode step and the chunks of
+        the prompts joining it); each part's cache then holds its tokens. A steering set row
+        by row (`steered_rows`) has one row for each row of the parts, in order."""
+        assert self.mixes, "this model cannot mix sequences in one pass (CachedLM.mixes)"
+        packed = Packed(parts, self.block_size)
+        before = self.additions
+        self.additions = {layer: packed.per_token(a) for layer, a in before.items()}
+        try:
+            return packed.split(self._packed_logits(packed))
+        finally:
+            self.additions = before
 
     def steer(self, steering: Steering | None) -> None:
         """Add `steering` at every position of every pass from now on (None: no more). The

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sheepop.arch.batch import left_pad
+from sheepop.arch.packed import Part
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.prefix_cache import PrefixCache
 from sheepop.generation.steering import Steering
@@ -65,15 +66,26 @@ class Prefill:
         return self.left == 0
 
     def advance(self, tokens: int) -> int:
-        """Compute the next `tokens` tokens (at most what is left); the number computed. The
-        last chunk sets `logits` and stores the prompt's blocks in the prefix cache."""
-        end = min(len(self.prompt), self.done + max(1, tokens))
-        chunk = np.asarray(self.prompt[self.done:end], dtype=np.int64)[None, :]
+        """Compute the next `tokens` tokens (at most what is left) in a pass of their own; the
+        number computed. The last chunk sets `logits` and stores the prompt's blocks in the
+        prefix cache."""
+        part = self.part(tokens)
         with self.lm.steered_rows([self.steering]):
-            logits = self.lm._prefill(chunk, self.cache)
-        count, self.done = end - self.done, end
+            logits = self.lm._prefill(part.idx, self.cache)
+        return self.advanced(part, logits[0])
+
+    def part(self, tokens: int) -> Part:
+        """The next `tokens` tokens (at most what is left) as a part of a mixed pass
+        (sheepop.arch.packed, `CachedLM.mixed`); `advanced` once it has run."""
+        end = min(len(self.prompt), self.done + max(1, tokens))
+        return Part(np.asarray(self.prompt[self.done:end], dtype=np.int64)[None, :], self.cache)
+
+    def advanced(self, part: Part, logits: np.ndarray) -> int:
+        """Count `part`'s tokens as computed, `logits` (V,) after its last; the number."""
+        count = part.idx.shape[1]
+        self.done += count
         if self.finished:
-            self._finish(logits[0])
+            self._finish(logits)
         return count
 
     def _finish(self, logits: np.ndarray) -> None:

@@ -53,6 +53,7 @@ import numpy as np
 
 from sheepop.arch.batch import left_pad
 from sheepop.arch.kv_cache import KVCache, copied, grown, shrunk
+from sheepop.arch.packed import Part
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.prefill import Prefill
 
@@ -137,16 +138,35 @@ class RunningBatch:
         return self.store.k[:, row, :, cols], self.store.v[:, row, :, cols]
 
     # ----- one decode step -------------------------------------------------------------------
-    def step(self, tokens: Sequence[int]) -> np.ndarray:
-        """Append token b to row b, for every running row; the logits (rows, V) after them."""
+    def step(self, tokens: Sequence[int], chunks: Sequence[tuple[Prefill, int]] = ()
+             ) -> np.ndarray:
+        """Append token b to row b, for every running row; the logits (rows, V) after them.
+
+        `chunks` (prefill, n): the next n tokens of each of these prompts computed in the same
+        forward pass (`CachedLM.mixed`, sheepop.arch.packed: the weights read once for the step
+        and the chunks), each prefill advanced (its logits set once it is finished); they join
+        the batch afterwards (`place`)."""
         if len(tokens) != self.rows or self.rows == 0:
             raise ValueError(f"{len(tokens)} tokens for {self.rows} running rows")
+        if chunks:
+            return step_together([self], tokens, chunks)
         return self._append(np.asarray(list(tokens), dtype=np.int64)[:, None], last_only=True)
 
     def _append(self, x: np.ndarray, last_only: bool = False) -> np.ndarray:
         """Append x[b] (T tokens) to row b, for every running row, in one pass; the logits
         (rows, T, V) after each of them (`last_only`: (rows, V) after the last: a decode step's
         own pass, the one a compiled model has traced)."""
+        part = self._part(x)
+        padding = {} if part.pos_ids is None else {"pos_ids": part.pos_ids,
+                                                   "key_mask": part.key_mask}
+        logits = self.lm._logits(x, part.cache, last_only=last_only, **padding)
+        self._appended(part)
+        return logits
+
+    def _part(self, x: np.ndarray) -> Part:
+        """x[b] (T tokens) for row b, for every running row, as a pass's part: the rows' cache
+        (a view of the store, room made for them), and where some row has padding its
+        per-row positions and visible keys (else positions are columns, nothing hidden)."""
         B, T = x.shape
         self._make_room(T)
         self._fit(B, self.length + T)
@@ -155,17 +175,18 @@ class RunningBatch:
         for name, values in self.state.items():
             setattr(cache, name, values[:B])
         start = self.start[:B]
-        if start.any():  # some row has padding: per-row positions and visible keys
-            columns = np.arange(self.length + T)
-            logits = self.lm._logits(x, cache, last_only=last_only,
-                                     pos_ids=(self.length - start)[:, None] + np.arange(T),
-                                     key_mask=columns[None, :] >= start[:, None])
-        else:  # every row starts at column 0: positions are columns, nothing is hidden
-            logits = self.lm._logits(x, cache, last_only=last_only)
-        for name, values in self.state.items():  # (the engine rebinds it: copy it back)
-            values[:B] = getattr(cache, name)
-        self.length += T
-        return logits
+        if not start.any():
+            return Part(x, cache)
+        columns = np.arange(self.length + T)
+        return Part(x, cache, (self.length - start)[:, None] + np.arange(T),
+                    columns[None, :] >= start[:, None])
+
+    def _appended(self, part: Part) -> None:
+        """After `part`'s pass: the rows' state copied back (the engine rebinds it), the shared
+        column counter past its tokens."""
+        for name, values in self.state.items():
+            values[:part.idx.shape[0]] = getattr(part.cache, name)
+        self.length += part.idx.shape[1]
 
     # ----- speculative decoding while one sequence runs: a ProposalChecker -------------------
     def room(self) -> int:
@@ -275,3 +296,24 @@ class RunningBatch:
             buf[:, :B, :, :n] = copied(buf[:, :B, :, by:self.length])
         self.start[:B] -= by
         self.length = n
+
+
+def step_together(batches: Sequence[RunningBatch], tokens: Sequence[int],
+                  chunks: Sequence[tuple[Prefill, int]] = ()) -> np.ndarray:
+    """One decode step of every row of these batches (their rows end to end: token b for row
+    b) and the next n tokens of each prefill in `chunks`, in one forward pass (`CachedLM.mixed`,
+    sheepop.arch.packed: a part for each batch, over its own columns, and one for each chunk);
+    the rows' logits (rows, V) in order; each prefill advanced (its logits set once it is
+    finished)."""
+    x = np.asarray(list(tokens), dtype=np.int64)[:, None]
+    bounds = np.cumsum([0] + [b.rows for b in batches])
+    if len(x) != bounds[-1] or len(x) == 0:
+        raise ValueError(f"{len(x)} tokens for {bounds[-1]} running rows")
+    steps = [b._part(x[lo:hi]) for b, lo, hi in zip(batches, bounds[:-1], bounds[1:])]
+    parts = [prefill.part(n) for prefill, n in chunks]
+    logits = batches[0].lm.mixed([*steps, *parts])
+    for b, part in zip(batches, steps):
+        b._appended(part)
+    for (prefill, _), part, z in zip(chunks, parts, logits[len(steps):]):
+        prefill.advanced(part, z[0])
+    return np.concatenate(logits[:len(steps)])

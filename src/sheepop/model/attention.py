@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.hooks import LayerHooks
 from sheepop.arch.kv_cache import KVCache
+from sheepop.arch.packed import Packed
 from sheepop.config.schema import ModelConfig
 from sheepop.model.positions import Pos, Positions
 from sheepop.model.qk_norm import norm_and_turn
@@ -60,18 +61,20 @@ class CausalSelfAttention(nn.Module):
         """`attn_mask`: boolean (B, 1, T, T_keys), True where a query may see a key; None is
         the plain causal mask. `positions.rotate` turns the queries and keys (RoPE); `values`
         is this layer's value embedding (sheepop.model.value_embeds). Hooks (docs/hooks.md)
-        that read the scores or the pattern take the explicit path, which forms them."""
+        that read the scores or the pattern take the explicit path, which forms them. A
+        `Packed` cache: x (1, N, d) holds several sequences' tokens, each attending over its
+        own cache under its own mask (sheepop.arch.packed)."""
         B, T, C = x.shape
         hooks = self.hooks
         q, k, v = self._queries_keys_values(x, positions, pos, values)
-        past = 0
-        if cache is not None:
-            past = cache.query_offset(T)
-            k, v = cache.update(layer, k, v)
-        if self.use_sdpa and (hooks is None or not hooks.explicit_attention):
-            y = self._fused(q, k, v, attn_mask, past)
+        if isinstance(cache, Packed):  # each sequence against its own cache (arch.packed)
+            y = cache.attend(layer, q, k, v, self._attend, torch.cat)
         else:
-            y = self._explicit(q, k, v, attn_mask, past)
+            past = 0
+            if cache is not None:
+                past = cache.query_offset(T)
+                k, v = cache.update(layer, k, v)
+            y = self._attend(q, k, v, attn_mask, past)
         if hooks is not None:
             y = hooks.at("attn.heads", y)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -96,6 +99,15 @@ class CausalSelfAttention(nn.Module):
         if hooks is not None:
             q, k, v = hooks.at("attn.q", q), hooks.at("attn.k", k), hooks.at("attn.v", v)
         return q, k, v
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                attn_mask: torch.Tensor | None, past: int) -> torch.Tensor:
+        """Y (B, H, T, d_k): the fused kernel, or the explicit path where a hook reads the
+        scores or the pattern."""
+        hooks = self.hooks
+        if self.use_sdpa and (hooks is None or not hooks.explicit_attention):
+            return self._fused(q, k, v, attn_mask, past)
+        return self._explicit(q, k, v, attn_mask, past)
 
     def _fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                attn_mask: torch.Tensor | None, past: int) -> torch.Tensor:

@@ -28,6 +28,7 @@ from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.hooks import Hooks, LayerHooks
 from sheepop.arch.kv_cache import KVCache, slides
+from sheepop.arch.packed import Packed
 from sheepop.arch.params import check_shapes, init_rule
 from sheepop.config.schema import ModelConfig
 from sheepop.model.attention import CausalSelfAttention
@@ -163,9 +164,16 @@ class GPT(nn.Module):
         Rotary positions exist at any index, so with rope a sequence may pass block_size: each
         query then attends over the block_size most recent keys (sliding-window attention),
         which is also what a rolling cache computes (sheepop.arch.kv_cache).
+
+        A `Packed` cache (sheepop.arch.packed) holds several sequences' new tokens end to end in
+        one row, `idx` (1, N) with `pos_ids` its tokens' positions: every unit but attention runs
+        over them at once, attention per sequence against its own cache (CausalSelfAttention),
+        and `last_only` keeps each sequence's last token (a running batch's decode step and a
+        joining prompt's chunk in one pass).
         """
         B, T = idx.shape
-        start = cache.length if cache is not None else 0
+        packed = isinstance(cache, Packed)  # several sequences' tokens in one row (pos_ids given)
+        start = cache.length if cache is not None and not packed else 0
         if start + T > self.cfg.block_size and not slides(self.cfg):
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size "
                              f"{self.cfg.block_size}")
@@ -184,7 +192,7 @@ class GPT(nn.Module):
 
         # (from 2 cached tokens: torch.compile makes a graph of its own for an int of 0 or 1)
         compiled = (self.decode_block is not None and T == 1 and cache is not None
-                    and cache.length >= 2)
+                    and not packed and cache.length >= 2)
 
         def block(i: int, x: torch.Tensor) -> torch.Tensor:
             unit = self.blocks[i]
@@ -197,8 +205,8 @@ class GPT(nn.Module):
         if cache is not None:
             cache.advance(T)
         x = self.ln_f(x)
-        if last_only:
-            x = x[:, -1:, :]
+        if last_only:  # (packed: each row's last token, sheepop.arch.packed)
+            x = x[:, torch.as_tensor(cache.last, device=x.device)] if packed else x[:, -1:, :]
         if hooks is not None:
             x = hooks.at("final_norm", x)
         logits = softcap(self.head(x, table), self.cfg.logit_softcap)

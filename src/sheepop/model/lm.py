@@ -19,6 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
+from sheepop.arch.packed import Packed
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.steering import point_of
 from sheepop.model.gpt import GPT, Block
@@ -26,6 +27,7 @@ from sheepop.model.hooks import hooked
 from sheepop.model.positions import Pos, Positions
 from sheepop.model.quantized import Int8Head
 from sheepop.model.value_embeds import ValueMix
+from sheepop.positional import uses_digits
 
 
 class TorchLM(CachedLM):
@@ -133,6 +135,20 @@ class TorchLM(CachedLM):
         with torch.inference_mode(), generation_attention(self.device), self._steered():
             logits, _ = self.forward(self._tensor(idx), cache=cache, last_only=last_only, **kw)
         return (logits[:, -1] if last_only else logits).float().cpu().numpy()
+
+    @property
+    def mixes(self) -> bool:
+        """(CachedLM.mixes) Not with digit places, whose run of digits is each row's state.
+        A mixed pass runs eagerly: `compile` traces a one-token step's block."""
+        return super().mixes and not uses_digits(self.model.cfg)
+
+    def _packed_logits(self, packed: Packed) -> np.ndarray:
+        packed.make_room()
+        packed.convert_masks(self._tensor)
+        with torch.inference_mode(), generation_attention(self.device), self._steered():
+            logits, _ = self.forward(self._tensor(packed.idx), cache=packed, last_only=True,
+                                     pos_ids=self._tensor(packed.pos))
+        return logits[0].float().cpu().numpy()
 
     def _steered(self) -> AbstractContextManager:
         """The pass's steering (`additions`, sheepop.generation.steering): a hook at each

@@ -29,6 +29,7 @@ import numpy as np
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.hooks import LayerHooks
 from sheepop.arch.kv_cache import KVCache
+from sheepop.arch.packed import Packed
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.hooks import at_copy, block
 from sheepop.scratch.layers import (
@@ -202,7 +203,9 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     queries attend over every cached key; `mask` (additive, broadcastable to (B, H, T, T_keys))
     replaces the causal one (left-padded batches). `rotate` turns Q and K by their positions;
     `n_kv_head` (default n_head) key/value heads are shared by groups of query heads;
-    `values` mixes value embeddings into the values (sheepop.scratch.value_embeds)."""
+    `values` mixes value embeddings into the values (sheepop.scratch.value_embeds). A `Packed`
+    cache: x (1, N, d) holds several sequences' tokens, each attending over its own cache under
+    its own mask (sheepop.arch.packed)."""
     n_kv_head = n_kv_head or n_head
     hooks = block()
     qkv, qkv_cache = linear_forward(x, w_qkv, b_qkv)
@@ -218,14 +221,25 @@ def self_attention_forward(x: np.ndarray, w_qkv: np.ndarray, b_qkv: np.ndarray |
     q, k = qk[:, :n_head], qk[:, n_head:]
     if hooks is not None:
         q, k, v = hooks.at("attn.q", q), hooks.at("attn.k", k), hooks.at("attn.v", v)
-    if cache is not None:
-        k, v = cache.update(layer, k, v)
-    groups = n_head // n_kv_head
-    if cache is not None and groups > 1 and q.shape[2] == 1 and _may_group(dropout, rng, hooks):
-        y, core_cache = grouped_decode_forward(q, k, v, mask)  # a decode step: no KV copy
+    groups, kept = n_head // n_kv_head, []
+
+    def attend(q, k, v, mask, past=0):
+        if cache is not None and groups > 1 and q.shape[2] == 1 and \
+                _may_group(dropout, rng, hooks):
+            y, core = grouped_decode_forward(q, k, v, mask)  # a decode step: no KV copy
+        else:
+            k, v = repeat_kv_forward(k, groups), repeat_kv_forward(v, groups)
+            y, core = attention_core_forward(q, k, v, dropout, rng, mask)
+        kept.append(core)
+        return y
+
+    if isinstance(cache, Packed):  # each sequence against its own cache (arch.packed)
+        y = cache.attend(layer, q, k, v, attend, np.concatenate)
     else:
-        k, v = repeat_kv_forward(k, groups), repeat_kv_forward(v, groups)
-        y, core_cache = attention_core_forward(q, k, v, dropout, rng, mask)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        y = attend(q, k, v, mask)
+    core_cache = kept[0] if len(kept) == 1 else None  # (packed: no backward through a cache)
     if hooks is not None:
         y = hooks.at("attn.heads", y)
     out, proj_cache = linear_forward(merge_heads(y), w_proj, b_proj)

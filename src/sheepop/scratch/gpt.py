@@ -35,6 +35,7 @@ from sheepop.arch.batch import allowed_keys
 from sheepop.arch.hooks import Hook, Hooks
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.links import SKIP_WEIGHTS
+from sheepop.arch.packed import Packed
 from sheepop.config.schema import ModelConfig
 from sheepop.scratch.attention import additive
 from sheepop.scratch.block import block_backward, block_forward
@@ -125,10 +126,15 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     `params` holds the model's parameters and nothing else (`check_names`, on every forward
     that starts a sequence). The hooks of sheepop.scratch.hooks read or replace its named
     points (embed, each block's, final_norm, logits; docs/hooks.md).
+    A `Packed` cache (sheepop.arch.packed) holds several sequences' new tokens end to end in one
+    row, `idx` (1, N) with `pos_ids` their positions: every unit but attention runs over them at
+    once, attention per sequence against its own cache (self_attention_forward), and
+    `last_only` keeps each sequence's last token.
     """
     idx = np.asarray(idx)
     T = idx.shape[-1]
-    start = cache.length if cache is not None else 0
+    packed = isinstance(cache, Packed)  # several sequences' tokens in one row (pos_ids given)
+    start = cache.length if cache is not None and not packed else 0
     if start == 0:
         check_names(params, cfg)
     if start + T > cfg.block_size and not slides(cfg):
@@ -139,9 +145,9 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
     h, rotate, pos_cache = positions_forward(h, params, cfg, idx, pos, cache, rng)
     if cfg.qk_norm:  # queries and keys normalised, then turned (sheepop.scratch.qk_norm)
         rotate = with_qk_norm(rotate, cfg.ln_eps)
-    past = cache.query_offset(T) if cache is not None else 0
-    mask = None
-    if key_mask is not None or past + T > cfg.block_size:
+    past = cache.query_offset(T) if cache is not None and not packed else 0
+    mask = None  # (packed: each part's own, in `cache`)
+    if not packed and (key_mask is not None or past + T > cfg.block_size):
         mask = additive(allowed_keys(T, past, key_mask, cfg.block_size))
     h, drop = dropout_forward(h, cfg.dropout, rng)
     hooks = active()
@@ -160,8 +166,8 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
             blocks.append(block_cache)
     if cache is not None:
         cache.advance(T)
-    if last_only:
-        h = h[:, -1:, :]
+    if last_only:  # (packed: each row's last token, sheepop.arch.packed)
+        h = h[:, cache.last] if packed else h[:, -1:, :]
     h, ln_f = norm_forward(cfg.norm, h, params, "ln_f.", cfg.ln_eps)
     if hooks is not None:
         h = hooks.at("final_norm", h)

@@ -13,9 +13,12 @@ import numpy as np
 
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
+from sheepop.arch.packed import Packed
 from sheepop.config.schema import ModelConfig
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.steering import point_of
+from sheepop.positional import uses_digits
+from sheepop.scratch.attention import additive
 from sheepop.scratch.gpt import gpt_forward, new_cache
 from sheepop.scratch.hooks import hooked
 from sheepop.scratch.init import check_weights
@@ -55,6 +58,18 @@ class NumpyLM(CachedLM):
             logits, _, _ = gpt_forward(self.params, self.cfg, idx, cache=cache,
                                        pos_ids=pos_ids, key_mask=key_mask, last_only=last_only)
         return logits[:, -1] if last_only else logits
+
+    @property
+    def mixes(self) -> bool:
+        """(CachedLM.mixes) Not with digit places, whose run of digits is each row's state."""
+        return super().mixes and not uses_digits(self.cfg)
+
+    def _packed_logits(self, packed: Packed) -> np.ndarray:
+        packed.convert_masks(additive)
+        with np.errstate(over="ignore", invalid="ignore"), self._steered():
+            logits, _, _ = gpt_forward(self.params, self.cfg, packed.idx, cache=packed,
+                                       pos_ids=packed.pos, last_only=True)
+        return logits[0]
 
     def _steered(self) -> AbstractContextManager:
         """The pass's steering (`additions`, sheepop.generation.steering): a hook at each
