@@ -133,6 +133,9 @@ def test_command_line_mistakes_are_one_line(runs, capsys):
     from sheepop.cli import main
     assert main(["serve", str(runs[1]), "--max-batch", "0"]) == 2
     assert capsys.readouterr().err == "sheepop: error: --max-batch must be at least 1\n"
+    assert main(["serve", str(runs[1]), "--prefill-budget", "1"]) == 2
+    assert capsys.readouterr().err == ("sheepop: error: --prefill-budget must be more than 1 "
+                                       "(a step's time and some prompt)\n")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

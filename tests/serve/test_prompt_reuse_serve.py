@@ -13,7 +13,7 @@ from openai import OpenAI
 from serve_helpers import KEY, InProcess, call, reference, wait_until
 
 from sheepop.generation.prefix_cache import BLOCK_TOKENS, PrefixCache
-from sheepop.serve.api.joining import MIN_CHUNK, MIN_STALL_S, WHOLE, Joining
+from sheepop.serve.api.joining import FIRST_CHUNK, GROWTH, MIN_CHUNK, WHOLE, Joining
 
 
 def _text(seed: int, n: int) -> str:
@@ -56,10 +56,13 @@ def test_no_cache_reports_no_cached_token(chat_model):
         srv.close()
 
 
-def test_a_stream_keeps_getting_tokens_while_a_long_prompt_joins(chat_model):
-    """A 40-token prompt joins 2 tokens at a time: 20 iterations, each with a decode step of
-    the stream already running, which gets a token in each (whole prefill: none)."""
-    srv = InProcess(chat_model, prefill_chunk=2, cache_mb=0)
+@pytest.mark.parametrize("which", ["chat_model", "plain_model"])  # torch engine, NumPy engine
+def test_a_stream_keeps_getting_tokens_while_a_long_prompt_joins(which, request):
+    """A 40-token prompt joins 2 tokens at a time: 20 iterations, each one forward pass with
+    the decode step of the stream already running, which gets a token in each (whole prefill:
+    none)."""
+    model = request.getfixturevalue(which)
+    srv = InProcess(model, prefill_chunk=2, cache_mb=0)
     s = srv.scheduler
     log: list[tuple[int, bool]] = []  # (request, whether it is a token) in delivery order
     jobs: dict[object, int] = {}
@@ -82,7 +85,8 @@ def test_a_stream_keeps_getting_tokens_while_a_long_prompt_joins(chat_model):
 
     try:
         held, release = srv.hold_after_step(1)
-        stream = send("stream", {"prompt": "a", "max_tokens": 60, "temperature": 0})
+        # ("d": a prompt neither model ends within 60 greedy tokens)
+        stream = send("stream", {"prompt": "d", "max_tokens": 60, "temperature": 0})
         held.wait(60)  # the stream has 2 tokens, 58 to come
         long_prompt = _text(103, 40)
         joining = send("long", {"prompt": long_prompt, "max_tokens": 3, "temperature": 0})
@@ -97,23 +101,55 @@ def test_a_stream_keeps_getting_tokens_while_a_long_prompt_joins(chat_model):
     assert first_of_long > mark
     during = sum(1 for who, token in log[mark:first_of_long] if who == 0 and token)
     assert during >= 40 // 2 - 1, log[mark:first_of_long]
-    tok = chat_model.tokenizer
+    assert s.status()["mixed_steps"] >= 40 // 2  # each chunk in the stream's step's pass
+    tok = model.tokenizer
     assert out["long"].json()["choices"][0]["text"] == reference(
-        chat_model, tok.encode(long_prompt), 3)
-    assert out["stream"].json()["choices"][0]["text"] == reference(chat_model, tok.encode("a"), 60)
+        model, tok.encode(long_prompt), 3)
+    assert out["stream"].json()["choices"][0]["text"] == reference(model, tok.encode("d"), 60)
 
 
-def test_the_chunk_is_a_decode_steps_worth_of_prompt_and_whole_when_nothing_runs(chat_model):
+def test_the_chunk_keeps_an_iteration_within_the_budget_and_is_whole_when_nothing_runs(
+        chat_model):
     auto, fixed = (Joining(chat_model.lm, PrefixCache(0), chunk) for chunk in (0, 7))
     assert auto.budget(running=False) == fixed.budget(running=False) == WHOLE
-    assert fixed.budget(running=True) == 7
-    auto.measured(step_s=0.5)
-    auto.spent = 50
-    auto.measured(prefill_s=0.25)  # 5 ms a token: a 0.5 s step is worth 100 tokens
-    assert auto.budget(running=True) == 100
-    auto.measured(step_s=0.02)  # moving average: 0.7 * 0.5 + 0.3 * 0.02 = 0.356 s
-    assert auto.budget(running=True) == 71
-    auto.step_s = 0.001  # quicker than MIN_STALL_S: 0.1 s of prompt, 20 tokens
-    assert auto.budget(running=True) == round(MIN_STALL_S / 0.005) == 20
-    auto.token_s = 0.05
-    assert auto.budget(running=True) == MIN_CHUNK
+    assert fixed.budget(running=True) == fixed.budget(running=True, mixed=True) == 7
+    assert auto.budget(running=True) == FIRST_CHUNK  # nothing measured yet
+    auto.spent = FIRST_CHUNK
+    auto.measured(iteration_s=0.5)  # no step measured: no target yet
+    assert auto.budget(running=True) == FIRST_CHUNK
+    auto.measured(step_s=0.5)  # the target: 2 x 0.5 s
+    auto.measured(iteration_s=0.5)  # a chunk of 32 took half of it: x 2, at most x GROWTH
+    assert auto.budget(running=True) == int(FIRST_CHUNK * GROWTH) == 40
+    auto.spent = 40
+    auto.measured(iteration_s=1.6)  # over: x 1 / 1.6
+    assert auto.budget(running=True) == 25
+    auto.spent = 25
+    auto.measured(iteration_s=0.6)  # under, but the last few were not all: no growth yet
+    assert auto.budget(running=True) == 25
+    auto.spent = 3  # a prompt's last 3 tokens, quickly: no growth from a chunk not filled
+    auto.measured(iteration_s=0.6)
+    auto.measured(iteration_s=0.6)
+    assert auto.budget(running=True) == 25
+    auto.measured(iteration_s=30.0)  # ... but a slow one shrinks it, from what it computed
+    assert auto.budget(running=True, mixed=True) == 1  # 3 x SHRINK; a mixed pass: >= 1 token
+    assert auto.budget(running=True) == MIN_CHUNK  # a pass of its own: >= MIN_CHUNK
+    half = Joining(chat_model.lm, PrefixCache(0), 0, ratio=1.5)
+    half.measured(step_s=0.4)
+    half.spent = FIRST_CHUNK
+    half.measured(iteration_s=0.8)  # 1.5 x 0.4 s = 0.6 s: x 0.75
+    assert half.budget(running=True) == 24
+    # the step it is sized against was measured at about as many running rows
+    rows = Joining(chat_model.lm, PrefixCache(0), 0)
+    assert fixed.ready(15) and not rows.ready(15)
+    rows.measured(step_s=0.2, rows=1)
+    assert rows.ready(2) and not rows.ready(3)  # within a quarter, or one row
+    rows.measured(step_s=1.0, rows=12)  # another number of rows: the average starts again
+    assert rows.step_s == 1.0 and rows.ready(15) and not rows.ready(16)
+    rows.measured(step_s=0.5, rows=15)  # about as many: the median of the last ones
+    rows.measured(step_s=9.0, rows=15)  # (one slow step moves it by one place, not by 9 s)
+    assert rows.step_s == 1.0
+    quick = Joining(chat_model.lm, PrefixCache(0), 0)
+    quick.measured(step_s=0.001)  # quicker than MIN_STALL_S: 0.1 s of prompt a step
+    quick.spent = FIRST_CHUNK
+    quick.measured(iteration_s=0.202)  # the target 0.101 s: half
+    assert quick.budget(running=True) == FIRST_CHUNK // 2

@@ -70,10 +70,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "with the same tokens (least recently used evicted first; 0: off; "
                         "GET /health shows what it holds)")
     p.add_argument("--prefill-chunk", type=int, default=0, metavar="TOKENS",
-                   help="the most prompt tokens computed between two decode steps while "
-                        "sequences run: a long prompt joins a chunk at a time, so running "
-                        "streams pause for one chunk per token, not for its whole prompt (0: as "
-                        "many as take one decode step's time, measured as the server runs)")
+                   help="the prompt tokens computed per decode step while sequences run: a "
+                        "long prompt joins a chunk at a time, in the decode step's forward "
+                        "pass, so running streams wait for one chunk per token, not for its "
+                        "whole prompt (0: sized by cost, see --prefill-budget)")
+    p.add_argument("--prefill-budget", type=float, default=2.0, metavar="RATIO",
+                   help="with --prefill-chunk 0, a decode step that also computes prompt "
+                        "tokens may take up to RATIO times a plain step's time (both measured "
+                        "as the server runs): the running streams' time between tokens while a "
+                        "prompt joins, against their steady one")
     p.add_argument("--max-queue", type=int, default=256,
                    help="the most sequences waiting for a row; past it a request gets 503 with "
                         "Retry-After")
@@ -121,6 +126,8 @@ def _check(args: argparse.Namespace) -> None:
               (args.max_queue >= 1, "--max-queue must be at least 1"),
               (args.cache_mb >= 0, "--cache-mb must be >= 0"),
               (args.prefill_chunk >= 0, "--prefill-chunk must be >= 0"),
+              (args.prefill_budget > 1, "--prefill-budget must be more than 1 (a step's time "
+                                        "and some prompt)"),
               (args.timeout > 0, "--timeout must be a positive number of seconds"),
               (args.max_body >= 1024, "--max-body must be at least 1024 bytes"),
               (args.shutdown_timeout >= 0, "--shutdown-timeout must be >= 0"),
@@ -172,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
                                          max_queue=args.max_queue, timeout=args.timeout,
                                          cache_mb=args.cache_mb,
                                          prefill_chunk=args.prefill_chunk,
+                                         prefill_budget=args.prefill_budget,
                                          max_body=args.max_body, host=args.host,
                                          allow_origins=tuple(args.allow_origin),
                                          vectors=vectors),

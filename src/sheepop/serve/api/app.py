@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sheepop.inference.load import InferenceModel
 from sheepop.serve.api.choice import Event, Job
+from sheepop.serve.api.joining import RATIO
 from sheepop.serve.api.json_out import MAX_NESTING, nesting
 from sheepop.serve.api.origin import SameOrigin
 from sheepop.serve.api.protocol import ApiError, Served, bad, parse
@@ -65,7 +66,8 @@ class Settings:
     max_queue: int = 256           # choices waiting for a row (more: 503)
     timeout: float = 600.0         # seconds from arrival to the last token (more: 504)
     max_body: int = 1 << 20        # bytes of a request body (more: 413)
-    prefill_chunk: int = 0         # prompt tokens computed per iteration (0: a decode step's time)
+    prefill_chunk: int = 0         # prompt tokens computed per iteration (0: by cost)
+    prefill_budget: float = RATIO  # ... by cost: an iteration up to this many decode steps' time
     cache_mb: float = 1024         # MiB of keys and values kept for prompt reuse (0: none)
     vectors: dict[str, Any] = field(default_factory=dict)  # steering vectors a request names
 
@@ -208,7 +210,8 @@ def create_app(model: InferenceModel, settings: Settings, routes: Sequence[BaseR
                ) -> Starlette:
     """The server's ASGI app for `model`; `routes` are added after OpenAI's."""
     scheduler = Scheduler(model, settings.max_batch, settings.max_queue, settings.timeout,
-                          settings.prefill_chunk, int(settings.cache_mb * 2**20))
+                          settings.prefill_chunk, int(settings.cache_mb * 2**20),
+                          settings.prefill_budget)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):

@@ -3,36 +3,59 @@
 Each prompt (the copies of one prompt, `n` > 1, share it) has a `Prefill`
 (sheepop.generation.prefill): its cache starts from the longest prefix the server's
 `PrefixCache` holds, and every scheduler iteration spends at most a chunk of prompt tokens of
-computation, first come first served, before the running batch's decode step. So a decode step
-never waits for more than one chunk of anyone's prompt, and a prompt of p uncached tokens joins
-after ceil(p / chunk) iterations. Their rows are reserved from admission on (`rows`), so a
-prompt never finishes without a row to go to.
+computation, first come first served. While sequences run, the chunk is computed in the same
+forward pass as their decode step (`plan`, then `RunningBatch.step` with the chunks:
+sheepop.arch.packed), or, where the model cannot mix them (steering, digit places, a lone
+sequence speculating), in a pass of its own before the step (`advance`). So a decode step never
+waits for more than one chunk of anyone's prompt, and a prompt of p uncached tokens joins after
+about p / chunk iterations. Their rows are reserved from admission on (`rows`), so a prompt
+never finishes without a row to go to.
 
 The chunk (`budget`): none while no sequence is running (nobody to stall: whole prompts, in
-order); else `chunk` tokens when set, or by default (0) as many as take the time of one decode
-step, max(t_step, MIN_STALL_S) / t_token, from the measured decode steps and prefill passes
-(exponential moving averages), at least MIN_CHUNK: a running stream's gap is then about two
-steps, or a step and MIN_STALL_S where steps are quicker than that (a small model's: a burst of
-short prompts then joins in a few iterations, not one chunk of a millisecond's worth at a time),
-whatever the model, the batch and the machine.
+order); else `chunk` tokens when set; else sized by cost (`size`), so that no iteration with
+prompt tokens takes much more than
+
+    target = max(ratio * t_step, t_step + MIN_STALL_S)      (ratio: --prefill-budget, 2)
+
+t_step the median of the last STEPS iterations without prompt tokens (one slow step on a
+shared machine moved a moving average by a third) at about the number of rows running now
+(`current`: within a quarter, or one row; else the scheduler runs a plain step first: streams
+arriving one by one were otherwise measured against one row's step, and their prompts joined a
+token at a time). After an iteration of t seconds that computed C prompt tokens, over the
+target: the size becomes at most C target / t (at least SHRINK C); under it, with the size
+filled (a prompt's last chunk is what was left of it), it grows by target / t', t' the longest
+of the last RECENT such iterations, at most GROWTH. If an iteration's time is s + b C, the map
+C -> C target / (s + b C) moves towards C* = (target - s) / b from either side without
+passing it (it rises with C, and C* is its fixed point), while b grows as a long prompt's
+attention reads more keys; growing only while the last few all kept under the target keeps the
+slow ones near it rather than the average (the streams' p99 is what it bounds). A ratio of
+times, not a time per token: the prompt's share of a mixed pass is a small difference of two
+noisy times, which near 0 let the next chunk grow unchecked. MIN_STALL_S: where steps are
+quicker than that (a small model's), a burst of short prompts joins in a few iterations, not a
+millisecond's worth at a time. A pass of its own has a floor of MIN_CHUNK tokens (below it the
+pass costs what a one-token pass does: the weights); a mixed pass none but one token.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from sheepop.generation.cached_lm import CachedLM
+from sheepop.generation.cached_lm import CHUNK_ROWS, CachedLM
 from sheepop.generation.prefill import Prefill, prefill_together
 from sheepop.generation.prefix_cache import PrefixCache
 from sheepop.serve.api.choice import Choice
 
 MIN_CHUNK = 16  # tokens: below it a pass costs about what a one-token pass does (the weights)
-FIRST_CHUNK = 32  # until a step and a pass have been measured
+FIRST_CHUNK = 32  # the size by cost before any iteration with prompt tokens was measured
 MIN_STALL_S = 0.1  # seconds of prompt an iteration may always compute (see above)
+RATIO = 2.0  # an iteration with prompt tokens: at most this many decode steps' time (default)
+GROWTH, SHRINK = 1.25, 0.25  # the most the size grows or shrinks by after one iteration
 WHOLE = 1 << 40  # "no bound": a budget no prompt reaches
-SMOOTHING = 0.3  # the weight of the newest measurement in the moving averages
+STEPS, RECENT = 8, 3  # the plain steps t_step is the median of; the iterations sizing a chunk
+MIXED_MOST = CHUNK_ROWS  # prompt tokens in one mixed pass at most (its attention's memory)
 TOGETHER = 2048  # the most padded tokens of fresh prompts prefilled in one pass
 WASTE = 0.25  # ... with padding at most this share of their own tokens
 
@@ -51,30 +74,65 @@ def copies_together(admitted: list[Choice]) -> list[list[Choice]]:
 class Joining:
     """Prompts being prefilled, in order of admission, and the choices waiting on each."""
 
-    def __init__(self, lm: CachedLM, prefix: PrefixCache, chunk: int = 0):
-        self.lm, self.prefix, self.chunk = lm, prefix, chunk
+    def __init__(self, lm: CachedLM, prefix: PrefixCache, chunk: int = 0,
+                 ratio: float = RATIO):
+        self.lm, self.prefix, self.chunk, self.ratio = lm, prefix, chunk, ratio
         self.groups: list[tuple[list[Choice], Prefill]] = []
-        self.step_s = self.token_s = np.nan  # moving averages: a decode step, a prompt token
-        self.spent = 0  # tokens computed by the last `advance`
+        self.steps: deque[float] = deque(maxlen=STEPS)  # the last plain steps' times ...
+        self.step_rows = 0  # ... at about this many running rows
+        self.recent: deque[float] = deque(maxlen=RECENT)  # the last iterations with a chunk
+        self.size = float(FIRST_CHUNK)  # the chunk by cost (see the module's docstring)
+        self.spent = 0  # tokens computed by the last `advance` or `plan`
 
-    def budget(self, running: bool) -> int:
-        """The prompt tokens this iteration may compute (see the module's docstring)."""
+    @property
+    def mixable(self) -> bool:
+        """Whether the chunks may go in a decode step's pass: not a fixed chunk larger than
+        one pass takes (MIXED_MOST; a chunk larger than any prompt is how prompts joined
+        before chunks: whole, in passes of their own)."""
+        return self.chunk <= MIXED_MOST
+
+    def budget(self, running: bool, mixed: bool = False) -> int:
+        """The prompt tokens this iteration may compute (see the module's docstring); `mixed`:
+        in the decode step's pass."""
         if not running:
             return WHOLE
         if self.chunk:
             return self.chunk
-        if np.isnan(self.step_s) or np.isnan(self.token_s):
-            return FIRST_CHUNK
-        return max(MIN_CHUNK, int(max(self.step_s, MIN_STALL_S) / self.token_s))
+        return max(1 if mixed else MIN_CHUNK, int(self.size))
 
-    def measured(self, step_s: float | None = None, prefill_s: float | None = None) -> None:
-        """Fold in a decode step's time, or the last `advance`'s (over its `spent` tokens)."""
-        def mean(old: float, new: float) -> float:
-            return new if np.isnan(old) else (1 - SMOOTHING) * old + SMOOTHING * new
+    def ready(self, rows: int) -> bool:
+        """Whether an iteration with `rows` running may compute prompt tokens: a fixed chunk,
+        or t_step `current`."""
+        return bool(self.chunk) or self.current(rows)
+
+    @property
+    def step_s(self) -> float:
+        """t_step: the median of the last plain steps (NaN before any)."""
+        return float(np.median(self.steps)) if self.steps else np.nan
+
+    def current(self, rows: int) -> bool:
+        """Whether t_step was measured at about `rows` running rows (within a quarter, or
+        one)."""
+        return bool(self.steps) and abs(rows - self.step_rows) <= max(1, self.step_rows // 4)
+
+    def measured(self, step_s: float | None = None, iteration_s: float | None = None,
+                 rows: int = 0) -> None:
+        """Fold in a decode step's time at `rows` running rows (a step at another number
+        starts t_step again), or the time of the last iteration that computed `spent` prompt
+        tokens (see the module's docstring)."""
         if step_s is not None:
-            self.step_s = mean(self.step_s, step_s)
-        if prefill_s is not None and self.spent:
-            self.token_s = mean(self.token_s, prefill_s / self.spent)
+            if not self.current(rows):
+                self.steps.clear()
+            self.steps.append(step_s)
+            self.step_rows = rows
+        if iteration_s is None or not self.spent or not self.steps:
+            return
+        self.recent.append(iteration_s)
+        target = max(self.ratio * self.step_s, self.step_s + MIN_STALL_S)
+        if iteration_s > target:  # from what it computed (a prompt's last chunk: less)
+            self.size = max(1.0, min(self.size, self.spent * max(SHRINK, target / iteration_s)))
+        elif self.spent >= int(self.size):  # only while the last few all kept under it
+            self.size *= max(1.0, min(GROWTH, target / max(self.recent)))
 
     @property
     def rows(self) -> int:
@@ -92,9 +150,31 @@ class Joining:
             copies[0].job.cached_tokens += prefill.cached
             self.groups.append((copies, prefill))
 
+    def plan(self, budget: int) -> list[tuple[Prefill, int]]:
+        """This iteration's chunks for a mixed pass (`RunningBatch.step`): `budget` tokens
+        (MIXED_MOST at most) shared by the prompts in order, (prefill, tokens) for each that
+        gets some; `joined` once the pass has run."""
+        plan, left = [], min(budget, MIXED_MOST)
+        for copies, prefill in self.groups:
+            if left <= 0:
+                break
+            n = min(left, prefill.left)
+            plan.append((prefill, n))
+            copies[0].job.prefill_chunks += 1
+            left -= n
+        self.spent = sum(n for _, n in plan)
+        return plan
+
+    def joined(self) -> list[tuple[list[Choice], Prefill]]:
+        """The prompts finished by the last mixed pass, in order (their choices, their
+        prefill), no longer joining."""
+        done = [(copies, p) for copies, p in self.groups if p.finished]
+        self.groups = [(copies, p) for copies, p in self.groups if not p.finished]
+        return done
+
     def advance(self, budget: int) -> Iterator[tuple[list[Choice], Prefill]]:
-        """Spend `budget` tokens on the prompts in order; yield each prompt that is done (its
-        choices and its prefill), as soon as it is."""
+        """Spend `budget` tokens on the prompts in order, in passes of their own; yield each
+        prompt that is done (its choices and its prefill), as soon as it is."""
         self.spent = 0
         while self.groups and budget > self.spent:
             together = self._fresh_run(budget - self.spent)

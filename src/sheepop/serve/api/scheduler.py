@@ -8,19 +8,22 @@ loop (docs/serve.md, "Continuous batching"):
 2. admits waiting choices into the free rows, FIFO; each prompt's prefill starts from the
    longest prefix of it the prefix cache holds (sheepop.generation.prefix_cache);
 3. computes a chunk of the admitted prompts, in order (sheepop.serve.api.joining: by default
-   the tokens that take one decode step's time; whole prompts while nothing runs): a prompt
-   whose last token is computed joins the batch and draws its first token (the time to first
-   token), so a long prompt stalls the running ones by one chunk per step, never by its whole
-   prefill;
-4. runs one decode step for every running choice, the new ones included: each gets one token
-   (a choice running alone whose request speculates gets up to k + 1: its k proposed tokens
-   checked in the same pass, sheepop.generation.speculative);
+   as many tokens as keep the iteration within twice a decode step's time; whole prompts while
+   nothing runs), in the same forward pass as step 4's decode step (`_mixed`,
+   sheepop.arch.packed), or in a pass of its own before it where the model cannot mix them: a
+   prompt whose last token is computed joins the batch and draws its first token (the time to
+   first token), so a long prompt stalls the running ones by one chunk per step, never by its
+   whole prefill;
+4. runs one decode step for every running choice: each gets one token (a choice running alone
+   whose request speculates gets up to k + 1: its k proposed tokens checked in the same pass,
+   sheepop.generation.speculative);
 5. lets the finished ones leave (their tokens' whole blocks go into the prefix cache), and hands
    the iteration's events to the app in one call.
 
 Nothing waits for the batch to drain: a choice joins at the step after its prefill and leaves at
-the step it ends. The rows are a `RunningBatch` (sheepop.generation.running_batch), so each
-row keeps its own positions and keys, and a choice gets the same tokens alone or among others.
+the step it ends. The rows are `Lanes` of `RunningBatch`es (sheepop.generation.lanes,
+running_batch), so each row keeps its own positions and keys, a long one in a lane of its own
+columns, and a choice gets the same tokens alone or among others.
 
 Other work on the model (e.g. inspecting it) goes through `call`, which runs a function on this
 thread between two steps: the model is never used from two threads.
@@ -37,11 +40,12 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from sheepop.generation.lanes import Lanes
+from sheepop.generation.prefill import Prefill
 from sheepop.generation.prefix_cache import PrefixCache
-from sheepop.generation.running_batch import RunningBatch
 from sheepop.inference.load import InferenceModel
 from sheepop.serve.api.choice import Choice, Event, Job, prompt_logprobs
-from sheepop.serve.api.joining import Joining
+from sheepop.serve.api.joining import RATIO, Joining
 from sheepop.serve.api.protocol import ApiError
 
 Delivery = Callable[[list[tuple[Job, list[Event]]]], None]
@@ -62,15 +66,16 @@ SHUTTING_DOWN = ApiError(503, "the server is shutting down", type="server_error"
 
 class Scheduler:
     def __init__(self, model: InferenceModel, max_batch: int, max_queue: int,
-                 timeout: float, prefill_chunk: int = 0, cache_bytes: int = 0):
+                 timeout: float, prefill_chunk: int = 0, cache_bytes: int = 0,
+                 prefill_budget: float = RATIO):
         self.model = model
         self.lm = model.lm
         self.never = list(self.lm.never_generate)
         self.max_batch, self.max_queue, self.timeout = max_batch, max_queue, timeout
-        self.batch = RunningBatch(self.lm, max_batch)
+        self.batch = Lanes(self.lm, max_batch)
         self.prefix = PrefixCache(cache_bytes)
-        self.joining = Joining(self.lm, self.prefix, prefill_chunk)
-        self.running: list[Choice] = []  # row r of the batch is running[r]
+        self.joining = Joining(self.lm, self.prefix, prefill_chunk, prefill_budget)
+        self.running: list[Choice] = []  # row r of the batch (its lanes') is running[r]
         self.waiting: deque[Choice] = deque()
         self.calls: deque[tuple[Callable[[InferenceModel], Any], Future]] = deque()
         self.cond = threading.Condition()
@@ -81,6 +86,7 @@ class Scheduler:
         self.stats = {"steps": 0, "tokens": 0, "prefills": 0, "decode_s": 0.0,
                       "prefill_s": 0.0, "cancelled": 0, "peak_running": 0,
                       "kv_cache_peak_bytes": 0, "prefill_chunks": 0,
+                      "mixed_steps": 0, "mixed_s": 0.0,
                       "proposed_tokens": 0, "accepted_tokens": 0}
         self.logged_prompts = 0  # prompts when the prefix cache's hit rate was last logged
 
@@ -156,15 +162,23 @@ class Scheduler:
             return calls, self._admit()
 
     def _generate(self, admitted: list[Choice]) -> None:
-        """One iteration: a chunk of the admitted prompts, then one token for every running
-        choice."""
+        """One iteration: a chunk of the admitted prompts and one token for every running
+        choice, in one pass where the model can mix them, else the chunk first."""
         try:
             self.joining.add(admitted)
-            if self.joining:
+            # (a chunk sized by cost needs a step measured at about these rows: a plain one)
+            ready = not self.running or self.joining.ready(len(self.running))
+            if self.joining and self.running and ready and self._mixes():
+                self._mixed()
+                return
+            t0, chunked = time.perf_counter(), bool(self.joining and self.running and ready)
+            if self.joining and ready:
                 self._join()
             if self.running:  # (each row steered as its request asks)
                 with self.lm.steered_rows([c.job.request.steering for c in self.running]):
                     self._step()
+            if chunked:  # (a chunk sized by cost: the iteration's time, its pass and the step)
+                self.joining.measured(iteration_s=time.perf_counter() - t0)
         except Exception:  # a bug, or out of memory: fail those requests, keep serving
             traceback.print_exc(file=sys.stderr)
             self._fail_all(ApiError(500, "internal error while generating", type="server_error"))
@@ -208,21 +222,52 @@ class Scheduler:
             order = self.batch.leave(rows)
             self.running = [self.running[i] for i in order]
 
+    def _mixes(self) -> bool:
+        """Whether this iteration's chunk may go in the decode step's pass: the model mixes
+        sequences (CachedLM.mixes), no lone sequence speculates (its pass checks several
+        tokens of one row) and the chunk asked for fits in one pass (Joining.mixable)."""
+        return self.lm.mixes and self.joining.mixable and self._speculating() is None
+
+    def _mixed(self) -> None:
+        """One pass: a decode step for every running choice and this iteration's chunk of the
+        joining prompts (RunningBatch.step with chunks); then each prompt done joins the
+        batch and its first tokens are sent."""
+        t0 = time.perf_counter()
+        chunks = self.joining.plan(self.joining.budget(running=True, mixed=True))
+        steering = [c.job.request.steering for c in self.running] + [p.steering for p, _ in chunks]
+        with self.lm.steered_rows(steering):  # (each row as its request asks)
+            logits = self.batch.step([c.last for c in self.running], chunks)
+        for c, row in zip(self.running, logits):
+            self._emit(c.job, c.take(row, self.never))
+        self.stats["tokens"] += len(self.running)
+        self._stepped()
+        self.stats["prefill_chunks"] += 1
+        self.stats["mixed_steps"] += 1
+        self.stats["mixed_s"] += time.perf_counter() - t0
+        self.joining.measured(iteration_s=time.perf_counter() - t0)
+        self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
+        for copies, prefill in self.joining.joined():
+            self._joined(copies, prefill)
+
     def _join(self) -> None:
-        """Compute this iteration's chunk of the joining prompts; each one done joins the batch
-        (its copies as rows of its own cache) and its first tokens are sent at once."""
+        """Compute this iteration's chunk of the joining prompts in passes of their own; each
+        one done joins the batch and its first tokens are sent at once."""
         t0 = time.perf_counter()
         for copies, prefill in self.joining.advance(self.joining.budget(bool(self.running))):
-            self.batch.place(prefill, len(copies))
-            self._first_tokens(copies, prefill.logits)
-            self.running += copies
-            self.stats["prefills"] += 1
-            self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
-            self._flush()
-            self._log_hits()
+            self._joined(copies, prefill)
         self.stats["prefill_chunks"] += 1
         self.stats["prefill_s"] += time.perf_counter() - t0
-        self.joining.measured(prefill_s=time.perf_counter() - t0)
+
+    def _joined(self, copies: list[Choice], prefill: Prefill) -> None:
+        """A finished prompt joins the batch (its copies as rows of its own cache, in the lane
+        that costs least) and its first tokens are sent at once."""
+        first = self.batch.place(prefill, len(copies))
+        self._first_tokens(copies, prefill.logits)
+        self.running[first:first] = copies
+        self.stats["prefills"] += 1
+        self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
+        self._flush()
+        self._log_hits()
 
     def _log_hits(self, every: int = 100) -> None:
         """One line on stderr per `every` prompts: how much of them the prefix cache held."""
@@ -252,10 +297,17 @@ class Scheduler:
             logits = self.lm.prompt_logits(c.prompt)
         return prompt_logprobs(logits, c.prompt, self.never, r.logprobs)
 
-    def _step(self) -> None:
-        t0 = time.perf_counter()
+    def _speculating(self) -> Choice | None:
+        """The choice running alone whose request speculates, where the batch has room."""
         lone = self.running[0] if len(self.running) == 1 else None
         if lone is not None and lone.gate is not None and self.batch.room() > 1:
+            return lone
+        return None
+
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        lone = self._speculating()
+        if lone is not None:
             proposed, accepted = lone.gate.proposed, lone.gate.accepted
             for event in lone.speculate(self.batch, self.never):
                 self._emit(lone.job, event)
@@ -267,13 +319,17 @@ class Scheduler:
             for c, row in zip(self.running, logits):
                 self._emit(c.job, c.take(row, self.never))
             self.stats["tokens"] += len(self.running)
+        self._stepped()
         self.stats["steps"] += 1
+        self.stats["decode_s"] += time.perf_counter() - t0
+        self.joining.measured(step_s=time.perf_counter() - t0, rows=len(self.running))
+        self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
+
+    def _stepped(self) -> None:
+        """The peak counters after a decode step."""
         self.stats["peak_running"] = max(self.stats["peak_running"], len(self.running))
         self.stats["kv_cache_peak_bytes"] = max(self.stats["kv_cache_peak_bytes"],
                                                 self.batch.peak_bytes)
-        self.stats["decode_s"] += time.perf_counter() - t0
-        self.joining.measured(step_s=time.perf_counter() - t0)
-        self._leave([r for r, c in enumerate(self.running) if c.finish is not None])
 
     def _run_call(self, fn: Callable[[InferenceModel], Any], future: Future) -> None:
         if future.set_running_or_notify_cancel():
@@ -300,7 +356,7 @@ class Scheduler:
                 c.finish = "error"
                 self._emit(c.job, Event(c.index, error=error))
         self.running = []
-        self.batch = RunningBatch(self.lm, self.max_batch)  # its state may be torn
+        self.batch = Lanes(self.lm, self.max_batch)  # its state may be torn
 
     def _shutdown(self) -> None:
         with self.cond:
