@@ -56,6 +56,7 @@ from sheepop.config.build import build_config
 from sheepop.config.schema import DataConfig
 from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.data.windows import WindowSampler, eval_windows
+from sheepop.train.allocator import keep_freed_memory
 from sheepop.train.engine_torch import TorchEngine, native_bf16
 from sheepop.train.start import setup
 
@@ -256,6 +257,9 @@ def main() -> None:
     if args.max_bytes:
         scale.data.max_bytes = args.max_bytes
     torch.set_num_threads(args.threads)
+    # sheepop's training start tells glibc to keep freed memory (sheepop.train.allocator): done
+    # here, before either recipe runs, so that nanoGPT's steps run with the same allocator
+    keep_freed_memory()
     bf16 = native_bf16(torch.device("cpu"))
     print(machine.summary())
     print(f"bf16 instructions: {'yes: both train under bf16 autocast' if bf16 else 'no: float32'}")

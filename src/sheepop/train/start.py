@@ -28,6 +28,7 @@ from sheepop.data.dataset import Dataset, load_dataset
 from sheepop.errors import UserError
 from sheepop.tokenizers import loads as load_tokenizer
 from sheepop.train import run_lock, signals
+from sheepop.train.allocator import keep_freed_memory
 from sheepop.train.init_from import (
     WITH_RESUME,
     Source,
@@ -56,6 +57,7 @@ def _make_engine(cfg: Config, weights: dict[str, np.ndarray] | None, lora: LoraC
                  adapters: dict[str, np.ndarray] | None) -> Engine:
     kw = {} if lora is None else {"lora": lora, "adapters": adapters}
     threads.apply(cfg.train.threads)  # torch's and the BLAS's, before the engine loads torch
+    keep_freed_memory()  # each step reuses what the last freed, not fresh pages (allocator.py)
     if cfg.train.engine == "numpy":
         from sheepop.train.engine_numpy import NumpyEngine
         return NumpyEngine(cfg.model, cfg.train, weights, **kw)
