@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from cli_refusal import fails
 from float_tolerance import float32_tolerance
 from variants import gqa, llama
@@ -31,6 +32,7 @@ from sheepop.config.schema import Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.inference.load import build, load
 from sheepop.model import GPT, quantized
+from sheepop.model.bf16_products import Bf16Linear
 from sheepop.model.quantized import (
     Int8Linear,
     deinterleave,
@@ -163,6 +165,35 @@ def test_the_compiled_int8_product_is_the_kernels_formula(words_loop, monkeypatc
         assert ((got - kernel).abs() <= 2 ** -8 * (size + kernel.abs())).all(), rows
 
 
+def test_the_compiled_bf16_product_is_the_float32_sum_of_the_bf16_weights():
+    """Bf16Linear: eagerly F.linear itself; compiled, up to 8 rows, sum_i x_i float(W_oi) in
+    float32 (the loop inductor fuses), within float32's error of that sum in float64 (K = 64
+    terms: 64 * 2^-24 of sum |x_i W_oi|), and so within bf16 F.linear's roundings of it."""
+    torch.manual_seed(2)
+    linear = torch.nn.Linear(64, 48).to(torch.bfloat16)
+    layer = Bf16Linear(linear)
+    compiled = torch.compile(layer, dynamic=True)
+    w = layer.weight.double()
+    for rows in (1, 3):
+        x = torch.randn(rows, 64, dtype=torch.bfloat16)
+        assert torch.equal(layer(x), F.linear(x, linear.weight, linear.bias))
+        got = compiled(x).double() - layer.bias.double()
+        exact, size = x.double() @ w.T, x.double().abs() @ w.abs().T
+        # the compiled output is rounded to bf16 on the way out (x's dtype), then the bias
+        # added in bf16: 2 bf16 steps of |y| and of |y + b| at most
+        bound = 64 * 2 ** -24 * size + 2 ** -8 * (exact.abs() + (exact + layer.bias).abs())
+        assert ((got - exact).abs() <= bound).all(), rows
+    graphs = []
+
+    def backend(graph, example_inputs):  # what dynamo hands inductor: the loop, not F.linear
+        graphs.append(graph)
+        return graph.forward
+    torch._dynamo.reset()
+    torch.compile(layer, backend=backend)(torch.randn(1, 64, dtype=torch.bfloat16))
+    calls = {str(n.target) for g in graphs for n in g.graph.nodes if n.op == "call_function"}
+    assert not any("linear" in c for c in calls) and any("mul" in c for c in calls), calls
+
+
 @pytest.fixture(scope="module")
 def small():
     cfg = Config()
@@ -274,6 +305,23 @@ def test_chat_takes_the_dtype(run, capsys, monkeypatch):
     assert "torch engine" in out.err and len(out.out.splitlines()) == 1
 
 
+def test_chat_compiles_the_decode_step_too(run, capsys, monkeypatch):
+    """`sheepop chat --compile` builds its model as generate does (inference.load): the answer
+    is the eager one's (greedy, int8: the same kernel on AVX-512, the words loop within the
+    bf16 roundings on AVX2), and the start-up line says what compiling cost."""
+    argv = ["chat", str(run[0]), "--temperature", "0", "--max-new-tokens", "6", "--threads",
+            "1", "--dtype", "int8"]
+    answers = []
+    for extra in ([], ["--compile"]):
+        monkeypatch.setattr(sys, "stdin", io.StringIO("the cat\n"))
+        assert main([*argv, *extra]) == 0
+        out = capsys.readouterr()
+        answers.append(out.out)
+    assert answers[0] == answers[1] and answers[0].strip()
+    assert re.search(r"^sheepop: compile: the decode step ready in \d+\.\d s ", out.err,
+                     re.M), out.err
+
+
 @pytest.mark.parametrize("argv", [
     ["generate", "RUN", "--engine", "numpy", "--dtype", "int8"],
     ["eval", "RUN", "--data", "TEXT", "--engine", "numpy", "--dtype", "bfloat16"],
@@ -283,6 +331,10 @@ def test_chat_takes_the_dtype(run, capsys, monkeypatch):
 def test_the_numpy_engine_refuses_another_dtype(run, argv, capsys):
     argv = [str(run[0]) if a == "RUN" else str(run[1]) if a == "TEXT" else a for a in argv]
     fails(capsys, argv, "--dtype", "torch")
+
+
+def test_chat_refuses_compile_on_the_numpy_engine(run, capsys):
+    fails(capsys, ["chat", str(run[0]), "--engine", "numpy", "--compile"], "compile", "torch")
 
 
 def test_an_unknown_dtype_is_refused(run, capsys):

@@ -29,6 +29,7 @@ from typing import Any, TextIO
 from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
+    add_compile_option,
     add_constraint_flags,
     add_dtype_option,
     add_sampling_flags,
@@ -77,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "without importing torch), torch on a GPU")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     add_dtype_option(p)
+    add_compile_option(p)
     p.add_argument("--show-prompt", action="store_true",
                    help="before each answer, write on stderr the prompt the model reads "
                         "(escaped, on one line) and its number of tokens")
@@ -265,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
     sample = run_config(args.run_dir, [], None, flag_values(args), only=("sample",)
                         ).validate().sample
     spec = constraint_spec(args)  # (a bad schema file is refused before the model loads)
-    model = load(model_dir(args), args.engine, args.device, args.dtype)
+    model = load(model_dir(args), args.engine, args.device, args.dtype, args.compile)
     if not can_chat(model.tokenizer):
         if model.tokenizer.chat_template is not None:
             require_chat_tokens(model.tokenizer, "this run's tokenizer")

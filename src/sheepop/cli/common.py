@@ -244,6 +244,13 @@ def add_dtype_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=INFERENCE_DTYPES, default="float32", help=DTYPE_HELP)
 
 
+def add_compile_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compile", action="store_true", help="torch engine: compile the decode "
+                   "step (torch.compile, one block's graph for every layer: seconds the first "
+                   "time, then read from inductor's cache; docs/performance.md, 'Compiled "
+                   "decoding')")
+
+
 def model_dir(args: argparse.Namespace) -> str:
     """The directory to load: RUN_DIR, or its best/ with --best (checked: one clear line when
     the run has none), said on stderr with its step and val loss."""

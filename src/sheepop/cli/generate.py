@@ -8,6 +8,7 @@ import sys
 from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
+    add_compile_option,
     add_config_flag,
     add_constraint_flags,
     add_dtype_option,
@@ -76,10 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "without --compile (as fast here, and it starts ~2 s sooner without "
                         "importing torch), else torch")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--compile", action="store_true", help="torch engine: compile the decode "
-                   "step (torch.compile, one block's graph for every layer: seconds the first "
-                   "time, then read from inductor's cache; docs/performance.md, 'Compiled "
-                   "decoding')")
+    add_compile_option(p)
     add_dtype_option(p)
     add_threads_option(p)
     p.set_defaults(func=run)

@@ -229,6 +229,9 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
         if dtype == "int4":  # 4-bit groups (GGUF Q4_1's layout), the head in int8
             from sheepop.model.quantized_int4 import quantize_int4
             quantize_int4(model)
+        if dtype == "bfloat16":  # F.linear, but a loop inductor fuses under --compile
+            from sheepop.model.bf16_products import fuse_bf16_products
+            fuse_bf16_products(model)
         lm = TorchLM(model.to(resolve_device(device)), never_generate=never)
         if dtype == "bfloat16":
             lm.cast(torch.bfloat16)
