@@ -86,33 +86,32 @@ def test_verify_gives_decodes_logits_and_rollback_forgets(engine):
     assert lm.cache_length == len(prompt) + 2
 
 
-def test_the_gate_stops_after_fruitless_passes_backs_off_and_resumes_on_a_copy():
+def test_the_gate_stops_after_a_fruitless_pass_and_resumes_where_the_text_copies():
     """Counts only, no clock: the first pass proposes all 16; one whose first proposal is
-    turned down closes the gate for PAUSE_MIN tokens; the try after it proposes fewer, and
-    fruitless too doubles the pause; a try that keeps all it proposed reopens it for good, and
-    as copies keep coming the proposals grow back to 16."""
+    turned down closes the gate. Closed, it proposes nothing but follows the proposal it
+    would have made through the tokens that come: 20 tokens off theirs keep it closed; a copy
+    that goes on opens it part way through (the next pass proposes all 16 from there)."""
     gate = Gate()
     assert gate.proposals(16) == 16  # nothing known yet: a copy from the start taken whole
-    gate.record(16, 0, True, 16)
-    assert gate.proposals(16) == 0 and gate.paused == speculative.PAUSE_MIN
-    for _ in range(speculative.PAUSE_MIN):
+    gate.record(16, 0, True)
+    gate.took([5])
+    assert not gate.open() and gate.proposals(16) == 0
+    for _ in range(20):  # plain decode steps, each token off the watched proposal
+        assert gate.watching()
+        gate.watch([1, 2, 3])
+        gate.took([9])
         assert gate.proposals(16) == 0
-        gate.took(1)  # a plain decode step
-    k = gate.proposals(16)
-    assert 1 <= k < 16  # low acceptance: a cheaper pass
-    gate.record(k, 0, True, 16)
-    gate.took(1)
-    assert gate.paused == 2 * speculative.PAUSE_MIN - 1  # backed off longer
-    gate.took(gate.paused)
-    sizes = []
-    for _ in range(6):  # the text copies now: every proposal kept
-        k = gate.proposals(16)
-        sizes.append(k)
-        gate.record(k, k, False, 16)
-        gate.took(k + 1)
-        assert gate.open() and gate.backoff == speculative.PAUSE_MIN
-    assert sizes[0] < 16 and sizes[-1] == 16 and sizes == sorted(sizes)
-    assert (gate.passes, gate.accepted) == (8, sum(sizes))
+    copy = list(range(100, 116))
+    gate.watch(copy)
+    followed = 0
+    while not gate.open():
+        assert not gate.watching()  # following it
+        gate.took([copy[followed]])
+        followed += 1
+    assert 3 < followed < 16 and gate.proposals(16) == 16 and not gate.watching()
+    assert (gate.passes, gate.proposed, gate.accepted) == (1, 16, 0)  # watching is no check
+    gate.record(16, 16, False)
+    assert gate.open()
 
 
 def test_the_gate_weighs_a_passs_cost_against_the_tokens_it_expects():
@@ -125,6 +124,9 @@ def test_the_gate_weighs_a_passs_cost_against_the_tokens_it_expects():
     assert copies.rates() == pytest.approx((0.9, 0.9), abs=1e-3)
     assert copies.best(16) == 16 and copies.value(16) > 2
     assert rare.value(rare.best(16)) < 1.0 < speculative.MIN_PAYOFF
+    assert rare.proposals(16) == 16  # (no pass of its own yet)
+    rare.record(16, 1, True)
+    assert not rare.open() and copies.proposals(16) == 16
 
 
 REPEATING = [3, 4, 5, 6, 7, 8, 9, 10, 3, 4, 5, 6, 7, 8, 9, 10, 3, 4]

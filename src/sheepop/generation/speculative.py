@@ -24,7 +24,7 @@ p_j(t) for t != d (r_j(t) = p_j(t) / (1 - p_j(d))), and p_j(d) for t = d
 decoding is the case p_j = onehot(argmax z_j): d is kept iff it is the argmax, the same token
 plain decoding writes. The rejected proposals' keys and values leave the cache
 (`CachedLM.rollback`). A pass yields 1 .. k + 1 tokens for the cost of one pass over k + 1
-positions, which on a CPU costs little more than one (a decode step reads every weight once
+positions, which costs far less than k + 1 decode steps (a decode step reads every weight once
 for one row; k + 1 rows reuse each weight read).
 
 It turns itself off where it does not pay (`Gate`), judged from the pass's cost and the
@@ -33,21 +33,26 @@ measured: more than 1, since the k + 1 rows go through the BLAS library's matrix
 which repacks every weight it reads). Prompt lookup's proposals are kept as copies are: the
 first token tells whether the text copies here, the others how long the copy runs. So the gate
 estimates p, the chance a pass's first proposal is kept, and q, the chance a proposal after a
-kept one is kept, from the passes seen (counts weighted by 2^(-age / HALF_LIFE tokens), each
-with one prior observation: p from 1 kept of 2, q from 2 of 3); a pass of k proposals then
-yields on average
+kept one is kept, from the passes seen (counts weighted by 2^(-age / HALF_LIFE tokens), and
+prior counts: p as if 1 of 2 first proposals were kept, q as if 2 of 3 later ones); a pass of
+k proposals then yields on average
 
     1 + G(k) tokens,   G(k) = sum_{i=1..k} p q^(i-1) = p (1 - q^k) / (1 - q),
 
 for c(k + 1) steps, where plain decoding yields c(k + 1) tokens. It proposes the k <= the
 asked-for K that maximises V(k) = (1 + G(k)) / c(k + 1) (low acceptance shrinks k, down to 1),
 and pauses when even that V(k) < MIN_PAYOFF (a margin over the break-even 1 for the cost's
-error): proposing stops for `backoff` tokens (plain decode steps), then one pass tries again.
-A try that pays for itself (1 + kept >= c(k + 1)) sets the back-off back to PAUSE_MIN; one
-that does not doubles it, to PAUSE_MAX, so a text that does not copy costs a pass now and then,
-ever more rarely. The first pass proposes all K (nothing is known yet; a copy from the first
-token is taken whole). The gate reads only counts, never clocks, so a seed gives the same text
-every time.
+error). While paused, every step is a plain decode step, and the gate keeps learning for free:
+it still makes the proposal it would have checked, leaves it unchecked, and follows it through
+the tokens that come, each matched one a proposal kept and the first that differs one turned
+down, which is what the check would have found (greedy: a proposal is kept iff it is the
+argmax, the token then written; sampling: it is kept with probability p_j(d), the chance that
+the token drawn is d). Those counts update p and q as a checked pass's do, and the gate opens
+again as soon as V(k) >= MIN_PAYOFF, part way through a copy it is following, so the next
+pass proposes the rest of it. A text that does not copy costs its first pass, and another
+only where a followed proposal ran long enough to pay. The first pass proposes all K (nothing
+is known yet; a copy from the first token is taken whole). The gate reads only counts, never
+clocks, so a seed gives the same text every time.
 """
 
 from __future__ import annotations
@@ -75,10 +80,12 @@ PASS_COST = ((1, 1.0), (2, 1.45), (3, 1.5), (5, 1.75), (9, 2.0), (17, 2.1), (33,
 # Propose only where a pass is expected to yield this many tokens per decode step of its cost
 # (1 is break-even; the margin covers the cost's error across machines and loads).
 MIN_PAYOFF = 1.1
-# Evidence of acceptance halves in weight every HALF_LIFE tokens: a text copies for a while.
-HALF_LIFE = 64
-# The pauses where proposals do not pay, in tokens: the first, and the most it doubles to.
-PAUSE_MIN, PAUSE_MAX = 8, 256
+# Evidence of acceptance halves in weight every HALF_LIFE tokens: a text starts and stops
+# copying within tens of tokens (a quoted sentence, a function); on simulated answers that
+# switch between copying and not, 16 followed them better than 8, 32 or 64.
+HALF_LIFE = 16
+# The prior counts (kept, checked) of first and of later proposals.
+PRIOR_FIRST, PRIOR_FURTHER = (1.0, 2.0), (2.0, 3.0)
 
 
 def propose(ids: Sequence[int], k: int, ngram_max: int = NGRAM_MAX,
@@ -133,13 +140,16 @@ def pass_cost(m: int) -> float:
 @dataclass
 class Gate:
     """When to propose, and how many (`proposals`): the k <= K that maximises the expected
-    tokens a pass yields per decode step of its cost, none (a pause of `backoff` tokens)
-    where that is below MIN_PAYOFF (the module's docstring). p is estimated from `first`
-    (weighted counts: first proposals checked, kept), q from `further` (later ones)."""
+    tokens a pass yields per decode step of its cost; none while that is below MIN_PAYOFF,
+    until the proposals it watches unchecked say it pays again (the module's docstring). p is
+    estimated from `first` (weighted counts: first proposals checked or watched, kept), q
+    from `further` (the later ones)."""
     first: list[float] = field(default_factory=lambda: [0.0, 0.0])
     further: list[float] = field(default_factory=lambda: [0.0, 0.0])
-    paused: int = 0  # tokens left before proposing again
-    backoff: int = PAUSE_MIN  # the next pause
+    paused: bool = False
+    limit: int = 0  # the most proposals last asked for (K)
+    watched: list[int] | None = None  # while paused: the proposal it would have checked
+    followed: int = 0  # how many of `watched` the tokens since have matched
     passes: int = 0  # checks of proposals
     proposed: int = 0
     accepted: int = 0
@@ -147,13 +157,14 @@ class Gate:
     steps: int = 0
 
     def open(self) -> bool:
-        return self.paused == 0
+        return not self.paused
 
     def rates(self) -> tuple[float, float]:
         """(p, q): a first proposal kept, a later one kept after a kept one (with the prior
-        observations: 1 of 2, 2 of 3)."""
+        counts: 1 of 2, 2 of 3)."""
         (c0, k0), (c1, k1) = self.first, self.further
-        return (k0 + 1.0) / (c0 + 2.0), (k1 + 2.0) / (c1 + 3.0)
+        (a0, n0), (a1, n1) = PRIOR_FIRST, PRIOR_FURTHER
+        return (k0 + a0) / (c0 + n0), (k1 + a1) / (c1 + n1)
 
     def value(self, k: int) -> float:
         """V(k) = (1 + G(k)) / c(k + 1): the tokens a pass of k proposals yields on average,
@@ -166,37 +177,67 @@ class Gate:
         """The k in 1..limit with the largest V(k) (the smallest of equals)."""
         return max(range(1, limit + 1), key=lambda k: (self.value(k), -k))
 
+    def pays(self) -> bool:
+        return self.limit > 0 and self.value(self.best(self.limit)) >= MIN_PAYOFF
+
     def proposals(self, limit: int) -> int:
         """How many tokens to propose now, at most `limit`: 0 while paused, all of them
         before the first pass, else `best`."""
-        if limit <= 0 or not self.open():
+        self.limit = limit
+        if limit <= 0 or self.paused:
             return 0
         return limit if self.passes == 0 else self.best(limit)
 
-    def record(self, proposed: int, accepted: int, rejected: bool, limit: int) -> None:
+    def watching(self) -> bool:
+        """Whether it wants a proposal to watch (paused, and none being watched)."""
+        return self.paused and self.watched is None
+
+    def watch(self, draft: list[int]) -> None:
+        """The proposal it would have checked now, to be compared with the tokens to come."""
+        if draft:
+            self.watched, self.followed = draft, 0
+
+    def record(self, proposed: int, accepted: int, rejected: bool) -> None:
         """A pass checked `proposed` tokens and kept the first `accepted`; `rejected`: the
         walk stopped at a proposal turned down (else it ended with the sequence, or kept them
-        all); `limit`, the most it could have proposed. Then: pause, or not."""
+        all). Then: pause, if no number of proposals pays."""
         self.passes += 1
         self.proposed += proposed
         self.accepted += accepted
-        self.first[0] += 1
-        self.first[1] += accepted > 0
-        if accepted:  # the later proposals reached: those kept, and the one turned down
-            self.further[0] += accepted - 1 + rejected
-            self.further[1] += accepted - 1
-        if 1 + accepted >= pass_cost(proposed + 1):
-            self.backoff = PAUSE_MIN  # this pass paid for itself
-        if self.value(self.best(limit)) < MIN_PAYOFF:
-            self.paused, self.backoff = self.backoff, min(2 * self.backoff, PAUSE_MAX)
+        self._learn(accepted, rejected)
+        self.paused = not self.pays()
 
-    def took(self, tokens: int) -> None:
-        self.paused = max(0, self.paused - tokens)
-        self.tokens += tokens
-        fade = 0.5 ** (tokens / HALF_LIFE)
+    def _learn(self, accepted: int, rejected: bool) -> None:
+        for position in range(accepted):
+            self._saw(position, True)
+        if rejected:
+            self._saw(accepted, False)
+
+    def _saw(self, position: int, kept: bool) -> None:
+        """One proposal at `position` of its pass checked (or watched), and whether kept."""
+        counts = self.first if position == 0 else self.further
+        counts[0] += 1
+        counts[1] += kept
+
+    def took(self, tokens: Sequence[int]) -> None:
+        """The tokens a pass gave: the counts fade by 2^(-len / HALF_LIFE); a watched
+        proposal is followed token by token, each a proposal kept or (where the text leaves it)
+        turned down, and the gate opens as soon as proposing pays (the next pass proposes from
+        there, where the copy goes on)."""
+        self.tokens += len(tokens)
+        fade = 0.5 ** (len(tokens) / HALF_LIFE)
         for counts in (self.first, self.further):
             counts[0] *= fade
             counts[1] *= fade
+        for token in tokens:
+            if self.watched is None:
+                break
+            kept = token == self.watched[self.followed]
+            self._saw(self.followed, kept)
+            self.followed += 1
+            self.paused = not self.pays()
+            if not kept or self.followed == len(self.watched) or not self.paused:
+                self.watched = None
 
     def line(self) -> str:
         """'speculative decoding: 68 of 94 proposed tokens kept in 7 checks; 96 tokens in 27
@@ -219,16 +260,20 @@ def check_pass(lm: ProposalChecker, ids: Sequence[int], k: int, gate: Gate,
     This is the one place the pass is made: `speculated` (sheepop generate and chat) and the
     server's lone running sequence (sheepop.serve.api.scheduler) both call it."""
     draft = propose(ids, gate.proposals(k))
+    if gate.watching():  # paused: what it would have checked, judged by the tokens to come
+        gate.watch(propose(ids, k))
     rows = lm.verify([ids[-1]] + draft) if draft else lm.decode(ids[-1])[None]
+    tokens = []
     for j, z in enumerate(rows):
         proposed = draft[j] if j < len(draft) else None
         token, ended = take(z, proposed)
+        tokens.append(token)
         if token != proposed or ended:
             lm.rollback(len(draft) - j)  # the cache keeps ids but the newest token
             if draft:
                 gate.record(len(draft), j + (token == proposed),
-                            token != proposed and j < len(draft), k)
-            gate.took(j + 1)
+                            token != proposed and j < len(draft))
+            gate.took(tokens)
             gate.steps += 1
             return j + 1
     raise AssertionError("the last position has no proposal: it always ends the pass")
