@@ -37,10 +37,10 @@ def batch(step: int, B: int = 3):
     return x, (x + 1) % CFG.vocab_size  # a learnable rule: the token after x is x + 1
 
 
-def engines(dtype: str):
+def engines(dtype: str, **train):
     weights = init_params(CFG, 0, np.float64)
-    numpy_engine = NumpyEngine(CFG, dataclasses.replace(TCFG, dtype=dtype), weights)
-    torch_engine = TorchEngine(CFG, dataclasses.replace(TCFG, dtype="float32"), weights)
+    numpy_engine = NumpyEngine(CFG, dataclasses.replace(TCFG, dtype=dtype, **train), weights)
+    torch_engine = TorchEngine(CFG, dataclasses.replace(TCFG, dtype="float32", **train), weights)
     if dtype == "float64":
         torch_engine.model.double()  # in place: the optimizers keep the same Parameters
         with torch.no_grad():
@@ -107,6 +107,17 @@ def test_the_engines_take_the_same_muon_steps_in_float64():
     ours, theirs = engines("float64")
     np.testing.assert_allclose(run_steps(ours, range(10)), run_steps(theirs, range(10)),
                                rtol=1e-10)
+
+
+def test_train_muon_ns_steps_reaches_both_engines():
+    """Two Newton-Schulz steps instead of 5: both engines take the same steps (float64, to
+    rounding), and not the steps of 5 (the loss after 4 steps differs by far more)."""
+    ours, theirs = engines("float64", muon_ns_steps=2)
+    assert theirs.optimizers[1].param_groups[0]["ns_steps"] == ours.muon.ns_steps == 2
+    two = run_steps(ours, range(4))
+    np.testing.assert_allclose(two, run_steps(theirs, range(4)), rtol=1e-10)
+    five = run_steps(engines("float64")[0], range(4))
+    assert abs(two[-1] - five[-1]) > 1e-6 * five[-1]
 
 
 def test_the_engines_take_the_same_muon_steps_in_float32_for_50_steps():

@@ -80,6 +80,7 @@ def check_config(cfg: Any, sections: dict[str, type]) -> None:
         (t.eps > 0, "train.eps must be positive"),
         (t.muon_lr > 0 and 0 <= t.muon_momentum < 1,
          "train.muon_lr must be positive and train.muon_momentum in [0, 1)"),
+        (1 <= t.muon_ns_steps <= 20, "train.muon_ns_steps must be in [1, 20]"),
         (t.optimizer != "muon" or not t.fsdp, "train.optimizer=muon orthogonalises whole "
          "matrices, which train.fsdp shards over the ranks: use DDP (fsdp=false) with Muon"),
         (min(t.weight_decay, t.grad_clip, t.max_minutes) >= 0,

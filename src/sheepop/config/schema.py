@@ -150,6 +150,8 @@ class TrainConfig:
                              OPTIMIZERS)
     muon_lr: float = setting(0.02, "Muon's peak learning rate (the schedule scales it as lr)")
     muon_momentum: float = setting(0.95, "Muon's momentum (Nesterov)")
+    muon_ns_steps: int = setting(5, "Newton-Schulz steps of Muon's orthogonalisation, both "
+                                 "engines (fewer: a cheaper step, a rougher U V^T)")
     muon_ns_dtype: str = setting("auto", "{choices}: the torch engine's Newton-Schulz iteration "
                                  "(auto: bfloat16 where the device has bf16 instructions, else "
                                  "float32; the NumPy engine's is always its own dtype)",

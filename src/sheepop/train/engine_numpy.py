@@ -60,8 +60,8 @@ class NumpyEngine:
         self.optimizer = AdamW({n: p for n, p in trainable.items() if n not in matrices},
                                lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2),
                                eps=train_cfg.eps, weight_decay=train_cfg.weight_decay)
-        self.muon = Muon(matrices, lr=train_cfg.muon_lr, momentum=train_cfg.muon_momentum) \
-            if matrices else None
+        self.muon = Muon(matrices, lr=train_cfg.muon_lr, momentum=train_cfg.muon_momentum,
+                         ns_steps=train_cfg.muon_ns_steps) if matrices else None
         # Dropout masks come from their own seeded generator, saved with the checkpoint.
         self.rng = np.random.default_rng(train_cfg.seed)
 

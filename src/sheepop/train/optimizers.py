@@ -101,7 +101,7 @@ def build_optimizers(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConf
         return [adamw]
     kind = torch.optim.Muon if muon_in_bf16(cfg, native_bf16) else FloatMuon
     return [adamw, kind(muon, lr=cfg.muon_lr, momentum=cfg.muon_momentum, nesterov=True,
-                        weight_decay=0.0)]
+                        weight_decay=0.0, ns_steps=cfg.muon_ns_steps)]
 
 
 def set_lr(optimizers: list[torch.optim.Optimizer], lr: float, cfg: TrainConfig) -> None:
