@@ -4,6 +4,7 @@
     python benchmarks/speedrun.py --seeds 1 --steps 200  # a quick look
     python benchmarks/speedrun.py --ablation             # each piece of the recipe removed in turn
     python benchmarks/speedrun.py --extras               # each piece left out of it added
+    python benchmarks/speedrun.py --also train.muon_ns_steps=3   # the recipe with a setting
     python benchmarks/speedrun.py --scale bpe            # ~12M parameters, BPE, the whole corpus
     python benchmarks/speedrun.py --scale bpe --step-parts   # the step alone, piece by piece
 
@@ -246,6 +247,9 @@ def main() -> None:
     ap.add_argument("--ablation", action="store_true")
     ap.add_argument("--extras", action="store_true",
                     help="also the recipe with each measured-and-left-out piece added")
+    ap.add_argument("--also", nargs="+", action="append", default=[], metavar="SETTING",
+                    help="also the recipe with these settings, e.g. --also "
+                         "train.muon_ns_steps=3 (one variant each time it is given)")
     ap.add_argument("--max-bytes", type=int, default=0, help="0: the scale's")
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--step-parts", type=int, default=0, metavar="ROUNDS",
@@ -279,6 +283,7 @@ def main() -> None:
         variants.update({f"without {name}": recipe + UNDO[name] for name in RECIPE})
     if args.extras:
         variants.update({f"with {name}": recipe + sets for name, sets in EXTRAS.items()})
+    variants.update({f"with {' '.join(sets)}": recipe + sets for sets in args.also})
     rows: dict[str, list[dict]] = {"reference": [], **{k: [] for k in variants}}
     cap = int(scale.steps * args.max_factor)
     for seed in range(args.seeds):
