@@ -29,6 +29,14 @@ step, alternating, each rolled back (median of --repeats x 10 of each), for m = 
 17, 33; printed as decode steps per pass.
 
     python benchmarks/speculative.py --pass-cost --repeats 3
+
+--replay judges the gate alone, without the clock's noise: each task's plain greedy answer is
+generated once, then replayed through `check_pass` with a stand-in for the model that gives
+each position the answer's own token (so every proposal is kept or turned down exactly as the
+model would) and counts a decode step as 1 and a pass over m positions as PASS_COST's c(m).
+Printed per task: the proposals kept, the checks, and tokens per modelled step (plain: 1.00x).
+
+    python benchmarks/speculative.py --replay
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
@@ -191,7 +201,6 @@ def serve_runs(args: argparse.Namespace, run: Path) -> None:
 
 def pass_costs(lm, prompt: list[int], repeats: int) -> None:
     """--pass-cost: a pass over m positions in decode steps (the module's docstring)."""
-    import numpy as np
     lm.prefill(prompt[:-1])
     sizes = [2, 3, 5, 9, 17, 33]
     times: dict[int, list[float]] = {m: [] for m in [1] + sizes}
@@ -211,6 +220,40 @@ def pass_costs(lm, prompt: list[int], repeats: int) -> None:
           f"  load {os.getloadavg()[0]:.2f}")
 
 
+class Replayed:
+    """The model's stand-in for --replay: no logits, only the modelled cost of each pass."""
+
+    def __init__(self):
+        self.cost = 0.0
+
+    def verify(self, ids):
+        from sheepop.generation.speculative import pass_cost
+        self.cost += pass_cost(len(ids))
+        return [None] * len(ids)
+
+    def decode(self, token):
+        self.cost += 1.0
+        return np.zeros(1)
+
+    def rollback(self, n):
+        pass
+
+
+def replay(prompt: list[int], answer: list[int], k: int) -> str:
+    """--replay: the answer's tokens through check_pass with a fresh Gate (the docstring)."""
+    from sheepop.generation.speculative import Gate, check_pass
+    lm, gate, ids = Replayed(), Gate(), list(prompt) + answer[:1]
+
+    def take(z, proposed):
+        token = answer[len(ids) - len(prompt)]
+        ids.append(token)
+        return token, len(ids) - len(prompt) == len(answer)
+    while len(ids) - len(prompt) < len(answer):
+        check_pass(lm, ids, min(k, len(prompt) + len(answer) - len(ids) - 1), gate, take)
+    return (f"{gate.accepted} of {gate.proposed} proposed tokens kept in {gate.passes} checks; "
+            f"{(len(answer) - 1) / lm.cost:.2f}x the tokens per modelled step of plain decoding")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", type=Path, help="an imported SmolLM2 run (default: import it)")
@@ -225,6 +268,8 @@ def main() -> None:
                     help="through `sheepop serve` at batch 1 (the module's docstring)")
     ap.add_argument("--pass-cost", action="store_true",
                     help="a checking pass's cost in decode steps (the module's docstring)")
+    ap.add_argument("--replay", action="store_true",
+                    help="the gate on each task's greedy answer, modelled time (the docstring)")
     args = ap.parse_args()
     from sheepop import threads
     print(f"threads: {threads.apply(args.threads)}")
@@ -248,6 +293,11 @@ def main() -> None:
         return
     for task in args.tasks:
         prompt = chat_ids(tok, [{"role": "user", "content": TASKS[task]}], True)[0]
+        if args.replay:
+            answer = [s.token for s in generate(model.lm, prompt, plain, eos_id=end)]
+            print(f"{task}: {len(answer)} tokens replayed, speculate {args.speculate}: "
+                  f"{replay(prompt, answer, args.speculate)}", flush=True)
+            continue
         rates: dict[str, list[float]] = {"plain": [], "speculative": []}
         print(f"\n{task}: a prompt of {len(prompt)} tokens, {args.engine} engine, "
               f"speculate {args.speculate}, temperature {args.temperature}")
