@@ -37,6 +37,27 @@ def test_serve_takes_the_int8_dtype(runs):
     assert abs(first - logprob["int8"]) < 1e-5 < abs(first - logprob["float32"]), (first, logprob)
 
 
+def test_serve_compiles_the_decode_step(runs):
+    """`sheepop serve --compile --dtype int8` builds its model through inference.load as
+    generate does: a request gets the eager int8 model's greedy text. (One row: a batch of
+    several compiles a graph of its own when it first comes, a minute of this suite's loaded
+    cores; docs/performance.md, "Compiled decoding on the AVX-512 Xeon".)"""
+    run = runs[1]
+    int8 = load(run, "torch", "cpu", "int8")
+    want = reference(int8, int8.tokenizer.encode(PROMPT), MAX_TOKENS)
+    server = ServerProcess(run, "--dtype", "int8", "--compile", "--engine", "torch")
+    try:
+        reply = call(server.url, "POST", "/v1/completions",
+                     {"model": "plain", "prompt": PROMPT, "max_tokens": MAX_TOKENS,
+                      "temperature": 0})
+    finally:
+        assert server.stop() == 0
+    assert reply.status == 200, reply.text
+    assert reply.json()["choices"][0]["text"] == want
+    assert any(line.startswith("sheepop: compile: the decode step ready in ")
+               for line in server.lines), server.lines
+
+
 @pytest.mark.parametrize("dtype", ["int8", "int4"])
 def test_the_step_and_backprop_views_read_the_quantized_weights(runs, dtype):
     """/v1/trace and /v1/backward on a server of int8 or int4 weights: 200, computed from the

@@ -12,6 +12,7 @@ from pathlib import Path
 from sheepop.cli.common import (
     HelpFormatter,
     add_best_option,
+    add_compile_option,
     add_dtype_option,
     add_sampling_flags,
     add_speculate_flag,
@@ -56,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "docs/performance.md)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     add_dtype_option(p)
+    add_compile_option(p)
     add_sampling_flags(p, seed_note=None)
     add_speculate_flag(p, server=True)
     p.add_argument("--steer", action="append", default=[], metavar="FILE",
@@ -136,6 +138,7 @@ def _check(args: argparse.Namespace) -> None:
               (args.max_connections is None or args.max_connections >= 1,
                "--max-connections must be at least 1"),
               (args.dtype == "float32" or args.engine != "numpy", "--dtype needs --engine torch"),
+              (not args.compile or args.engine != "numpy", "--compile needs --engine torch"),
               (args.runs is None or Path(args.runs).is_dir(),
                f"--runs {args.runs}: not a directory")]
     for ok, message in checks:
@@ -171,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
     sock = bind(args.host, args.port)  # (a busy port fails before the model is loaded)
     try:
-        model = load(model_dir(args), args.engine, args.device, args.dtype)
+        model = load(model_dir(args), args.engine, args.device, args.dtype, args.compile)
         model.config.sample = sample  # the requests' defaults
         name = args.model_name or Path(args.run_dir).resolve().name
         vectors = served_vectors(args.steer, model, args.run_dir)
