@@ -6,10 +6,11 @@ It is never built here: building llama-cpp-python from source takes ~8 minutes o
 ~/.cache/sheepop-bench/llama-cpp). `installed()` finds it there or in the environment, or says
 why not; the rows are then left out.
 
-    rate = decode_rate(module, path, ids, new, threads)
+    seconds, cpu_seconds = decode_seconds(module, path, ids, new, threads)
 
 llama.cpp evaluates the prompt, then takes `new - 1` greedy steps one token at a time (argmax of
-its own logits), timed as sheepop's are (weight_dtypes.decode_seconds: the prompt not counted).
+its own logits), timed as sheepop's are (weight_dtypes.decode_seconds: the prompt not counted),
+by the clock and by the process's CPU time.
 
 On a CPU with AMX (`amx_int8` in /proc/cpuinfo) llama.cpp's "extra buffer types" are turned off
 (`use_extra_bufts`, llama.cpp's --no-extra-bufts; on x86 they are the AMX buffer and the weight
@@ -75,9 +76,10 @@ def without_extra_buffers(module):
         library.llama_model_default_params = defaults
 
 
-def decode_rate(module, path: Path, ids: list[int], new: int, threads: int) -> float:
-    """Tokens/s of llama.cpp's `new - 1` greedy decode steps after evaluating `ids` (without
-    its extra buffers where the CPU has AMX: `amx`)."""
+def decode_seconds(module, path: Path, ids: list[int], new: int, threads: int
+                   ) -> tuple[float, float]:
+    """(seconds, CPU seconds of the process) of llama.cpp's `new - 1` greedy decode steps after
+    evaluating `ids` (without its extra buffers where the CPU has AMX: `amx`)."""
     # logits_all: llama-cpp-python 0.3 fills `scores` only then (a decode step's one row)
     with without_extra_buffers(module) if amx() else nullcontext():
         llm = module.Llama(model_path=str(path), n_ctx=len(ids) + new + 8, n_threads=threads,
@@ -85,10 +87,10 @@ def decode_rate(module, path: Path, ids: list[int], new: int, threads: int) -> f
     llm.reset()
     llm.eval(ids)
     token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for _ in range(new - 1):
         llm.eval([token])
         token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     llm.close()
-    return (new - 1) / seconds
+    return seconds, cpu_seconds

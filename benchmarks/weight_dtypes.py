@@ -11,18 +11,22 @@ sheepop.model.quantized; int4, 4-bit groups in GGUF Q4_1's layout: sheepop.model
 after checking that the imported float32 weights give back the file's own Q4_1 blocks) it
 prints:
 
-- decode tokens/s at each `--threads`, on each `--paths`: `plain` (the eager step) and
+- decode tokens/s at each `--threads`, on each `--paths`: `plain` (the eager step),
   `compiled` (TorchLM.compile, `--compile`: one block's graph for every layer, built and
-  compiled at that thread count, its time printed); greedy decoding of `--new-tokens` tokens
-  after a `--prompt-tokens`-token prompt, one token a step through the KV cache; every model
-  takes its turn, `--repeats` times (the order reversed every other round), and the median of
-  each is printed, with compiled / plain and the load average before and after;
+  compiled at that thread count, its time printed) and, for float32, `numpy` (the NumPy
+  engine: what `--engine auto` runs float32 with on a CPU); greedy decoding of `--new-tokens`
+  tokens after a `--prompt-tokens`-token prompt, one token a step through the KV cache; every
+  model takes its turn, `--repeats` times (the order reversed every other round), and the
+  median of each is printed, with compiled / plain and the load average before and after;
+  by the clock and by the process's CPU time (the ratios are CPU time's: on a core others
+  share, the clock counts their turns too);
 - the bound: the machine's read bandwidth (a `--bandwidth-mib` array read on the same threads
   by bandwidth_bound.py's readers, the fastest, median of 5) over the bytes of weights one
   decode step reads in that dtype (sheepop.model.quantized.weight_bytes_read: every matrix,
   norm and bias, the token embedding only where the head reads it); tokens/s as a fraction of
   it;
-- llama.cpp's tokens/s on the same format in the same run (llama_cpp_decode: the file's own
+- llama.cpp's tokens/s on the same format in the same run, taking its turn in the rounds
+  (llama_cpp_decode: the file's own
   Q4_1 for int4, `sheepop export --to gguf` q8_0 / bf16 / f32 of the run for the others), when
   llama-cpp-python is installed (never built by this script: benchmarks/gguf_llama_cpp.py
   builds it, ~8 min on 2 cores); otherwise it says so and leaves those columns empty;
@@ -113,14 +117,15 @@ def blocks_recovered(gguf: Path, weights: dict) -> tuple[int, int]:
     return equal, total
 
 
-def decode_seconds(lm, ids: list[int], new: int) -> tuple[float, list[int]]:
-    """Seconds of `new - 1` greedy decode steps after the prompt (the prefill not counted)."""
+def decode_seconds(lm, ids: list[int], new: int) -> tuple[float, float, list[int]]:
+    """(seconds, CPU seconds of the process, tokens) of `new - 1` greedy decode steps after the
+    prompt (the prefill not counted)."""
     token = int(np.argmax(lm.prefill(ids)))
-    out, t0 = [token], time.perf_counter()
+    out, t0, c0 = [token], time.perf_counter(), time.process_time()
     for _ in range(new - 1):
         token = int(np.argmax(lm.decode(token)))
         out.append(token)
-    return time.perf_counter() - t0, out
+    return time.perf_counter() - t0, time.process_time() - c0, out
 
 
 def peak_rss(run: Path, dtype: str, engine: str, new_tokens: int, threads_used: int,
@@ -173,50 +178,73 @@ def gguf_files(run: Path, gguf: Path, dtypes: list[str]):
 
 
 def speed_table(config, weights, tokenizer, ids: list[int], n: int, args, llama) -> None:
-    """At `n` threads, each dtype's decode tokens/s on each path (`--paths`: eager, and
-    `--compile`'s, compiled here at n threads: inductor's C++ is specialised to the thread
-    count), all taking turns (the order reversed every other round), medians; against its
-    bound, and llama.cpp's on the same format where it is installed (`llama`)."""
+    """At `n` threads, each dtype's decode tokens/s on each path (`--paths`: eager, `--compile`'s,
+    compiled here at n threads: inductor's C++ is specialised to the thread count, and for
+    float32 the NumPy engine, `auto`'s choice there), and llama.cpp's on the same format where
+    it is installed (`llama`), all taking turns (the order reversed every other round),
+    medians; against its bound. Rates by the clock and by the process's CPU time: on a shared
+    core the clock counts the others' turns too, CPU time only this process's own work."""
     threads.apply(n)
-    lms, nbytes = {}, {}
+    runs, nbytes = {}, {}
     for d in args.dtypes:
         for path in args.paths:
+            if path == "numpy" and d != "float32":
+                continue
             t0 = time.perf_counter()
-            lm = build(config, weights, tokenizer, "torch", "cpu", d, path == "compiled").lm
-            lms[d, path], nbytes[d] = lm, weight_bytes_read(lm.model)
+            engine = "numpy" if path == "numpy" else "torch"
+            lm = build(config, weights, tokenizer, engine, "cpu", d, path == "compiled").lm
             if path == "compiled":
                 print(f"{d}: built and compiled at {n} thread(s) in "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
+            if engine == "torch":
+                nbytes[d] = weight_bytes_read(lm.model)
+            runs[d, path] = lambda lm=lm: decode_seconds(lm, ids, args.new_tokens)
+    if llama is not None:
+        for d, f in llama[1].items():
+            runs[d, "llama.cpp"] = lambda f=f: (*llama_cpp_decode.decode_seconds(
+                llama[0], f, ids, args.new_tokens, n), None)
     load_before = os.getloadavg()[0]
     bandwidth = read_bandwidth(args.bandwidth_mib)
-    speed: dict[tuple[str, str], list[float]] = {k: [] for k in lms}
+    wall: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
+    cpu: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
     tokens: dict[tuple[str, str], list[int]] = {}
     for r in range(args.repeats):
-        for key in (list(lms) if r % 2 == 0 else list(lms)[::-1]):
-            seconds, tokens[key] = decode_seconds(lms[key], ids, args.new_tokens)
-            speed[key].append((args.new_tokens - 1) / seconds)
-    rates = {} if llama is None else {
-        d: llama_cpp_decode.decode_rate(llama[0], f, ids, args.new_tokens, n)
-        for d, f in llama[1].items()}
-    print(f"\n{n} thread(s): read bandwidth {bandwidth / 1e9:.2f} GB/s; load average "
+        for key in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+            seconds, cpu_seconds, tokens[key] = runs[key]()
+            wall[key].append((args.new_tokens - 1) / seconds)
+            cpu[key].append((args.new_tokens - 1) / cpu_seconds)
+    print(f"\n{n} thread(s): read bandwidth {bandwidth / 1e9:.2f} GB/s (by the clock: the "
+          f"bound and 'of bound' are the clock's); load average "
           f"{load_before:.2f} -> {os.getloadavg()[0]:.2f}; decode {args.new_tokens} "
-          f"greedy tokens after {len(ids)}, median of {args.repeats}")
-    print(f"{'dtype':<9} {'path':<8} {'MB/token':>8} {'bound tok/s':>11} {'tok/s':>7} "
-          f"{'of bound':>8} {'vs plain':>8} {'llama.cpp':>9} {'vs it':>6}  {'all runs':<24} "
-          "greedy tokens vs float32's")
-    for (d, path), rates_seen in speed.items():
-        bound = bandwidth / nbytes[d]
-        med = statistics.median(rates_seen)
-        plain = speed.get((d, "plain"))
-        ratio = f"{med / statistics.median(plain):.2f}x" if plain else "-"
-        theirs = f"{rates[d]:.1f}" if d in rates else "-"
-        versus = f"{med / rates[d]:.2f}" if d in rates else "-"
-        runs = " ".join(f"{v:.1f}" for v in rates_seen)
+          f"greedy tokens after {len(ids)}, median of {args.repeats}; tok/s by the clock, "
+          "tok/cpu-s by the process's CPU time (the ratios: by CPU time)")
+    print(f"{'dtype':<9} {'path':<9} {'MB/token':>8} {'bound':>6} {'tok/s':>6} "
+          f"{'tok/cpu-s':>9} {'of bound':>8} {'vs plain':>8} {'vs llama':>8} "
+          f"{'vs f32':>6}  {'all runs (cpu)':<24} greedy tokens vs float32's")
+    best_f32 = max((statistics.median(v) for (d, path), v in cpu.items()
+                    if d == "float32" and path != "llama.cpp"), default=None)
+    for (d, path), rates_seen in cpu.items():
+        med, clock = statistics.median(rates_seen), statistics.median(wall[d, path])
+        ours = path != "llama.cpp"
+        # the bound is the clock's (the bandwidth read by the clock): against the clock's rate
+        bound = bandwidth / nbytes[d] if d in nbytes and ours else None
+        plain = cpu.get((d, "plain"))
+        ratio = f"{med / statistics.median(plain):.2f}x" if plain and ours else "-"
+        theirs = cpu.get((d, "llama.cpp"))
+        versus = f"{med / statistics.median(theirs):.2f}" if theirs and ours else "-"
+        f32 = f"{med / best_f32:.2f}" if best_f32 and ours else "-"
+        runs_seen = " ".join(f"{v:.1f}" for v in rates_seen)
         ref = tokens.get(("float32", path))
-        same = "-" if ref is None else sum(a == b for a, b in zip(tokens[d, path], ref))
-        print(f"{d:<9} {path:<8} {nbytes[d] / 1e6:>8.1f} {bound:>11.1f} {med:>7.1f} "
-              f"{med / bound:>8.2f} {ratio:>8} {theirs:>9} {versus:>6}  {runs:<24} "
-              f"{same} of {args.new_tokens} equal")
+        same = ("-" if ref is None or tokens[d, path] is None else
+                f"{sum(a == b for a, b in zip(tokens[d, path], ref))} of {args.new_tokens} equal")
+        print(f"{d:<9} {path:<9} {nbytes.get(d, 0) / 1e6:>8.1f} "
+              f"{'-' if bound is None else f'{bound:.1f}':>6} "
+              f"{clock:>6.1f} {med:>9.1f} "
+              f"{'-' if bound is None else f'{clock / bound:.2f}':>8} {ratio:>8} {versus:>8} "
+              f"{f32:>6}  {runs_seen:<24} {same}")
+    if best_f32:
+        print("(vs f32: tok/cpu-s over float32's fastest sheepop path's; vs llama: over "
+              "llama.cpp's on the same format)")
 
 
 def bits_per_byte_of(model, x: np.ndarray, y: np.ndarray, n_bytes: int) -> float:
@@ -239,9 +267,10 @@ def main() -> None:
     ap.add_argument("--peak-tokens", type=int, default=200,
                     help="tokens each peak-memory process generates (0: no peak memory)")
     ap.add_argument("--only-peaks", action="store_true", help="measure peak memory only")
-    ap.add_argument("--paths", nargs="+", default=["plain", "compiled"],
-                    choices=["plain", "compiled"],
-                    help="the eager decode step and/or --compile's (TorchLM.compile)")
+    ap.add_argument("--paths", nargs="+", default=["plain", "compiled", "numpy"],
+                    choices=["plain", "compiled", "numpy"],
+                    help="the eager decode step, --compile's (TorchLM.compile), and for float32 "
+                         "the NumPy engine")
     ap.add_argument("--random-weights", action="store_true",
                     help="SmolLM2's shape with random weights: decode speed only (no file, no "
                          "peaks, no bits per byte, no llama.cpp)")
