@@ -90,8 +90,10 @@ class TorchLM(CachedLM):
         inductor otherwise folds a cheap producer (a norm, the rounding of the activations)
         into the loop of each consumer, recomputing it once per weight row
         (docs/performance.md, "Compiled decoding"). An int8 head (int8, int4) is compiled
-        too, for its product to run the loop that reads int8 words (Int8Linear._words_product):
-        SmolLM2's took 6.0 ms a token against the kernel's 10.2."""
+        too, for its product to run the loop that reads int8 words (Int8Linear._words_product)
+        where that loop pays (an AVX2 CPU: SmolLM2's took 6.0 ms a token against the kernel's
+        10.2); elsewhere its compiled product is the kernel, as eagerly
+        (quantized.WORDS_LOOP_PAYS)."""
         options = ({"realize_opcount_threshold": 1,
                     "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe}
                    if backend == "inductor" else None)
