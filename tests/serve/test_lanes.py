@@ -2,8 +2,8 @@
 columns, without HTTP: sequences of very different lengths, joining (prefilled whole, or a chunk
 at a time in the decode steps' passes) and leaving at any step, get exactly the greedy tokens
 they get alone and the logits of a pass without a cache, in both engines, with absolute and
-rotary positions; a long prompt opens a lane of its own and short ones share one; a model with
-digit places keeps one lane."""
+rotary positions; a long prompt opens a lane of its own (its cache taken as it is) and short
+ones share one; a model with digit places keeps one lane."""
 
 from __future__ import annotations
 
@@ -128,7 +128,9 @@ def test_a_long_prompt_opens_a_lane_of_its_own_and_short_ones_share_one():
     assert lanes.place(prefilled(5, 0)) == 0
     assert lanes.place(prefilled(7, 1), copies=2) == 1  # (into the first lane: rows 1 and 2)
     assert [lane.rows for lane in lanes.lanes] == [3]
-    assert lanes.place(prefilled(100, 2)) == 3  # 100 columns for 3 more rows: a lane of its own
+    long = prefilled(100, 2)
+    assert lanes.place(long) == 3  # 100 columns for 3 more rows: a lane of its own ...
+    assert lanes.lanes[1].store.k is long.cache.k  # ... which takes its cache, not a copy
     assert lanes.place(prefilled(6, 3)) == 3  # the short one goes with the short ones
     assert [lane.rows for lane in lanes.lanes] == [4, 1]
     assert lanes.room() == 0

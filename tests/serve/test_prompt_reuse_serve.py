@@ -121,18 +121,24 @@ def test_the_chunk_keeps_an_iteration_within_the_budget_and_is_whole_when_nothin
     auto.measured(iteration_s=0.5)  # a chunk of 32 took half of it: x 2, at most x GROWTH
     assert auto.budget(running=True) == int(FIRST_CHUNK * GROWTH) == 40
     auto.spent = 40
-    auto.measured(iteration_s=1.6)  # over: x 1 / 1.6
-    assert auto.budget(running=True) == 25
-    auto.spent = 25
-    auto.measured(iteration_s=0.6)  # under, but the last few were not all: no growth yet
-    assert auto.budget(running=True) == 25
-    auto.spent = 3  # a prompt's last 3 tokens, quickly: no growth from a chunk not filled
+    auto.measured(iteration_s=1.6)  # over, but the median of the last ones (0.5, 1.6): 1.05 s
+    assert auto.budget(running=True) == 38
+    auto.spent = 38
+    auto.measured(iteration_s=1.6)  # the median 1.6 s: x 1 / 1.6
+    assert auto.budget(running=True) == 23
+    auto.spent = 3  # a prompt's last 3 tokens, quickly: the median still 1.6 s (x 1 / 1.6) ...
     auto.measured(iteration_s=0.6)
-    auto.measured(iteration_s=0.6)
-    assert auto.budget(running=True) == 25
-    auto.measured(iteration_s=30.0)  # ... but a slow one shrinks it, from what it computed
-    assert auto.budget(running=True, mixed=True) == 1  # 3 x SHRINK; a mixed pass: >= 1 token
-    assert auto.budget(running=True) == MIN_CHUNK  # a pass of its own: >= MIN_CHUNK
+    assert auto.budget(running=True, mixed=True) == 14
+    auto.measured(iteration_s=0.6)  # ... then 0.6 s, but no growth from a chunk not filled
+    assert auto.budget(running=True, mixed=True) == 14
+    auto.measured(iteration_s=30.0)  # one slow iteration in three: the median is 0.6 s
+    assert auto.budget(running=True, mixed=True) == 14
+    auto.measured(iteration_s=30.0)  # two: x SHRINK
+    assert auto.budget(running=True, mixed=True) == 7
+    for _ in range(3):
+        auto.measured(iteration_s=30.0)  # 3.7, 1.9, 0.9 tokens
+    assert auto.budget(running=True, mixed=True) == 1  # a mixed pass: at least 1 token
+    assert auto.budget(running=True) == MIN_CHUNK  # a pass of its own: at least MIN_CHUNK
     half = Joining(chat_model.lm, PrefixCache(0), 0, ratio=1.5)
     half.measured(step_s=0.4)
     half.spent = FIRST_CHUNK

@@ -13,7 +13,9 @@ so a long sequence costs the others only its own row's attention.
 Which lane (`place`): where a new sequence of L tokens (n copies) adds the fewest columns that
 a step reads: joining lane l adds (rows_l + n) max(length_l, L) - rows_l length_l of them, a
 lane of its own n L + LANE_COST, the price of a part's own attention calls counted in columns.
-A model that cannot mix sequences in one pass (`CachedLM.mixes`: digit places) keeps one lane.
+A lane of its own takes the prompt's cache as its store, without a copy (`RunningBatch.place`:
+the 4,000-token join took 0.47 s copying, 0.2 ms taking). A model that cannot mix sequences in
+one pass (`CachedLM.mixes`: digit places) keeps one lane.
 
 Rows are numbered lane by lane, in the order the lanes opened: `place` says where the new rows
 went, `leave` gives the new order, as a RunningBatch's does. Speculation (`room`, `verify`,

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sheepop.arch.batch import left_pad
+from sheepop.arch.kv_cache import GROWTH_CHUNK
 from sheepop.arch.packed import Part
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.prefix_cache import PrefixCache
@@ -51,7 +52,10 @@ class Prefill:
         if steering is not None:  # its keys and values are the steered model's: not shared
             prefix = None
         self.lm, self.prompt, self.prefix, self.steering = lm, list(prompt), prefix, steering
-        self.cache = lm._new_cache(1, len(self.prompt))
+        # The whole prompt's columns at once, and a few more: it grows by no copy as its
+        # chunks come, and a running batch may take it as it is (RunningBatch.place).
+        self.cache = lm._new_cache(1)
+        self.cache.reserve(min(len(self.prompt) + GROWTH_CHUNK, self.cache.max_len))
         self.cached = prefix.fill(self.prompt, self.cache) if prefix is not None else 0
         self.done = self.cached
         self.logits: np.ndarray | None = None

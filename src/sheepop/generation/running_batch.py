@@ -106,12 +106,22 @@ class RunningBatch:
 
     def place(self, prefill: Prefill, copies: int = 1) -> None:
         """Add a finished `Prefill` (one prompt, prefilled apart, e.g. a chunk at a time) as
-        `copies` consecutive last rows."""
+        `copies` consecutive last rows. An empty batch takes a single copy's cache as its
+        store, without copying it (a long prompt in a lane of its own, sheepop.generation.lanes:
+        4,000 tokens of SmolLM2 are 186 MB)."""
         if not prefill.finished:
             raise ValueError(f"the prompt's prefill has {prefill.left} tokens left")
         if copies > self.free:
             raise ValueError(f"{copies} rows asked, {self.free} free")
-        self._place(prefill.cache, [len(prefill.prompt)], [copies])
+        fresh = prefill.cache
+        if self.rows == 0 and copies == 1 and fresh.max_len == self.max_len:
+            self.store = KVCache(fresh.k, fresh.v, fresh.rolling, fresh.max_len, fresh.allocate)
+            self.store.peak_bytes = fresh.peak_bytes
+            self.length, self.start[0], self.rows = fresh.length, 0, 1
+            for name, values in self._row_state(fresh).items():
+                values[0] = getattr(fresh, name)[0]
+            return
+        self._place(fresh, [len(prefill.prompt)], [copies])
 
     def _place(self, fresh: KVCache, lengths: Sequence[int], copies: Sequence[int]) -> None:
         """Copy each row i of `fresh` (a prompt of lengths[i] tokens, right-aligned on its

@@ -12,8 +12,8 @@ about p / chunk iterations. Their rows are reserved from admission on (`rows`), 
 never finishes without a row to go to.
 
 The chunk (`budget`): none while no sequence is running (nobody to stall: whole prompts, in
-order); else `chunk` tokens when set; else sized by cost (`size`), so that no iteration with
-prompt tokens takes much more than
+order); else `chunk` tokens when set; else sized by cost (`size`), so that an iteration with
+prompt tokens takes about
 
     target = max(ratio * t_step, t_step + MIN_STALL_S)      (ratio: --prefill-budget, 2)
 
@@ -21,19 +21,21 @@ t_step the median of the last STEPS iterations without prompt tokens (one slow s
 shared machine moved a moving average by a third) at about the number of rows running now
 (`current`: within a quarter, or one row; else the scheduler runs a plain step first: streams
 arriving one by one were otherwise measured against one row's step, and their prompts joined a
-token at a time). After an iteration of t seconds that computed C prompt tokens, over the
-target: the size becomes at most C target / t (at least SHRINK C); under it, with the size
-filled (a prompt's last chunk is what was left of it), it grows by target / t', t' the longest
-of the last RECENT such iterations, at most GROWTH. If an iteration's time is s + b C, the map
-C -> C target / (s + b C) moves towards C* = (target - s) / b from either side without
-passing it (it rises with C, and C* is its fixed point), while b grows as a long prompt's
-attention reads more keys; growing only while the last few all kept under the target keeps the
-slow ones near it rather than the average (the streams' p99 is what it bounds). A ratio of
-times, not a time per token: the prompt's share of a mixed pass is a small difference of two
-noisy times, which near 0 let the next chunk grow unchecked. MIN_STALL_S: where steps are
-quicker than that (a small model's), a burst of short prompts joins in a few iterations, not a
-millisecond's worth at a time. A pass of its own has a floor of MIN_CHUNK tokens (below it the
-pass costs what a one-token pass does: the weights); a mixed pass none but one token.
+token at a time). After each iteration with prompt tokens the size is multiplied by target / t,
+t the median of the last RECENT such iterations, by at most GROWTH and at least SHRINK (and
+grows only from a chunk it filled: a prompt's last chunk is what was left of it). If an
+iteration's time is s + b C for a chunk of C tokens, C -> C target / (s + b C) moves towards
+C* = (target - s) / b from either side without passing it (it rises with C, and C* is its
+fixed point), and follows b as it grows: a long prompt's later tokens attend over more keys. So
+the iterations with prompt tokens take about `ratio` plain steps, median to median, and on a
+machine whose load moves them both, their p99s about the same ratio. A ratio of times, not a
+time per token: the prompt's share of a mixed pass is a small difference of two noisy times,
+which near 0 let the next chunk grow unchecked; a median, not the last time, nor the longest of
+the last few (with a budget of 1.5 on a loaded core one slow iteration in three was enough to
+keep shrinking the chunk, to 7 tokens a pass). MIN_STALL_S: where steps are quicker than that
+(a small model's), a burst of short prompts joins in a few iterations, not a millisecond's worth
+at a time. A pass of its own has a floor of MIN_CHUNK tokens (below it the pass costs what a
+one-token pass does: the weights); a mixed pass none but one token.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ MIN_CHUNK = 16  # tokens: below it a pass costs about what a one-token pass does
 FIRST_CHUNK = 32  # the size by cost before any iteration with prompt tokens was measured
 MIN_STALL_S = 0.1  # seconds of prompt an iteration may always compute (see above)
 RATIO = 2.0  # an iteration with prompt tokens: at most this many decode steps' time (default)
-GROWTH, SHRINK = 1.25, 0.25  # the most the size grows or shrinks by after one iteration
+GROWTH, SHRINK = 1.25, 0.5  # the most the size grows or shrinks by after one iteration
 WHOLE = 1 << 40  # "no bound": a budget no prompt reaches
 STEPS, RECENT = 8, 3  # the plain steps t_step is the median of; the iterations sizing a chunk
 MIXED_MOST = CHUNK_ROWS  # prompt tokens in one mixed pass at most (its attention's memory)
@@ -129,10 +131,9 @@ class Joining:
             return
         self.recent.append(iteration_s)
         target = max(self.ratio * self.step_s, self.step_s + MIN_STALL_S)
-        if iteration_s > target:  # from what it computed (a prompt's last chunk: less)
-            self.size = max(1.0, min(self.size, self.spent * max(SHRINK, target / iteration_s)))
-        elif self.spent >= int(self.size):  # only while the last few all kept under it
-            self.size *= max(1.0, min(GROWTH, target / max(self.recent)))
+        factor = min(GROWTH, max(SHRINK, target / float(np.median(self.recent))))
+        if factor < 1 or self.spent >= int(self.size):
+            self.size = max(1.0, self.size * factor)
 
     @property
     def rows(self) -> int:
