@@ -200,7 +200,10 @@ def test_the_scheduler_reports_the_bytes_of_its_running_batch():
     scheduler = Scheduler(make_model("numpy", model_cfg()), max_batch=16, max_queue=4,
                           timeout=10.0)
     assert scheduler.status()["kv_cache_bytes"] == 0
-    scheduler.batch.join([[1, 2, 3]] * 3)
+    from sheepop.generation.prefill import Prefill
+    prompt = Prefill(scheduler.lm, [1, 2, 3])
+    prompt.advance(3)
+    scheduler.batch.place(prompt, copies=3)
     assert scheduler.status()["kv_cache_bytes"] == 3 * 64 * PER_TOKEN == scheduler.batch.nbytes
 
 

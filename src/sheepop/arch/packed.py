@@ -37,6 +37,14 @@ import numpy as np
 
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache
+from sheepop.positional import uses_digits
+
+
+def packs(cfg: Any) -> bool:
+    """Whether a model's (its ModelConfig's) sequences may share one forward pass: not when its
+    positions come from the token ids (digit places, term indices), whose run is state each
+    row's cache carries (sheepop.positional.uses_digits)."""
+    return not uses_digits(cfg)
 
 
 class Part(NamedTuple):

@@ -19,7 +19,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from sheepop.arch.batch import allowed_keys
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
-from sheepop.arch.packed import Packed
+from sheepop.arch.packed import Packed, packs
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.steering import point_of
 from sheepop.model.gpt import GPT, Block
@@ -27,7 +27,6 @@ from sheepop.model.hooks import hooked
 from sheepop.model.positions import Pos, Positions
 from sheepop.model.quantized import Int8Head
 from sheepop.model.value_embeds import ValueMix
-from sheepop.positional import uses_digits
 
 
 class TorchLM(CachedLM):
@@ -142,7 +141,7 @@ class TorchLM(CachedLM):
     def mixes(self) -> bool:
         """(CachedLM.mixes) Not with digit places, whose run of digits is each row's state.
         A mixed pass runs eagerly: `compile` traces a one-token step's block."""
-        return super().mixes and not uses_digits(self.model.cfg)
+        return super().mixes and packs(self.model.cfg)
 
     def _packed_logits(self, packed: Packed) -> np.ndarray:
         packed.make_room()

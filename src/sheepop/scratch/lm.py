@@ -13,11 +13,10 @@ import numpy as np
 
 from sheepop.arch.kv_cache import KVCache, slides
 from sheepop.arch.layout import column_major
-from sheepop.arch.packed import Packed
+from sheepop.arch.packed import Packed, packs
 from sheepop.config.schema import ModelConfig
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.steering import point_of
-from sheepop.positional import uses_digits
 from sheepop.scratch.attention import additive
 from sheepop.scratch.gpt import gpt_forward, new_cache
 from sheepop.scratch.hooks import hooked
@@ -62,7 +61,7 @@ class NumpyLM(CachedLM):
     @property
     def mixes(self) -> bool:
         """(CachedLM.mixes) Not with digit places, whose run of digits is each row's state."""
-        return super().mixes and not uses_digits(self.cfg)
+        return super().mixes and packs(self.cfg)
 
     def _packed_logits(self, packed: Packed) -> np.ndarray:
         packed.convert_masks(additive)
