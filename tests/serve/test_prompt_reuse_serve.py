@@ -13,7 +13,14 @@ from openai import OpenAI
 from serve_helpers import KEY, InProcess, call, reference, wait_until
 
 from sheepop.generation.prefix_cache import BLOCK_TOKENS, PrefixCache
-from sheepop.serve.api.joining import FIRST_CHUNK, GROWTH, MIN_CHUNK, WHOLE, Joining
+from sheepop.serve.api.joining import (
+    FIRST_CHUNK,
+    GROWTH,
+    MIN_CHUNK,
+    REMEASURE,
+    WHOLE,
+    Joining,
+)
 
 
 def _text(seed: int, n: int) -> str:
@@ -154,6 +161,13 @@ def test_the_chunk_keeps_an_iteration_within_the_budget_and_is_whole_when_nothin
     rows.measured(step_s=0.5, rows=15)  # about as many: the median of the last ones
     rows.measured(step_s=9.0, rows=15)  # (one slow step moves it by one place, not by 9 s)
     assert rows.step_s == 1.0
+    rows.spent = 10
+    for _ in range(REMEASURE):  # and within the last few iterations with prompt tokens
+        assert rows.ready(15)
+        rows.measured(iteration_s=1.0)
+    assert not rows.ready(15)
+    rows.measured(step_s=0.8, rows=15)
+    assert rows.ready(15) and rows.step_s == 0.8  # (the median of 0.5, 9.0 and 0.8)
     quick = Joining(chat_model.lm, PrefixCache(0), 0)
     quick.measured(step_s=0.001)  # quicker than MIN_STALL_S: 0.1 s of prompt a step
     quick.spent = FIRST_CHUNK

@@ -18,13 +18,16 @@ prompt tokens takes about
     target = max(ratio * t_step, t_step + MIN_STALL_S)      (ratio: --prefill-budget, 2)
 
 t_step the median of the last STEPS iterations without prompt tokens (one slow step on a
-shared machine moved a moving average by a third) at about the number of rows running now
-(`current`: within a quarter, or one row; else the scheduler runs a plain step first: streams
-arriving one by one were otherwise measured against one row's step, and their prompts joined a
-token at a time). After each iteration with prompt tokens the size is multiplied by target / t,
-t the median of the last RECENT such iterations, by at most GROWTH and at least SHRINK (and
-grows only from a chunk it filled: a prompt's last chunk is what was left of it). If an
-iteration's time is s + b C for a chunk of C tokens, C -> C target / (s + b C) moves towards
+shared machine moved a moving average by a third), at about the number of rows running now and
+within the last REMEASURE iterations with prompt tokens (`current`: rows within a quarter, or
+one; else the scheduler runs a plain step first: streams arriving one by one were otherwise
+measured against one row's step, their prompts joining a token at a time; and once, with a
+budget of 1.75 on a loaded core, a 4,000-token prompt sized against the steps before it did
+not finish joining within the streams' 600 s timeout). After each iteration with prompt tokens
+the size is multiplied by target / t, t the median of the last RECENT such iterations, by at
+most GROWTH and at least SHRINK (and grows only from a chunk it filled: a prompt's last chunk
+is what was left of it). If an iteration's time is s + b C for a chunk of C tokens,
+C -> C target / (s + b C) moves towards
 C* = (target - s) / b from either side without passing it (it rises with C, and C* is its
 fixed point), and follows b as it grows: a long prompt's later tokens attend over more keys. So
 the iterations with prompt tokens take about `ratio` plain steps, median to median, and on a
@@ -56,7 +59,8 @@ MIN_STALL_S = 0.1  # seconds of prompt an iteration may always compute (see abov
 RATIO = 2.0  # an iteration with prompt tokens: at most this many decode steps' time (default)
 GROWTH, SHRINK = 1.25, 0.5  # the most the size grows or shrinks by after one iteration
 WHOLE = 1 << 40  # "no bound": a budget no prompt reaches
-STEPS, RECENT = 8, 3  # the plain steps t_step is the median of; the iterations sizing a chunk
+STEPS, RECENT = 3, 3  # the plain steps t_step is the median of; the iterations sizing a chunk
+REMEASURE = 8  # iterations with prompt tokens at most between two plain steps
 MIXED_MOST = CHUNK_ROWS  # prompt tokens in one mixed pass at most (its attention's memory)
 TOGETHER = 2048  # the most padded tokens of fresh prompts prefilled in one pass
 WASTE = 0.25  # ... with padding at most this share of their own tokens
@@ -82,6 +86,7 @@ class Joining:
         self.groups: list[tuple[list[Choice], Prefill]] = []
         self.steps: deque[float] = deque(maxlen=STEPS)  # the last plain steps' times ...
         self.step_rows = 0  # ... at about this many running rows
+        self.since_step = 0  # iterations with prompt tokens since the last plain step
         self.recent: deque[float] = deque(maxlen=RECENT)  # the last iterations with a chunk
         self.size = float(FIRST_CHUNK)  # the chunk by cost (see the module's docstring)
         self.spent = 0  # tokens computed by the last `advance` or `plan`
@@ -114,8 +119,9 @@ class Joining:
 
     def current(self, rows: int) -> bool:
         """Whether t_step was measured at about `rows` running rows (within a quarter, or
-        one)."""
-        return bool(self.steps) and abs(rows - self.step_rows) <= max(1, self.step_rows // 4)
+        one), within the last REMEASURE iterations with prompt tokens."""
+        return (bool(self.steps) and self.since_step < REMEASURE
+                and abs(rows - self.step_rows) <= max(1, self.step_rows // 4))
 
     def measured(self, step_s: float | None = None, iteration_s: float | None = None,
                  rows: int = 0) -> None:
@@ -123,12 +129,13 @@ class Joining:
         starts t_step again), or the time of the last iteration that computed `spent` prompt
         tokens (see the module's docstring)."""
         if step_s is not None:
-            if not self.current(rows):
+            if not (self.steps and abs(rows - self.step_rows) <= max(1, self.step_rows // 4)):
                 self.steps.clear()
             self.steps.append(step_s)
-            self.step_rows = rows
+            self.step_rows, self.since_step = rows, 0
         if iteration_s is None or not self.spent or not self.steps:
             return
+        self.since_step += 1
         self.recent.append(iteration_s)
         target = max(self.ratio * self.step_s, self.step_s + MIN_STALL_S)
         factor = min(GROWTH, max(SHRINK, target / float(np.median(self.recent))))
