@@ -13,12 +13,19 @@ greedy). Each repetition's chat starts with its own number, so no repetition reu
 Printed: the last turn's time to first token on each (streamed, from the request to the first
 text), its `cached_tokens` and prompt tokens, and the ratio; medians over repetitions.
 
-Chunked prefill. Two servers, one prefilling `--prefill-chunk` tokens between decode steps and
-one whole prompts at once (a chunk larger than any prompt: how every prompt joined before).
+Chunked prefill. A server prefilling a chunk per decode step for each `--prefill-budget` given
+(`--prefill-chunk`, by default sized by cost within the budget: its chunks in the decode step's
+own forward pass), and one whole prompts at once (a chunk larger than any prompt: how every
+prompt joined before); with `--before SRC` another, the same command run from another source
+tree's `src` (an earlier commit's, e.g. `git archive COMMIT src | tar -x -C /tmp/before`), its
+own defaults.
 `--streams` streams run (short prompts, ignore_eos); once each has written `--steady` tokens, a
-prompt of `--join-tokens` tokens joins. Printed for each server: the streams' p99 time between
-tokens before it joined (steady) and while it was prefilled (from its request to its first
-token), their ratio, and the joining prompt's own time to first token; alternating, medians.
+prompt of `--join-tokens` tokens joins and writes `--join-answer` tokens. Printed for each
+server: the streams' p99 time between tokens before it joined (steady), while it was prefilled
+(from its request to its first token) and while it decoded (from its first token to its last:
+every running row's step then reads its columns too), their ratios to steady, the joining
+prompt's own time to first token, and the server's counters over the join (its decode steps
+and mixed passes, their mean times); alternating, medians.
 
 Every figure is printed with the load average around it: the machine is shared.
 """
@@ -36,7 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import machine
@@ -61,11 +68,12 @@ def words(seed: int, tokens: int, tok) -> str:
 
 
 @contextmanager
-def server(run: str, *flags: str) -> Iterator[int]:
-    """`sheepop serve RUN` on an ephemeral port; its port; stopped at the end, whatever
-    happens."""
+def server(run: str, *flags: str, src: str | None = None) -> Iterator[int]:
+    """`sheepop serve RUN` on an ephemeral port (from the source tree `src` when given); its
+    port; stopped at the end, whatever happens."""
+    env = None if src is None else {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
     proc = subprocess.Popen([sys.executable, "-m", "sheepop", "serve", run, "--port", "0",
-                             *flags], stderr=subprocess.PIPE, text=True)
+                             *flags], stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = ""
         while " at http://" not in line:
@@ -166,8 +174,9 @@ def reuse(args, tok) -> None:
 
 # ----- chunked prefill: a long prompt joining running streams --------------------------------
 
-def join(port: int, rep: int, args, tok) -> tuple[float, float, float]:
-    """(streams' p99 gap steady, p99 gap while the prompt joined, its time to first token)."""
+def join(port: int, rep: int, args, tok) -> tuple[float, float, float, float]:
+    """(streams' p99 gap steady, while the prompt joined, while it decoded; its time to first
+    token)."""
     times: list[list[float]] = [[] for _ in range(args.streams)]
     done = threading.Event()
 
@@ -196,44 +205,67 @@ def join(port: int, rep: int, args, tok) -> tuple[float, float, float]:
     wait_for(lambda: min(sum(x > t_all for x in t) for t in times) >= args.steady)
     t_join = time.perf_counter()
     ttft, _, usage = post_stream(port, "/v1/completions", {
-        "prompt": words(77 + rep, args.join_tokens, tok), "max_tokens": 2, "ignore_eos": True})
-    t_first = t_join + ttft
+        "prompt": words(77 + rep, args.join_tokens, tok), "max_tokens": args.join_answer,
+        "ignore_eos": True})
+    t_first, t_end = t_join + ttft, time.perf_counter()
     done.set()
     for t in threads:
         t.join()
-    steady, during = [], []
+    steady, during, after = [], [], []
     for ts in times:
         gaps, starts, ends = np.diff(ts), np.asarray(ts[:-1]), np.asarray(ts[1:])
         steady += list(gaps[(starts > t_all) & (ends < t_join)])
         # every gap that overlaps the join, from its request to its first token (a whole
         # prefill: the one gap across it, the stall)
         during += list(gaps[(ends > t_join) & (starts < t_first)])
-    return float(np.percentile(steady, 99)), float(np.percentile(during, 99)), ttft
+        after += list(gaps[(starts >= t_first) & (ends <= t_end)])
+    p99 = [float(np.percentile(g, 99)) if g else float("nan") for g in (steady, during, after)]
+    return (*p99, ttft)
+
+
+def counters(before: dict, after: dict) -> str:
+    """The server's decode steps and mixed passes between two GET /health, their mean times."""
+    def mean(n: str, s: str) -> str:
+        k = after.get(n, 0) - before.get(n, 0)
+        return f"{k} x {1e3 * (after[s] - before[s]) / k:.0f} ms" if k else "0"
+    return (f"steps {mean('steps', 'decode_s')}, mixed {mean('mixed_steps', 'mixed_s')}, "
+            f"chunks {after['prefill_chunks'] - before['prefill_chunks']}")
 
 
 def chunked(args, tok) -> None:
     common = ["--threads", str(args.threads), "--engine", args.engine, "--cache-mb", "0",
               "--max-batch", str(args.streams + 1)]
-    with server(args.run, *common, "--prefill-chunk", str(args.prefill_chunk)) as chunk_port, \
-            server(args.run, *common, "--prefill-chunk", "1000000") as whole_port:
-        warm(chunk_port, whole_port)
+    with ExitStack() as stack:
+        ports = {f"chunked {budget:g}": stack.enter_context(server(
+            args.run, *common, "--prefill-chunk", str(args.prefill_chunk), "--prefill-budget",
+            str(budget))) for budget in args.prefill_budget}
+        ports["whole"] = stack.enter_context(server(args.run, *common, "--prefill-chunk",
+                                                    "1000000"))
+        if args.before:
+            ports["before"] = stack.enter_context(server(args.run, *common, src=args.before))
+        warm(*ports.values())
         print(f"\nchunked prefill: {args.streams} streams running, a {args.join_tokens}-token "
-              f"prompt joins; --prefill-chunk {args.prefill_chunk} / whole, alternating\n"
-              "| rep | server | p99 gap steady | p99 gap while joining | x steady | "
-              "joiner's TTFT | load |\n|---|---|---|---|---|---|---|")
-        out: dict[str, list] = {"chunked": [], "whole": []}
+              f"prompt joins and writes {args.join_answer}; --prefill-chunk {args.prefill_chunk}"
+              f" --prefill-budget {' / '.join(map(str, args.prefill_budget))} / whole"
+              + (f" / {args.before}" if args.before else "") + ", taking turns\n"
+              "| rep | server | p99 gap steady | while joining | x steady | while it decodes | "
+              "x steady | joiner's TTFT | load | server |\n" + "|---" * 10 + "|")
+        out: dict[str, list] = {name: [] for name in ports}
         for rep in range(args.reps):
-            order = [("chunked", chunk_port), ("whole", whole_port)]
-            for name, port in (order if rep % 2 == 0 else order[::-1]):
-                steady, during, ttft = join(port, rep, args, tok)
-                out[name].append((steady, during, ttft))
+            names = list(ports)
+            for name in names[rep % len(names):] + names[:rep % len(names)]:
+                before = health(ports[name])
+                steady, during, after, ttft = join(ports[name], rep, args, tok)
+                out[name].append((steady, during, after, ttft))
                 print(f"| {rep} | {name} | {steady:.3f} s | {during:.3f} s | "
-                      f"{during / steady:.2f} | {ttft:.2f} s | {os.getloadavg()[0]:.2f} |",
-                      flush=True)
+                      f"{during / steady:.2f} | {after:.3f} s | {after / steady:.2f} | "
+                      f"{ttft:.2f} s | {os.getloadavg()[0]:.2f} | "
+                      f"{counters(before, health(ports[name]))} |", flush=True)
         for name, rows in out.items():
-            steady, during, ttft = np.median(rows, axis=0)
+            steady, during, after, ttft = np.median(rows, axis=0)
             print(f"median {name}: p99 gap {steady:.3f} s steady, {during:.3f} s while joining "
-                  f"({during / steady:.2f}x); joiner's TTFT {ttft:.2f} s", flush=True)
+                  f"({during / steady:.2f}x), {after:.3f} s while it decodes "
+                  f"({after / steady:.2f}x); joiner's TTFT {ttft:.2f} s", flush=True)
 
 
 def main() -> None:
@@ -249,8 +281,15 @@ def main() -> None:
     ap.add_argument("--steady", type=int, default=12, help="tokens of each stream, once all "
                     "run, before the long prompt joins")
     ap.add_argument("--join-tokens", type=int, default=4000)
+    ap.add_argument("--join-answer", type=int, default=16, help="the joining prompt's "
+                    "max_tokens (the streams' gaps while it decodes)")
     ap.add_argument("--prefill-chunk", type=int, default=0, help="the chunked server's "
-                    "--prefill-chunk (0: the server's default, a decode step's time)")
+                    "--prefill-chunk (0: the server's default, sized by cost)")
+    ap.add_argument("--prefill-budget", type=float, nargs="+", default=[2.0], help="the chunked "
+                    "servers' --prefill-budget, one server each")
+    ap.add_argument("--before", default=None, metavar="SRC", help="a third server run from "
+                    "this source tree (a folder holding the package, e.g. an earlier commit's "
+                    "src), with its own defaults")
     ap.add_argument("--stream-tokens", type=int, default=2000, help="each stream's max_tokens "
                     "(it stops once the long prompt has its first token)")
     ap.add_argument("--only", choices=["reuse", "chunked"], default=None)
