@@ -112,7 +112,7 @@ class RotaryPositions(Positions):
         return self._angles(pos, qk)[2]
 
     def _angles(self, pos: Pos, qk: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(cos, cos) and (-sin, sin) of p omega_i for each pair i, interleaved as the pairs
         are (..., T, d_k), and cos + i sin (..., T, d_k / 2), computed once per forward pass:
         every layer asks for the same positions, and in a one-token decode step these small
@@ -134,8 +134,11 @@ class RotaryPositions(Positions):
             p = pos[:, None]                                              # (B, 1, T (, 2))
         angle = self._turns(p.to(torch.float64))                          # (..., T, d_k/2)
         cos, sin = torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
+        # (the complex form only eagerly: torch.compile takes `rotate`, and inductor compiles no
+        # complex numbers)
         angles = (torch.stack((cos, cos), -1).flatten(-2),
-                  torch.stack((-sin, sin), -1).flatten(-2), torch.complex(cos, sin))
+                  torch.stack((-sin, sin), -1).flatten(-2),
+                  None if compiling else torch.complex(cos, sin))
         if not compiling:
             self._last = (key, angles)
         return angles
