@@ -20,7 +20,8 @@ train, finetune: `train.start`, from train.threads):
 - libraries already loaded: torch's intra-op pool and its MKL (`torch.set_num_threads`), its
   inter-op pool (`torch.set_num_interop_threads`, which torch allows only before the pool's
   first use), and every BLAS and OpenMP runtime threadpoolctl finds (OpenBLAS or MKL under
-  NumPy, libgomp under torch);
+  NumPy, libgomp under torch), a BLAS at most the CPUs of the affinity mask (OpenBLAS's own
+  limit when it loads, `taskset -c 0` leaving one);
 - libraries loaded later: OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS, which each
   reads when it loads (torch's at::init_num_threads and libgomp read OMP_NUM_THREADS, OpenBLAS
   prefers OPENBLAS_NUM_THREADS over it, so a value inherited from the shell cannot win); child
@@ -105,7 +106,10 @@ def apply(threads: int = AUTO, spare: int = 0) -> int:
     _applied = n
     apply_to_torch()
     from threadpoolctl import threadpool_limits
-    threadpool_limits(limits=n)  # user_api None: "blas" and "openmp" alike
+    # A BLAS gets no more threads than the CPUs this process may run on: OpenBLAS loaded later
+    # caps itself so when it reads OPENBLAS_NUM_THREADS, and one loaded already is held to the
+    # same rule, so the count never depends on which loaded first.
+    threadpool_limits(limits={"blas": min(n, available_cores()), "openmp": n})
     return n
 
 

@@ -90,6 +90,15 @@ def _pools(found: dict[str, int]) -> dict[str, int]:
     return found
 
 
+def _expected(found: dict[str, int], n: int) -> dict[str, int]:
+    """n in every pool, but a BLAS never past the CPUs this process may run on: OpenBLAS sizes
+    its pool when it loads from the affinity mask (`taskset -c 0` leaves one) and keeps within
+    it, so a machine pinned to fewer cores than n reports that many."""
+    cpus = len(os.sched_getaffinity(0))
+    return {pool: min(n, cpus) if pool in ("openblas", "mkl", "blis", "flexiblas") else n
+            for pool in found}
+
+
 @pytest.mark.parametrize("n", [1, 2])
 @pytest.mark.parametrize("torch_first", [False, True])
 def test_apply_sets_every_pool_whether_torch_is_loaded_or_not(torch_first, n):
@@ -97,7 +106,7 @@ def test_apply_sets_every_pool_whether_torch_is_loaded_or_not(torch_first, n):
             + f"from sheepop import threads\nassert threads.apply({n}) == {n}\n"
             + ("" if torch_first else "import torch\nthreads.apply_to_torch()"))
     found = _pools(_threads_in_child(code))
-    assert set(found.values()) == {n}, found
+    assert found == _expected(found, n)
 
 
 def test_the_training_engine_is_built_with_train_threads():
@@ -108,6 +117,20 @@ def test_the_training_engine_is_built_with_train_threads():
             "make_engine(cfg)")
     found = _pools(_threads_in_child(code))
     assert set(found.values()) == {1}, found
+
+
+@pytest.mark.parametrize("numpy_first", [False, True])
+def test_a_blas_gets_no_more_threads_than_the_cpus_it_may_run_on(numpy_first):
+    """Pinned to one CPU and asked for 2: torch and OpenMP get 2, the BLAS 1, whether it loaded
+    before `apply` (held to it by threadpoolctl) or after (OpenBLAS's own cap at load)."""
+    code = ("import os\nos.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+            + ("import numpy\n" if numpy_first else "")
+            + "from sheepop import threads\nassert threads.apply(2) == 2\n"
+            "import numpy, torch\nthreads.apply_to_torch()")
+    found = _pools(_threads_in_child(code))
+    blas = {pool: k for pool, k in found.items() if pool in ("openblas", "mkl", "blis")}
+    assert set(blas.values()) == {1}, found
+    assert {found["torch"], found["torch interop"], found["openmp"]} == {2}, found
 
 
 @pytest.fixture(scope="module")
@@ -146,4 +169,4 @@ def test_the_commands_threads_reach_every_pool(tiny_run, command, n):
             + ("import torch\nfrom sheepop.threads import apply_to_torch\napply_to_torch()"
                if "numpy" in command else ""))
     found = _pools(_threads_in_child(code))
-    assert set(found.values()) == {n}, found
+    assert found == _expected(found, n)
