@@ -27,13 +27,15 @@ import torch
 from sheepop.config.build import build_config
 from sheepop.config.schema import Config, ModelConfig
 from sheepop.data.dataset import Dataset
-from sheepop.model import GPT, TorchLM
+from sheepop.model import GPT, TorchLM, compiler
 from sheepop.tokenizers import train_tokenizer
 from sheepop.train.start import setup
 
 sys.path.insert(0, str(Path(__file__).with_name("helpers")))
 
 from real_model import smollm2_gguf  # noqa: E402  (a helper module: on the path just above)
+
+compiler.cache_by_capability()  # for the tests' own torch.compile calls too (model/compiler.py)
 
 TINY_TEXT = "the quick brown fox jumps over the lazy dog. " * 60
 

@@ -22,6 +22,7 @@ from sheepop.arch.layout import column_major
 from sheepop.arch.packed import Packed, packs
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.steering import point_of
+from sheepop.model import compiler
 from sheepop.model.gpt import GPT, Block
 from sheepop.model.hooks import hooked
 from sheepop.model.positions import Pos, Positions
@@ -99,8 +100,8 @@ class TorchLM(CachedLM):
         from torch.fx.experimental import _config as symbolic_shapes
         symbolic_shapes.use_duck_shape = False
         own = types.FunctionType(one_block.__code__.replace(), one_block.__globals__)
-        self.model.decode_block = torch.compile(own, dynamic=True, backend=backend,
-                                                options=options)
+        self.model.decode_block = compiler.compile(own, dynamic=True, backend=backend,
+                                                   options=options)
         if isinstance(self.model.head, Int8Head):  # (dynamo's own guards: one call a token)
             self.model.head.compile(dynamic=True, backend=backend,
                                     options=options and {"realize_opcount_threshold": 1})

@@ -23,6 +23,7 @@ import numpy as np
 
 from sheepop.arch import IGNORE_INDEX
 from sheepop.errors import UserError
+from sheepop.model import compiler
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
@@ -56,7 +57,7 @@ class DistributedEngine:
                 ddp = DistributedDataParallel(
                     engine.model, **no_buffer_sync,
                     device_ids=[engine.device.index] if engine.device.type == "cuda" else None)
-            engine.forward = torch.compile(ddp) if engine.cfg.compile else ddp
+            engine.forward = compiler.compile(ddp) if engine.cfg.compile else ddp
             engine.no_sync = ddp.no_sync
         engine.loss_multiplier = ranks.world_size  # DDP and FSDP average over the ranks
 
@@ -134,7 +135,7 @@ def shard_engine(engine: Any, world_size: int) -> None:
     engine.param_names = {p: n for n, p in model.named_parameters()}  # new (sharded) tensors
     engine.fused = False
     engine.build_optimizers()  # AdamW only: Config.validate refuses Muon with FSDP
-    engine.forward = torch.compile(model) if engine.cfg.compile else model
+    engine.forward = compiler.compile(model) if engine.cfg.compile else model
 
     @contextlib.contextmanager
     def no_sync() -> Iterator[None]:

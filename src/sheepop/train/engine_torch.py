@@ -24,6 +24,7 @@ from sheepop.arch import IGNORE_INDEX
 from sheepop.arch.lora import LoraConfig
 from sheepop.config.schema import ModelConfig, TrainConfig
 from sheepop.errors import UserError
+from sheepop.model import compiler
 from sheepop.model.device import resolve_device
 from sheepop.model.gpt import GPT, cross_entropy
 from sheepop.model.logprob import token_logprobs
@@ -84,7 +85,7 @@ class TorchEngine:
         self.build_optimizers()
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=self.dtype == torch.float16)
-        self.forward = torch.compile(self.model) if train_cfg.compile else self.model
+        self.forward = compiler.compile(self.model) if train_cfg.compile else self.model
         # Data-parallel training (sheepop.train.distributed) sets these: DDP's `no_sync` for all
         # micro-steps but the last, and world_size because DDP averages the ranks' gradients.
         self.no_sync = contextlib.nullcontext
