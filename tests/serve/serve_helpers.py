@@ -1,5 +1,6 @@
-"""Helpers of the server's tests: tiny runs, a `sheepop serve` subprocess, an in-process server
-whose scheduler a test can hold, raw HTTP, and sheepop's own generation as the reference."""
+"""Helpers of the server's tests: tiny runs, a tiny model in memory (the batching tests without
+HTTP), a `sheepop serve` subprocess, an in-process server whose scheduler a test can hold, raw
+HTTP, and sheepop's own generation as the reference."""
 
 from __future__ import annotations
 
@@ -22,9 +23,11 @@ import numpy as np
 from variants import ROPE
 
 from sheepop.checkpoint import format as checkpoint
+from sheepop.config.build import build_config
 from sheepop.config.schema import Config, ModelConfig, SampleConfig
 from sheepop.generation.text_stream import stream_text
-from sheepop.scratch.init import param_shapes
+from sheepop.inference.load import build
+from sheepop.scratch.init import init_params, param_shapes
 from sheepop.tokenizers import IncrementalDecoder, train_tokenizer
 from sheepop.tokenizers.chat_format import END, with_chat_tokens
 
@@ -54,6 +57,27 @@ def make_runs(root: Path) -> tuple[Path, Path]:
         checkpoint.save_checkpoint(root / name, weights(cfg.model), cfg.to_dict(), t.to_json())
         out.append(root / name)
     return out[0], out[1]
+
+
+# ----- a tiny model in memory: the batching tests without HTTP ---------------------------------
+
+def tiny_lm(engine: str, context: int, pos: str = "rope", digits: int = 0, **model: Any):
+    """The `lm` of a 2-layer model of width 32 over 40 token ids (2 heads, context `context`,
+    `pos` positions, `digits` digit places: a digits tokenizer, else char), in `engine`, with
+    init_params' weights (seed 0) and every matrix tripled; `model`: other ModelConfig settings
+    (variants.gqa()'s head counts)."""
+    settings = {"vocab_size": 40, "n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": context,
+                "dropout": 0.0, "pos_encoding": pos, "digit_positions": digits, **model}
+    cfg = build_config(None, None, [f"model.{k}={v}" for k, v in settings.items()]
+                       + [f"data.tokenizer={'digits' if digits else 'char'}"])
+    w = init_params(cfg.model, 0)
+    w = {k: v * (3 if v.ndim > 1 else 1) for k, v in w.items()}  # spread logits: no near-ties
+    return build(cfg, w, None, engine).lm
+
+
+def random_tokens(seed: int, n: int) -> list[int]:
+    """`n` token ids drawn from 1-39 (the tiny model's, 0 left out), fixed by `seed`."""
+    return [int(t) for t in np.random.default_rng(seed).integers(1, 40, size=n)]
 
 
 # ----- sheepop's own generation: what the server must give ---------------------------------------

@@ -9,28 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serve_helpers import tiny_lm
 
-from sheepop.config.build import build_config
 from sheepop.config.schema import SampleConfig
 from sheepop.generation import lanes as lanes_module
 from sheepop.generation.generate import generate
 from sheepop.generation.lanes import Lanes
 from sheepop.generation.prefill import Prefill
-from sheepop.inference.load import build
-from sheepop.scratch.init import init_params
 
 CONTEXT = 128
-
-
-def _model(engine: str, pos: str, digits: int = 0):
-    cfg = build_config(None, None, ["model.vocab_size=40", "model.n_layer=2", "model.n_head=2",
-                                    "model.n_embd=32", f"model.block_size={CONTEXT}",
-                                    "model.dropout=0.0", f"model.pos_encoding={pos}",
-                                    f"model.digit_positions={digits}",
-                                    f"data.tokenizer={'digits' if digits else 'char'}"])
-    w = init_params(cfg.model, 0)
-    w = {k: v * (3 if v.ndim > 1 else 1) for k, v in w.items()}  # spread logits: no near-ties
-    return build(cfg, w, None, engine).lm
 
 
 def _requests(seed: int, count: int) -> list[tuple[int, list[int], int, bool]]:
@@ -103,7 +90,7 @@ def _run(lm, requests, capacity: int) -> tuple[list[list[int]], list[list[np.nda
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 @pytest.mark.parametrize("pos, digits", [("sinusoidal", 0), ("rope", 0), ("learned", 6)])
 def test_sequences_in_lanes_get_the_tokens_they_get_alone(engine, pos, digits, monkeypatch):
-    lm = _model(engine, pos, digits)
+    lm = tiny_lm(engine, CONTEXT, pos, digits)
     monkeypatch.setattr(lanes_module, "LANE_COST", 8)  # lanes open often in so small a context
     requests = _requests(3, 24)
     out, seen, most = _run(lm, requests, capacity=6)
@@ -117,7 +104,7 @@ def test_sequences_in_lanes_get_the_tokens_they_get_alone(engine, pos, digits, m
 
 
 def test_a_long_prompt_opens_a_lane_of_its_own_and_short_ones_share_one():
-    lm = _model("numpy", "rope")
+    lm = tiny_lm("numpy", CONTEXT, "rope")
     lanes = Lanes(lm, 8)
 
     def prefilled(n: int, seed: int) -> Prefill:

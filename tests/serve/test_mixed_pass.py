@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serve_helpers import random_tokens, tiny_lm
+from variants import gqa
 
-from sheepop.config.build import build_config
 from sheepop.generation.prefill import Prefill
 from sheepop.generation.prefix_cache import PrefixCache
 from sheepop.generation.running_batch import RunningBatch
 from sheepop.generation.steering import Steering, SteeringVector
-from sheepop.inference.load import build
-from sheepop.scratch.init import init_params
 
 CONTEXT = 96
 # Logits of O(10) through 2 layers of width 32: the mixed pass multiplies the same numbers in
@@ -27,19 +26,8 @@ ATOL = 1e-5
 
 
 def _lm(engine: str, pos: str = "rope", digits: int = 0):
-    cfg = build_config(None, None, ["model.vocab_size=40", "model.n_layer=2", "model.n_head=4",
-                                    "model.n_kv_head=2", "model.n_embd=32",
-                                    f"model.block_size={CONTEXT}", "model.dropout=0.0",
-                                    f"model.pos_encoding={pos}",
-                                    f"model.digit_positions={digits}",
-                                    f"data.tokenizer={'digits' if digits else 'char'}"])
-    w = init_params(cfg.model, 0)
-    w = {k: v * (3 if v.ndim > 1 else 1) for k, v in w.items()}  # spread logits: no near-ties
-    return build(cfg, w, None, engine).lm
-
-
-def _tokens(seed: int, n: int) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(1, 40, size=n)]
+    """The tiny model with grouped-query attention: 4 query heads on 2 key/value heads."""
+    return tiny_lm(engine, CONTEXT, pos, digits, **gqa(4, 2))
 
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
@@ -48,8 +36,8 @@ def _tokens(seed: int, n: int) -> list[int]:
 def test_a_step_and_chunks_in_one_pass_equal_the_separate_passes(engine, pos, lengths):
     lm = _lm(engine, pos)
     assert lm.mixes
-    running = [_tokens(i, n) for i, n in enumerate(lengths)]
-    prompts = [_tokens(10, 50), _tokens(11, 20)]  # chunks of 7: 8 and 3 iterations
+    running = [random_tokens(i, n) for i, n in enumerate(lengths)]
+    prompts = [random_tokens(10, 50), random_tokens(11, 20)]  # chunks of 7: 8 and 3 iterations
     mixed, apart = RunningBatch(lm, 8), RunningBatch(lm, 8)
     mixed.join(running)
     apart.join(running)
@@ -87,14 +75,14 @@ def test_a_step_and_chunks_in_one_pass_equal_the_separate_passes(engine, pos, le
 def test_a_prompt_from_cached_blocks_mixes_in_from_where_the_cache_ends(engine):
     lm = _lm(engine, "learned")
     prefix = PrefixCache(1 << 30)
-    system = _tokens(20, 40)  # 2 whole blocks and 8 tokens
-    first = Prefill(lm, system + _tokens(21, 5), prefix)
+    system = random_tokens(20, 40)  # 2 whole blocks and 8 tokens
+    first = Prefill(lm, system + random_tokens(21, 5), prefix)
     first.advance(100)
-    prompt = system + _tokens(22, 17)
+    prompt = system + random_tokens(22, 17)
     p = Prefill(lm, prompt, prefix)
     assert p.cached == 32
     batch = RunningBatch(lm, 4)
-    z = batch.join([_tokens(23, 4)])
+    z = batch.join([random_tokens(23, 4)])
     batch.step([int(np.argmax(z[0]))], [(p, 100)])  # the 25 tokens left, with the step
     whole = Prefill(lm, prompt)
     whole.advance(len(prompt))
@@ -112,7 +100,7 @@ def test_each_row_of_a_mixed_pass_is_steered_its_own_way(engine):
         return Steering(((SteeringVector(v, 1, "m", 2), strength),))
 
     up, down = steering(1, 4.0), steering(2, -3.0)
-    running, prompt = [_tokens(30, 5), _tokens(31, 8)], _tokens(32, 20)
+    running, prompt = [random_tokens(30, 5), random_tokens(31, 8)], random_tokens(32, 20)
     mixed, apart = RunningBatch(lm, 4), RunningBatch(lm, 4)
     with lm.steered_rows([up, None]):
         mixed.join(running)

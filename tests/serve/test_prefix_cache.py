@@ -7,34 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serve_helpers import random_tokens, tiny_lm
 
-from sheepop.config.build import build_config
 from sheepop.generation.prefill import Prefill, prefill_together
 from sheepop.generation.prefix_cache import BLOCK_TOKENS, PrefixCache
 from sheepop.generation.running_batch import RunningBatch
-from sheepop.inference.load import build
-from sheepop.scratch.init import init_params
 
 CONTEXT = 96
 # float32 logits of O(10) through 2 layers, in passes of other sizes (sums in another order):
 # a few ulps of the largest activation, ~1e-6 relative, well inside 2e-4 (as
 # tests/serve/test_running_batch.py); a wrong key or position moves them by O(1).
 ATOL = {"torch": 2e-4, "numpy": 2e-4}
-
-
-def _lm(engine: str, pos: str = "rope", digits: int = 0):
-    cfg = build_config(None, None, ["model.vocab_size=40", "model.n_layer=2", "model.n_head=2",
-                                    "model.n_embd=32", f"model.block_size={CONTEXT}",
-                                    "model.dropout=0.0", f"model.pos_encoding={pos}",
-                                    f"model.digit_positions={digits}",
-                                    f"data.tokenizer={'digits' if digits else 'char'}"])
-    w = init_params(cfg.model, 0)
-    w = {k: v * (3 if v.ndim > 1 else 1) for k, v in w.items()}  # spread logits: no near-ties
-    return build(cfg, w, None, engine).lm
-
-
-def _tokens(seed: int, n: int) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(1, 40, size=n)]
 
 
 def _whole(lm, prompt) -> np.ndarray:
@@ -47,27 +30,27 @@ def _whole(lm, prompt) -> np.ndarray:
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 @pytest.mark.parametrize("pos", ["rope", "sinusoidal"])
 def test_a_prompt_from_cached_blocks_gets_the_logits_of_the_whole_prompt(engine, pos):
-    lm = _lm(engine, pos)
+    lm = tiny_lm(engine, CONTEXT, pos)
     prefix = PrefixCache(1 << 30)
-    system = _tokens(0, 40)  # 2 whole blocks and 8 tokens
-    first = Prefill(lm, system + _tokens(1, 10), prefix)
+    system = random_tokens(0, 40)  # 2 whole blocks and 8 tokens
+    first = Prefill(lm, system + random_tokens(1, 10), prefix)
     assert first.cached == 0
     first.advance(100)
     for seed in (2, 3):
-        prompt = system + _tokens(seed, 21)
+        prompt = system + random_tokens(seed, 21)
         p = Prefill(lm, prompt, prefix)
         assert p.cached == 2 * BLOCK_TOKENS  # the shared system prompt's whole blocks
         p.advance(100)
         np.testing.assert_allclose(p.logits, _whole(lm, prompt), atol=ATOL[engine])
     # a prompt that is all cached blocks still computes its last token: one block less
-    again = Prefill(lm, (system + _tokens(1, 10))[:48], prefix)
+    again = Prefill(lm, (system + random_tokens(1, 10))[:48], prefix)
     assert again.cached == 2 * BLOCK_TOKENS
 
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 def test_chunked_prefill_gives_the_logits_and_tokens_of_a_whole_prefill(engine):
-    lm = _lm(engine)
-    prompt = _tokens(4, 70)
+    lm = tiny_lm(engine, CONTEXT)
+    prompt = random_tokens(4, 70)
     whole = _whole(lm, prompt)
     for chunk in (1, 7, 16, 69):
         p = Prefill(lm, prompt)
@@ -92,12 +75,12 @@ def test_chunked_prefill_gives_the_logits_and_tokens_of_a_whole_prefill(engine):
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 def test_eviction_keeps_within_the_bound_and_recomputes_what_it_dropped(engine):
-    lm = _lm(engine)
-    p = Prefill(lm, _tokens(5, 33))
+    lm = tiny_lm(engine, CONTEXT)
+    p = Prefill(lm, random_tokens(5, 33))
     p.advance(33)
     block_bytes = 2 * p.cache.k[:, 0, :, :BLOCK_TOKENS].nbytes
     prefix = PrefixCache(3 * block_bytes)  # three blocks
-    prompts = [_tokens(10 + i, 2 * BLOCK_TOKENS + 5) for i in range(3)]
+    prompts = [random_tokens(10 + i, 2 * BLOCK_TOKENS + 5) for i in range(3)]
     for prompt in prompts:
         Prefill(lm, prompt, prefix).advance(100)
         assert prefix.nbytes <= prefix.max_bytes
@@ -114,9 +97,9 @@ def test_eviction_keeps_within_the_bound_and_recomputes_what_it_dropped(engine):
 def test_a_model_with_digit_places_is_never_served_from_the_cache():
     """(the run of digits at a block's end is not kept: reusing keys without it would give
     other positions to the tokens after)"""
-    lm = _lm("numpy", "learned", digits=6)
+    lm = tiny_lm("numpy", CONTEXT, "learned", digits=6)
     prefix = PrefixCache(1 << 30)
-    prompt = _tokens(6, 40)
+    prompt = random_tokens(6, 40)
     Prefill(lm, prompt, prefix).advance(100)
     assert not prefix.usable and prefix.nbytes == 0
     assert Prefill(lm, prompt, prefix).cached == 0
@@ -126,18 +109,18 @@ def test_a_model_with_digit_places_is_never_served_from_the_cache():
 def test_the_next_turn_keeps_the_cached_conversation(engine):
     """`CachedLM.prefill` (sheepop chat's turns) keeps the tokens its cache holds that begin
     the new prompt, and its logits are those of a fresh cache."""
-    lm = _lm(engine)
-    turn1 = _tokens(7, 30)
+    lm = tiny_lm(engine, CONTEXT)
+    turn1 = random_tokens(7, 30)
     lm.prefill(turn1)
-    answer = _tokens(8, 6)
+    answer = random_tokens(8, 6)
     for t in answer:
         lm.decode(t)
-    turn2 = turn1 + answer + _tokens(9, 12)
+    turn2 = turn1 + answer + random_tokens(9, 12)
     z = lm.prefill(turn2)
     assert lm.reused == 36
-    np.testing.assert_allclose(z, _lm(engine).prefill(turn2), atol=ATOL[engine])
+    np.testing.assert_allclose(z, tiny_lm(engine, CONTEXT).prefill(turn2), atol=ATOL[engine])
     edited = turn2[:10] + [39] + turn2[11:]  # a change at token 10: only 10 are kept
-    np.testing.assert_allclose(lm.prefill(edited), _lm(engine).prefill(edited),
+    np.testing.assert_allclose(lm.prefill(edited), tiny_lm(engine, CONTEXT).prefill(edited),
                                atol=ATOL[engine])
     assert lm.reused == 10
 
@@ -146,10 +129,10 @@ def test_the_next_turn_keeps_the_cached_conversation(engine):
 @pytest.mark.parametrize("pos, digits", [("rope", 0), ("learned", 6)])
 def test_prompts_prefilled_together_continue_as_each_alone(engine, pos, digits):
     """(digit places: each row's run of digits goes with its own cache)"""
-    lm = _lm(engine, pos, digits)
+    lm = tiny_lm(engine, CONTEXT, pos, digits)
     # each ending in its own run of digits (ids below 10 of the digits tokenizer)
     tails = [[1, 2, 3], [], [4], [5, 6]]
-    prompts = [_tokens(20 + i, n) + [11] + tail
+    prompts = [random_tokens(20 + i, n) + [11] + tail
                for i, (n, tail) in enumerate(zip([5, 23, 17, 1], tails))]
     together = [Prefill(lm, p) for p in prompts]
     prefill_together(together)

@@ -6,26 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from serve_helpers import tiny_lm
 
-from sheepop.config.build import build_config
 from sheepop.config.schema import SampleConfig
 from sheepop.generation.generate import generate
 from sheepop.generation.running_batch import RunningBatch
-from sheepop.inference.load import build
-from sheepop.scratch.init import init_params
 
 CONTEXT = 48
-
-
-def _model(engine: str, pos: str, digits: int = 0):
-    cfg = build_config(None, None, ["model.vocab_size=40", "model.n_layer=2", "model.n_head=2",
-                                    "model.n_embd=32", f"model.block_size={CONTEXT}",
-                                    "model.dropout=0.0", f"model.pos_encoding={pos}",
-                                    f"model.digit_positions={digits}",
-                                    f"data.tokenizer={'digits' if digits else 'char'}"])
-    w = init_params(cfg.model, 0)
-    w = {k: v * (3 if v.ndim > 1 else 1) for k, v in w.items()}  # spread logits: no near-ties
-    return build(cfg, w, None, engine).lm
 
 
 def _requests(seed: int, count: int) -> list[tuple[int, list[int], int]]:
@@ -77,7 +64,7 @@ def _run(lm, requests, capacity: int) -> tuple[list[list[int]], list[np.ndarray]
 @pytest.mark.parametrize("pos, digits", [("sinusoidal", 0), ("rope", 0), ("learned", 6)])
 def test_joining_and_leaving_at_any_step_changes_no_token(engine, pos, digits, monkeypatch):
     """(digit places: the cache carries each row's run of digits, which follows its row)"""
-    lm = _model(engine, pos, digits)
+    lm = tiny_lm(engine, CONTEXT, pos, digits)
     shifts = []
     left = RunningBatch._shift_left
     monkeypatch.setattr(RunningBatch, "_shift_left",
@@ -94,7 +81,7 @@ def test_joining_and_leaving_at_any_step_changes_no_token(engine, pos, digits, m
 
 
 def test_copies_share_one_prefill_and_rows_move_into_holes():
-    lm = _model("numpy", "sinusoidal")
+    lm = tiny_lm("numpy", CONTEXT, "sinusoidal")
     batch = RunningBatch(lm, 5)
     logits = batch.join([[1, 2, 3], [4]], copies=[3, 1])
     assert logits.shape[0] == 2 and batch.rows == 4
@@ -115,7 +102,7 @@ def test_a_lone_row_checks_proposals_as_decode_steps_and_rolls_back(engine, pos)
     """Speculative decoding in the server's batch (sheepop.generation.speculative.check_pass):
     `verify` on the lone running row gives the logits plain steps give, its padding columns
     included (a longer row left before), and `rollback` forgets the rejected tokens."""
-    lm = _model(engine, pos)
+    lm = tiny_lm(engine, CONTEXT, pos)
     long, short = list(range(1, 11)), [7, 3, 9, 2, 5]
 
     def lone_row() -> RunningBatch:  # the short row runs on alone from column 5 (too few
