@@ -27,15 +27,13 @@ def small_config() -> Config:
     return cfg
 
 
-def test_every_layer_of_a_decode_step_runs_one_graph():
-    """Given the whole cache and its layer's index, each layer was a graph of its own (the
-    index a constant of the graph): n_layer compilations, past dynamo's limit of 8 on a real
-    model. Each layer now gets its own layer's cache: one graph, called n_layer times a step."""
-    cfg = small_config()
-    lm = build(cfg, init_params(cfg.model, 0), None, "torch", "cpu").lm
+def _compile_recording(lm) -> tuple[list[torch.fx.GraphModule], list[int]]:
+    """Compile `lm`'s decode step with a backend that runs dynamo's graphs as they are (no
+    inductor); (the graphs it was given, one entry per call of any of them), both filling as
+    `lm` compiles and decodes."""
     graphs, calls = [], []
 
-    def backend(graph, example_inputs):  # dynamo's graphs, run as they are (no inductor)
+    def backend(graph, example_inputs):
         graphs.append(graph)
 
         def run(*args):
@@ -44,7 +42,17 @@ def test_every_layer_of_a_decode_step_runs_one_graph():
         return run
 
     torch._dynamo.reset()
-    lm.compile(backend=backend)  # compiles on a scratch cache: one decode step
+    lm.compile(backend=backend)
+    return graphs, calls
+
+
+def test_every_layer_of_a_decode_step_runs_one_graph():
+    """Given the whole cache and its layer's index, each layer was a graph of its own (the
+    index a constant of the graph): n_layer compilations, past dynamo's limit of 8 on a real
+    model. Each layer now gets its own layer's cache: one graph, called n_layer times a step."""
+    cfg = small_config()
+    lm = build(cfg, init_params(cfg.model, 0), None, "torch", "cpu").lm
+    graphs, calls = _compile_recording(lm)  # compiles on a scratch cache: one decode step
     assert len(graphs) == 1 and len(calls) == N_LAYER
     token = int(lm.prefill([1, 2, 3]).argmax())  # the prompt runs eagerly
     for _ in range(5):
@@ -60,18 +68,7 @@ def test_an_int8_decode_step_with_the_kernel_is_one_graph_too(monkeypatch):
     monkeypatch.setattr(quantized, "WORDS_LOOP_PAYS", False)
     cfg = small_config()
     lm = build(cfg, init_params(cfg.model, 0), None, "torch", "cpu", "int8").lm
-    graphs, calls = [], []
-
-    def backend(graph, example_inputs):
-        graphs.append(graph)
-
-        def run(*args):
-            calls.append(1)
-            return graph.forward(*args)
-        return run
-
-    torch._dynamo.reset()
-    lm.compile(backend=backend)
+    graphs, calls = _compile_recording(lm)
     token = int(lm.prefill([1, 2, 3]).argmax())
     for _ in range(5):
         token = int(lm.decode(token).argmax())
