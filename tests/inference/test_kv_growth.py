@@ -12,6 +12,7 @@ refill), and for the server's running batch, whose memory follows the rows and t
 import numpy as np
 import pytest
 import torch
+from nan_memory import nan_memory
 from variants import ROPE, gqa
 
 from sheepop.arch.kv_cache import KVCache, cache_shape, describe_memory, grown, shrunk, slides
@@ -121,7 +122,10 @@ def test_the_capacity_follows_the_tokens_not_the_context_of_8192(engine):
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 @pytest.mark.parametrize("pos", ["rope", "learned", "sinusoidal"])
-def test_every_logit_across_growth_equals_a_preallocated_cache_bit_for_bit(engine, pos):
+def test_every_logit_across_growth_equals_a_preallocated_cache_bit_for_bit(engine, pos,
+                                                                            monkeypatch):
+    """(The grown caches' fresh memory holds NaN: growth zeroes what it does not copy.)"""
+    nan_memory(monkeypatch)
     cfg = model_cfg(pos, block_size=300)
     lm = make_lm(engine, cfg)
     ids = [int(t) for t in np.random.default_rng(7).integers(0, VOCAB, 280)]
@@ -162,10 +166,12 @@ def test_past_the_context_a_grown_cache_rolls_or_refills_as_a_preallocated_one(e
 
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
-def test_the_running_batch_holds_the_rows_and_columns_in_flight(engine):
+def test_the_running_batch_holds_the_rows_and_columns_in_flight(engine, monkeypatch):
     """Six sequences join a batch of 16 rows at once and leave when done: each gets the greedy
     tokens it gets alone (across the doublings of its columns and the shrinking of its rows),
-    and at every step the store holds between 1x and 4x the rows and columns in use."""
+    and at every step the store holds between 1x and 4x the rows and columns in use. Every
+    cache's fresh memory holds NaN: a padding column read under the mask is a zeroed one."""
+    nan_memory(monkeypatch)
     lm = make_lm(engine, model_cfg())
     prompts = [[(7 * i + n) % VOCAB for i in range(n)] for n in (3, 10, 17, 30, 45, 60)]
     wanted = [150, 40, 100, 180, 20, 90]

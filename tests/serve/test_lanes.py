@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nan_memory import nan_memory
 from serve_helpers import tiny_lm
 
 from sheepop.config.schema import SampleConfig
@@ -90,6 +91,7 @@ def _run(lm, requests, capacity: int) -> tuple[list[list[int]], list[list[np.nda
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 @pytest.mark.parametrize("pos, digits", [("sinusoidal", 0), ("rope", 0), ("learned", 6)])
 def test_sequences_in_lanes_get_the_tokens_they_get_alone(engine, pos, digits, monkeypatch):
+    nan_memory(monkeypatch)  # fresh memory holds NaN: what is read is written or zeroed
     lm = tiny_lm(engine, CONTEXT, pos, digits)
     monkeypatch.setattr(lanes_module, "LANE_COST", 8)  # lanes open often in so small a context
     requests = _requests(3, 24)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nan_memory import nan_memory
 from serve_helpers import random_tokens, tiny_lm
 
 from sheepop.generation.prefill import Prefill, prefill_together
@@ -48,7 +49,13 @@ def test_a_prompt_from_cached_blocks_gets_the_logits_of_the_whole_prompt(engine,
 
 
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
-def test_chunked_prefill_gives_the_logits_and_tokens_of_a_whole_prefill(engine):
+@pytest.mark.parametrize("memory", ["zeros", "nan"])
+def test_chunked_prefill_gives_the_logits_and_tokens_of_a_whole_prefill(engine, memory,
+                                                                       monkeypatch):
+    """`nan`: every cache's fresh memory holds NaN (a prefill's own columns are left unzeroed
+    for its chunks to write): nothing reads a column before it is written or zeroed."""
+    if memory == "nan":
+        nan_memory(monkeypatch)
     lm = tiny_lm(engine, CONTEXT)
     prompt = random_tokens(4, 70)
     whole = _whole(lm, prompt)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from nan_memory import nan_memory
 from serve_helpers import tiny_lm
 
 from sheepop.config.schema import SampleConfig
@@ -63,7 +64,9 @@ def _run(lm, requests, capacity: int) -> tuple[list[list[int]], list[np.ndarray]
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 @pytest.mark.parametrize("pos, digits", [("sinusoidal", 0), ("rope", 0), ("learned", 6)])
 def test_joining_and_leaving_at_any_step_changes_no_token(engine, pos, digits, monkeypatch):
-    """(digit places: the cache carries each row's run of digits, which follows its row)"""
+    """(digit places: the cache carries each row's run of digits, which follows its row; every
+    cache's fresh memory holds NaN: a padding column read under a mask is a zeroed one)"""
+    nan_memory(monkeypatch)
     lm = tiny_lm(engine, CONTEXT, pos, digits)
     shifts = []
     left = RunningBatch._shift_left

@@ -53,9 +53,12 @@ class Prefill:
             prefix = None
         self.lm, self.prompt, self.prefix, self.steering = lm, list(prompt), prefix, steering
         # The whole prompt's columns at once, and a few more: it grows by no copy as its
-        # chunks come, and a running batch may take it as it is (RunningBatch.place).
+        # chunks come, and a running batch may take it as it is (RunningBatch.place). Not
+        # zeroed: its chunks (or the prefix cache) write every one before it is read, and the
+        # zeros of a long prompt's columns stalled every running stream (kv_cache's docstring).
         self.cache = lm._new_cache(1)
-        self.cache.reserve(min(len(self.prompt) + GROWTH_CHUNK, self.cache.max_len))
+        self.cache.reserve(min(len(self.prompt) + GROWTH_CHUNK, self.cache.max_len),
+                           unwritten=len(self.prompt))
         self.cached = prefix.fill(self.prompt, self.cache) if prefix is not None else 0
         self.done = self.cached
         self.logits: np.ndarray | None = None

@@ -221,12 +221,13 @@ class GPT(nn.Module):
         return KVCache.growing(self.cfg, batch, self.cache_buffer, max_len)
 
     def cache_buffer(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """The cache's allocation hook: zeros in the model's device and dtype. Made outside
-        inference mode even when a forward pass grows the cache, so that code outside it may
-        still write into the buffers (sheepop.generation.running_batch does)."""
+        """The cache's allocation hook: an uninitialised buffer in the model's device and dtype
+        (the cache zeroes what it must). Made outside inference mode even when a forward pass
+        grows the cache, so that code outside it may still write into the buffers
+        (sheepop.generation.running_batch does)."""
         p = self.tok_emb.weight
         with torch.inference_mode(False):
-            return torch.zeros(shape, device=p.device, dtype=p.dtype)
+            return torch.empty(shape, device=p.device, dtype=p.dtype)
 
     def set_attention_path(self, sdpa: bool) -> None:
         for block in self.blocks:

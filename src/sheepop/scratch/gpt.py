@@ -186,8 +186,9 @@ def gpt_forward(params: Params, cfg: ModelConfig, idx: np.ndarray,
 def new_cache(cfg: ModelConfig, batch: int = 1, max_len: int | None = None,
               dtype: type = np.float32) -> KVCache:
     """A KV cache of up to `max_len` (default block_size) positions in NumPy buffers, growing
-    with the tokens (sheepop.arch.kv_cache); the allocation hook is np.zeros."""
-    return KVCache.growing(cfg, batch, partial(np.zeros, dtype=dtype), max_len)
+    with the tokens (sheepop.arch.kv_cache); the allocation hook is np.empty (the cache zeroes
+    what it must)."""
+    return KVCache.growing(cfg, batch, partial(np.empty, dtype=dtype), max_len)
 
 
 def gpt_backward(cache: GPTCache, grads: Params | None = None, dloss: float = 1.0,
