@@ -17,7 +17,8 @@ tokens each, `ignore_eos`) until `--requests` (default max(8, 2 C)) have been se
 it prints the generated tokens/s over the level's wall time, time to first token and request
 latency (p50, p99), failed requests, and the ratio to the serial loop's tokens/s and to the
 server's own 1-client level (the same requests served one at a time); then the scheduler's
-counters (decode steps, their mean time and rows, prefill time), and the KV cache as it went:
+counters (plain decode steps, their mean time and rows; decode steps with prompt chunks in
+their pass; prefill passes of their own), and the KV cache as it went:
 GET /health sampled every 0.25 s during the level, the largest `kv_cache_bytes` seen at each
 number of running sequences (it grows with the tokens in flight) and the server's peak.
 The server and the serial loop run the same engine (`--engine`, default the server's `auto`
@@ -242,12 +243,15 @@ def main() -> None:
                       f"| {r['latency'][1]:.2f} s | {base:.1f} | {r['tok_s'] / base:.2f} | "
                       + (f"{r['tok_s'] / one:.2f} |" if one else "- |"), flush=True)
                 steps = after["steps"] - before["steps"]
+                mixed = after.get("mixed_steps", 0) - before.get("mixed_steps", 0)
                 if steps:
-                    rows = (after["tokens"] - before["tokens"]) / steps
+                    rows = (after["tokens"] - before["tokens"]) / (steps + mixed)
                     step_ms = 1e3 * (after["decode_s"] - before["decode_s"]) / steps
                     pre = after["prefill_s"] - before["prefill_s"]
+                    mixed_s = after.get("mixed_s", 0) - before.get("mixed_s", 0)
                     print(f"    server: {steps} decode steps, {step_ms:.1f} ms each, "
-                          f"{rows:.1f} rows on average; prefills {pre:.2f} s; load average "
+                          f"{rows:.1f} rows on average; {mixed} with prompt chunks in their "
+                          f"pass, {mixed_s:.2f} s; prefills apart {pre:.2f} s; load average "
                           f"{os.getloadavg()[0]:.2f}"
                           + (f"; errors: {r['errors']}" if r["errors"] else ""), flush=True)
                     print("    " + kv_line(samples, after), flush=True)

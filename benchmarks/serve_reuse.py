@@ -67,13 +67,21 @@ def words(seed: int, tokens: int, tok) -> str:
     return tok.decode(ids)
 
 
+# The CPUs the servers run on (--server-cpus; the client then runs on the others): empty, the
+# client's own. A client on the server's core takes from its steps: 15 streams' reading, and
+# making a 4,000-token prompt (0.18 s) once stalled a step to twice its time.
+SERVER_CPUS: set[int] = set()
+
+
 @contextmanager
 def server(run: str, *flags: str, src: str | None = None) -> Iterator[int]:
-    """`sheepop serve RUN` on an ephemeral port (from the source tree `src` when given); its
-    port; stopped at the end, whatever happens."""
+    """`sheepop serve RUN` on an ephemeral port (from the source tree `src` when given), on
+    SERVER_CPUS when set; its port; stopped at the end, whatever happens."""
     env = None if src is None else {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+    pin = (lambda: os.sched_setaffinity(0, SERVER_CPUS)) if SERVER_CPUS else None
     proc = subprocess.Popen([sys.executable, "-m", "sheepop", "serve", run, "--port", "0",
-                             *flags], stderr=subprocess.PIPE, text=True, env=env)
+                             *flags], stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=pin)
     try:
         line = ""
         while " at http://" not in line:
@@ -202,11 +210,14 @@ def join(port: int, rep: int, args, tok) -> tuple[float, float, float, float]:
 
     wait_for(lambda: min(len(t) for t in times) > 0)
     t_all = max(t[0] for t in times)  # every stream running (their own joins are over)
+    # (made before the join is timed: `words` encodes as it goes, a second of the client's CPU
+    # for 4,000 tokens, which once counted in the joiner's time and, on a shared core, stalled
+    # the server's step at the join to twice its time)
+    prompt = words(77 + rep, args.join_tokens, tok)
     wait_for(lambda: min(sum(x > t_all for x in t) for t in times) >= args.steady)
     t_join = time.perf_counter()
     ttft, _, usage = post_stream(port, "/v1/completions", {
-        "prompt": words(77 + rep, args.join_tokens, tok), "max_tokens": args.join_answer,
-        "ignore_eos": True})
+        "prompt": prompt, "max_tokens": args.join_answer, "ignore_eos": True})
     t_first, t_end = t_join + ttft, time.perf_counter()
     done.set()
     for t in threads:
@@ -285,7 +296,7 @@ def main() -> None:
                     "max_tokens (the streams' gaps while it decodes)")
     ap.add_argument("--prefill-chunk", type=int, default=0, help="the chunked server's "
                     "--prefill-chunk (0: the server's default, sized by cost)")
-    ap.add_argument("--prefill-budget", type=float, nargs="+", default=[2.0], help="the chunked "
+    ap.add_argument("--prefill-budget", type=float, nargs="+", default=[1.5], help="the chunked "
                     "servers' --prefill-budget, one server each")
     ap.add_argument("--before", default=None, metavar="SRC", help="a third server run from "
                     "this source tree (a folder holding the package, e.g. an earlier commit's "
@@ -293,7 +304,18 @@ def main() -> None:
     ap.add_argument("--stream-tokens", type=int, default=2000, help="each stream's max_tokens "
                     "(it stops once the long prompt has its first token)")
     ap.add_argument("--only", choices=["reuse", "chunked"], default=None)
+    ap.add_argument("--server-cpus", type=int, nargs="+", default=[], metavar="CPU",
+                    help="run the servers on these CPUs and this client on the others (e.g. "
+                    "--server-cpus 1 on 2 cores: the client's reading of the streams off the "
+                    "servers' core)")
     args = ap.parse_args()
+    if args.server_cpus:
+        SERVER_CPUS.update(args.server_cpus)
+        others = os.sched_getaffinity(0) - SERVER_CPUS
+        if others:
+            os.sched_setaffinity(0, others)
+        print(f"servers on CPUs {sorted(SERVER_CPUS)}, this client on "
+              f"{sorted(others) or 'the same'}", flush=True)
     print(machine.summary(), flush=True)
     tok = load_tokenizer(Path(args.run) / "tokenizer.json")
     if args.only != "chunked":

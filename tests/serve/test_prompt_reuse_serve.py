@@ -117,40 +117,48 @@ def test_a_stream_keeps_getting_tokens_while_a_long_prompt_joins(which, request)
 
 def test_the_chunk_keeps_an_iteration_within_the_budget_and_is_whole_when_nothing_runs(
         chat_model):
-    auto, fixed = (Joining(chat_model.lm, PrefixCache(0), chunk) for chunk in (0, 7))
+    auto, fixed = (Joining(chat_model.lm, PrefixCache(0), chunk, ratio=2) for chunk in (0, 7))
     assert auto.budget(running=False) == fixed.budget(running=False) == WHOLE
     assert fixed.budget(running=True) == fixed.budget(running=True, mixed=True) == 7
     assert auto.budget(running=True) == FIRST_CHUNK  # nothing measured yet
     auto.spent = FIRST_CHUNK
     auto.measured(iteration_s=0.5)  # no step measured: no target yet
     assert auto.budget(running=True) == FIRST_CHUNK
-    auto.measured(step_s=0.5)  # the target: 2 x 0.5 s
-    auto.measured(iteration_s=0.5)  # a chunk of 32 took half of it: x 2, at most x GROWTH
+    auto.measured(step_s=0.5)  # the target: 2 x 0.5 s, 0.5 s of it for the prompt
+    auto.measured(iteration_s=0.5)  # no slower than a step: nothing learnt of b
+    assert auto.budget(running=True) == FIRST_CHUNK
+    auto.measured(iteration_s=0.66)  # b = 0.16 s / 32 = 5 ms: C* = 100, at most x GROWTH
     assert auto.budget(running=True) == int(FIRST_CHUNK * GROWTH) == 40
     auto.spent = 40
-    auto.measured(iteration_s=1.6)  # over, but the median of the last ones (0.5, 1.6): 1.05 s
-    assert auto.budget(running=True) == 38
-    auto.spent = 38
-    auto.measured(iteration_s=1.6)  # the median 1.6 s: x 1 / 1.6
-    assert auto.budget(running=True) == 23
-    auto.spent = 3  # a prompt's last 3 tokens, quickly: the median still 1.6 s (x 1 / 1.6) ...
-    auto.measured(iteration_s=0.6)
-    assert auto.budget(running=True, mixed=True) == 14
-    auto.measured(iteration_s=0.6)  # ... then 0.6 s, but no growth from a chunk not filled
-    assert auto.budget(running=True, mixed=True) == 14
-    auto.measured(iteration_s=30.0)  # one slow iteration in three: the median is 0.6 s
-    assert auto.budget(running=True, mixed=True) == 14
-    auto.measured(iteration_s=30.0)  # two: x SHRINK
-    assert auto.budget(running=True, mixed=True) == 7
+    auto.measured(iteration_s=1.3)  # b = 20 ms; the median of 5 and 20 ms: C* = 40
+    assert auto.budget(running=True) == 40
+    auto.measured(iteration_s=1.3)  # the median 20 ms: C* = 25, reached at once
+    assert auto.budget(running=True) == 25
+    auto.spent = 3  # a prompt's last 3 tokens, quickly (b = 10 ms): the median still 20 ms ...
+    auto.measured(iteration_s=0.53)
+    assert auto.budget(running=True, mixed=True) == 25
+    auto.spent = 25
+    auto.measured(iteration_s=30.0)  # one slow iteration in three: the median is 20 ms
+    assert auto.budget(running=True, mixed=True) == 25
+    auto.measured(iteration_s=30.0)  # two: b 1.18 s, C* < 1: x SHRINK
+    assert auto.budget(running=True, mixed=True) == 12
     for _ in range(3):
-        auto.measured(iteration_s=30.0)  # 3.7, 1.9, 0.9 tokens
+        auto.measured(iteration_s=30.0)  # 6.2, 3.1, 1.6 tokens
     assert auto.budget(running=True, mixed=True) == 1  # a mixed pass: at least 1 token
     assert auto.budget(running=True) == MIN_CHUNK  # a pass of its own: at least MIN_CHUNK
+    grows = Joining(chat_model.lm, PrefixCache(0), 0, ratio=2)
+    grows.measured(step_s=0.5)
+    grows.spent = 3  # a prompt's last 3 tokens: b = 10 ms, C* = 50, but no growth from a
+    grows.measured(iteration_s=0.53)  # chunk it did not fill
+    assert grows.budget(running=True) == FIRST_CHUNK
     half = Joining(chat_model.lm, PrefixCache(0), 0, ratio=1.5)
     half.measured(step_s=0.4)
     half.spent = FIRST_CHUNK
-    half.measured(iteration_s=0.8)  # 1.5 x 0.4 s = 0.6 s: x 0.75
-    assert half.budget(running=True) == 24
+    half.measured(iteration_s=0.5)  # 1.5 x 0.4 s = 0.6 s: b = 3.125 ms, C* = 64: x GROWTH
+    assert half.budget(running=True) == 40
+    half.spent = 40
+    half.measured(iteration_s=0.9)  # b = 12.5 ms: median(3.125, 12.5) = 7.8 ms, C* = 25.6
+    assert half.budget(running=True) == 25
     # the step it is sized against was measured at about as many running rows
     rows = Joining(chat_model.lm, PrefixCache(0), 0)
     assert fixed.ready(15) and not rows.ready(15)
@@ -167,7 +175,7 @@ def test_the_chunk_keeps_an_iteration_within_the_budget_and_is_whole_when_nothin
         rows.measured(iteration_s=1.0)
     assert not rows.ready(15)
     rows.measured(step_s=0.8, rows=15)
-    assert rows.ready(15) and rows.step_s == 0.8  # (the median of 0.5, 9.0 and 0.8)
+    assert rows.ready(15) and rows.step_s == pytest.approx(0.9)  # (1.0, 0.5, 9.0, 0.8)
     quick = Joining(chat_model.lm, PrefixCache(0), 0)
     quick.measured(step_s=0.001)  # quicker than MIN_STALL_S: 0.1 s of prompt a step
     quick.spent = FIRST_CHUNK

@@ -76,11 +76,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "long prompt joins a chunk at a time, in the decode step's forward "
                         "pass, so running streams wait for one chunk per token, not for its "
                         "whole prompt (0: sized by cost, see --prefill-budget)")
-    p.add_argument("--prefill-budget", type=float, default=2.0, metavar="RATIO",
+    p.add_argument("--prefill-budget", type=float, default=1.5, metavar="RATIO",
                    help="with --prefill-chunk 0, a decode step that also computes prompt "
-                        "tokens may take up to RATIO times a plain step's time (both measured "
-                        "as the server runs): the running streams' time between tokens while a "
-                        "prompt joins, against their steady one")
+                        "tokens takes about RATIO times a plain step's time (both measured as "
+                        "the server runs): the running streams' time between tokens while a "
+                        "prompt joins, against their steady one (their p99 a little more)")
     p.add_argument("--max-queue", type=int, default=256,
                    help="the most sequences waiting for a row; past it a request gets 503 with "
                         "Retry-After")

@@ -15,27 +15,29 @@ The chunk (`budget`): none while no sequence is running (nobody to stall: whole 
 order); else `chunk` tokens when set; else sized by cost (`size`), so that an iteration with
 prompt tokens takes about
 
-    target = max(ratio * t_step, t_step + MIN_STALL_S)      (ratio: --prefill-budget, 2)
+    target = max(ratio * t_step, t_step + MIN_STALL_S)      (ratio: --prefill-budget, 1.5)
 
 t_step the median of the last STEPS iterations without prompt tokens (one slow step on a
-shared machine moved a moving average by a third), at about the number of rows running now and
+shared machine moved a moving average by a third, and the two while a 4,000-token prompt's
+request was read the median of three by 40%), at about the number of rows running now and
 within the last REMEASURE iterations with prompt tokens (`current`: rows within a quarter, or
 one; else the scheduler runs a plain step first: streams arriving one by one were otherwise
 measured against one row's step, their prompts joining a token at a time; and once, with a
 budget of 1.75 on a loaded core, a 4,000-token prompt sized against the steps before it did
-not finish joining within the streams' 600 s timeout). After each iteration with prompt tokens
-the size is multiplied by target / t, t the median of the last RECENT such iterations, by at
-most GROWTH and at least SHRINK (and grows only from a chunk it filled: a prompt's last chunk
-is what was left of it). If an iteration's time is s + b C for a chunk of C tokens,
-C -> C target / (s + b C) moves towards
-C* = (target - s) / b from either side without passing it (it rises with C, and C* is its
-fixed point), and follows b as it grows: a long prompt's later tokens attend over more keys. So
-the iterations with prompt tokens take about `ratio` plain steps, median to median, and on a
-machine whose load moves them both, their p99s about the same ratio. A ratio of times, not a
-time per token: the prompt's share of a mixed pass is a small difference of two noisy times,
-which near 0 let the next chunk grow unchecked; a median, not the last time, nor the longest of
-the last few (with a budget of 1.5 on a loaded core one slow iteration in three was enough to
-keep shrinking the chunk, to 7 tokens a pass). MIN_STALL_S: where steps are quicker than that
+not finish joining within the streams' 600 s timeout). An iteration with a chunk of C tokens
+takes about t = t_step + b C, b the prompt's cost per token (it grows as a long prompt's later
+tokens attend over more keys), so after each such iteration
+
+    b_i = (t - t_step) / C,    C* = (target - t_step) / median(last RECENT b_i)
+
+and the size moves to C*, by at most GROWTH and at least SHRINK (and grows only from a chunk it
+filled: a prompt's last chunk is what was left of it). The chunk lands on the target in one
+iteration; multiplying the size by target / median(t) instead, as before, approached it a
+factor at a time, lagging b by a few iterations: its iterations' p99 came out 2.2x the
+streams' steady one with a ratio of 1.75 on SmolLM2 (docs/serve.md, "Chunked prefill"). A
+median of the b_i, not the last: the prompt's share is a small difference of two noisy times;
+an iteration no slower than t_step tells nothing and is not counted; GROWTH bounds what an
+underestimated b can do in one iteration. MIN_STALL_S: where steps are quicker than that
 (a small model's), a burst of short prompts joins in a few iterations, not a millisecond's worth
 at a time. A pass of its own has a floor of MIN_CHUNK tokens (below it the pass costs what a
 one-token pass does: the weights); a mixed pass none but one token.
@@ -56,10 +58,14 @@ from sheepop.serve.api.choice import Choice
 MIN_CHUNK = 16  # tokens: below it a pass costs about what a one-token pass does (the weights)
 FIRST_CHUNK = 32  # the size by cost before any iteration with prompt tokens was measured
 MIN_STALL_S = 0.1  # seconds of prompt an iteration may always compute (see above)
-RATIO = 2.0  # an iteration with prompt tokens: at most this many decode steps' time (default)
+# An iteration with prompt tokens: about this many plain steps' time by default; the streams'
+# p99 gap comes out about a fifth more (on SmolLM2 with 15 streams and a
+# 4,000-token prompt: 1.78-1.88x their steady p99 with 1.5, 1.99-2.10x with 1.75;
+# docs/serve.md, "Chunked prefill").
+RATIO = 1.5
 GROWTH, SHRINK = 1.25, 0.5  # the most the size grows or shrinks by after one iteration
 WHOLE = 1 << 40  # "no bound": a budget no prompt reaches
-STEPS, RECENT = 3, 3  # the plain steps t_step is the median of; the iterations sizing a chunk
+STEPS, RECENT = 5, 3  # the plain steps t_step is the median of; the iterations sizing a chunk
 REMEASURE = 8  # iterations with prompt tokens at most between two plain steps
 MIXED_MOST = CHUNK_ROWS  # prompt tokens in one mixed pass at most (its attention's memory)
 TOGETHER = 2048  # the most padded tokens of fresh prompts prefilled in one pass
@@ -87,7 +93,7 @@ class Joining:
         self.steps: deque[float] = deque(maxlen=STEPS)  # the last plain steps' times ...
         self.step_rows = 0  # ... at about this many running rows
         self.since_step = 0  # iterations with prompt tokens since the last plain step
-        self.recent: deque[float] = deque(maxlen=RECENT)  # the last iterations with a chunk
+        self.per_token: deque[float] = deque(maxlen=RECENT)  # b: the last chunks' s/token
         self.size = float(FIRST_CHUNK)  # the chunk by cost (see the module's docstring)
         self.spent = 0  # tokens computed by the last `advance` or `plan`
 
@@ -136,9 +142,14 @@ class Joining:
         if iteration_s is None or not self.spent or not self.steps:
             return
         self.since_step += 1
-        self.recent.append(iteration_s)
-        target = max(self.ratio * self.step_s, self.step_s + MIN_STALL_S)
-        factor = min(GROWTH, max(SHRINK, target / float(np.median(self.recent))))
+        step = self.step_s
+        if iteration_s > step:  # (a chunk's share lost in the step's noise tells nothing)
+            self.per_token.append((iteration_s - step) / self.spent)
+        if not self.per_token:
+            return
+        target = max(self.ratio * step, step + MIN_STALL_S)
+        wanted = (target - step) / float(np.median(self.per_token))
+        factor = min(GROWTH, max(SHRINK, wanted / self.size))
         if factor < 1 or self.spent >= int(self.size):
             self.size = max(1.0, self.size * factor)
 
