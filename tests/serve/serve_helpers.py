@@ -137,6 +137,16 @@ def call(url: str, method: str, path: str, body: Any = None, key: str | None = N
 
 # ----- a server in a subprocess ------------------------------------------------------------------
 
+def greedy_completion(server: ServerProcess, model: str, prompt: str, max_tokens: int,
+                      **fields: Any) -> Any:
+    """POST a greedy /v1/completions (and `fields`) to `server`; its JSON, checked to be 200."""
+    reply = call(server.url, "POST", "/v1/completions",
+                 {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                  **fields})
+    assert reply.status == 200, reply.text
+    return reply.json()
+
+
 class ServerProcess:
     """`sheepop serve RUN --port 0 ARGS`; ready once it prints the address it listens on. A
     thread keeps reading its stderr (into `lines`), so the pipe never fills. As a context

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve_helpers import ServerProcess, call, make_runs, reference, weights
+from serve_helpers import ServerProcess, greedy_completion, make_runs, reference, weights
 
 from sheepop.checkpoint import format as checkpoint
 from sheepop.inference.load import load
@@ -21,14 +21,8 @@ def test_best_serves_the_best_checkpoint(tmp_path):
     want = reference(best, ids, MAX_TOKENS)
     assert want != reference(last, ids, MAX_TOKENS)  # so the answer tells which was served
 
-    server = ServerProcess(run, "--best", "--engine", "numpy")
-    try:
-        reply = call(server.url, "POST", "/v1/completions",
-                     {"model": "chat", "prompt": PROMPT, "max_tokens": MAX_TOKENS,
-                      "temperature": 0})
-    finally:
-        assert server.stop() == 0
-    assert reply.status == 200, reply.text
-    assert reply.json()["choices"][0]["text"] == want
+    with ServerProcess(run, "--best", "--engine", "numpy") as server:
+        reply = greedy_completion(server, "chat", PROMPT, MAX_TOKENS)
+    assert reply["choices"][0]["text"] == want
     assert any("the best checkpoint of" in line and "step 5, val loss 1.2500" in line
                for line in server.lines)

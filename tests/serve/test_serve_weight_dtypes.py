@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from serve_helpers import InProcess, ServerProcess, call, reference
+from serve_helpers import InProcess, ServerProcess, call, greedy_completion, reference
 
 from sheepop.inference.load import load
 
@@ -18,16 +18,10 @@ def test_serve_takes_the_int8_dtype(runs):
     int8 = load(run, "torch", "cpu", "int8")
     ids = int8.tokenizer.encode(PROMPT)
     want = reference(int8, ids, MAX_TOKENS)
-    server = ServerProcess(run, "--dtype", "int8")
-    try:
-        reply = call(server.url, "POST", "/v1/completions",
-                     {"model": "plain", "prompt": PROMPT, "max_tokens": MAX_TOKENS,
-                      "temperature": 0, "logprobs": 1})
-    finally:
-        assert server.stop() == 0
-    assert reply.status == 200, reply.text
-    assert reply.json()["choices"][0]["text"] == want
-    first = reply.json()["choices"][0]["logprobs"]["token_logprobs"][0]
+    with ServerProcess(run, "--dtype", "int8") as server:
+        reply = greedy_completion(server, "plain", PROMPT, MAX_TOKENS, logprobs=1)
+    assert reply["choices"][0]["text"] == want
+    first = reply["choices"][0]["logprobs"]["token_logprobs"][0]
     logprob = {}
     for dtype in ("float32", "int8"):
         lm = load(run, "torch", "cpu", dtype).lm
@@ -45,15 +39,9 @@ def test_serve_compiles_the_decode_step(runs):
     run = runs[1]
     int8 = load(run, "torch", "cpu", "int8")
     want = reference(int8, int8.tokenizer.encode(PROMPT), MAX_TOKENS)
-    server = ServerProcess(run, "--dtype", "int8", "--compile", "--engine", "torch")
-    try:
-        reply = call(server.url, "POST", "/v1/completions",
-                     {"model": "plain", "prompt": PROMPT, "max_tokens": MAX_TOKENS,
-                      "temperature": 0})
-    finally:
-        assert server.stop() == 0
-    assert reply.status == 200, reply.text
-    assert reply.json()["choices"][0]["text"] == want
+    with ServerProcess(run, "--dtype", "int8", "--compile", "--engine", "torch") as server:
+        reply = greedy_completion(server, "plain", PROMPT, MAX_TOKENS)
+    assert reply["choices"][0]["text"] == want
     assert any(line.startswith("sheepop: compile: the decode step ready in ")
                for line in server.lines), server.lines
 
