@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -139,12 +140,13 @@ def test_ctrl_c_in_the_first_moments_is_one_line_and_exit_130(tmp_path, text_fil
 def test_a_ctrl_c_that_an_import_reports_as_import_error_is_one_line(monkeypatch, capsys):
     """Ctrl-C inside a C extension's import comes out as that import's ImportError, the
     KeyboardInterrupt dropped (numpy: "numpy._core.multiarray failed to import", seen 1 time in
-    ~24 starts by the test above); `main` tells it from a real ImportError by its handler having
-    run. Here the command itself plays that import, with the handler `main` installs for the
-    program (the start-up one in place, as under `sheepop`)."""
+    ~24 starts by the test above); `main` tells it from a real ImportError by the signal its
+    handler raised, still unheard. Here the command itself plays that import, with the handler
+    `main` installs for the program (the start-up one in place, as under `sheepop`)."""
     import sheepop.cli as cli
     from sheepop.__main__ import stop_at_start
     from sheepop.cli import generate
+    from sheepop.train import signals
 
     def import_interrupted_by_ctrl_c(args):
         try:
@@ -157,7 +159,7 @@ def test_a_ctrl_c_that_an_import_reports_as_import_error_is_one_line(monkeypatch
 
     previous = signal.signal(signal.SIGINT, stop_at_start)
     try:
-        monkeypatch.setattr(cli, "_ctrl_c_seen", False)
+        monkeypatch.setattr(signals, "_unheard", None)
         monkeypatch.setattr(generate, "run", import_fails)
         with pytest.raises(ImportError, match="no module named numpy"):  # not a Ctrl-C
             cli.main(["generate", "RUN"], as_program=True)
@@ -167,6 +169,33 @@ def test_a_ctrl_c_that_an_import_reports_as_import_error_is_one_line(monkeypatch
         assert capsys.readouterr().err == "sheepop: interrupted\n"
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_signal_dropped_in_a_command_without_a_loop_is_said_when_it_returns(monkeypatch,
+                                                                              capsys):
+    """A command that does not train (`generate` here) whose stop signal Python dropped in a
+    finaliser: it finishes, then `main` says the signal in one line and ends with its status."""
+    import sheepop.cli as cli
+    from sheepop.cli import generate
+
+    def dropping(args):
+        def generator():
+            try:
+                yield
+            finally:  # closed by the collector: what the handler raises here is dropped
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        started = generator()
+        next(started)
+        del started
+        print("generated")
+        return 0
+
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: None)
+    monkeypatch.setattr(generate, "run", dropping)
+    assert cli.main(["generate", "RUN"]) == 143
+    assert capsys.readouterr() == ("generated\n", "sheepop: stopped by SIGTERM\n")
+    monkeypatch.setattr(generate, "run", lambda args: 0)
+    assert cli.main(["generate", "RUN"]) == 0  # taken: the next command is not stopped by it
 
 
 SCRIPT = Path(sys.executable).with_name("sheepop")  # the installed command, not `python -m`
@@ -245,6 +274,69 @@ def test_a_stop_signal_while_the_program_imports_is_one_line(tmp_path, text_file
                 f"stopped by {signal.Signals(signum).name}")
             if proc.returncode != 128 + signum or err != f"sheepop: {line}\n":
                 wrong.append((module, signal.Signals(signum).name, proc.returncode, err[-300:]))
+    assert not wrong
+
+
+# The same, the signal arriving inside a generator that the garbage collector closes: the
+# exception its handler raises there is dropped by Python ("Exception ignored in"). Seen for real:
+# SIGHUP while `import torch` closed a generator `any()` had left, and the run trained on.
+DROPPED_AT_IMPORT = '''
+import os
+import signal
+import sys
+import threading
+
+
+def signal_in_a_finaliser():
+    try:
+        yield
+    finally:  # runs as the generator is collected, and with it the handler
+        signal.pthread_kill(threading.main_thread().ident, {signum})
+
+
+class DroppedAtImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            generator = signal_in_a_finaliser()
+            next(generator)
+            del generator
+        return None
+
+
+sys.meta_path.insert(0, DroppedAtImport())
+'''
+
+
+def test_a_stop_signal_python_drops_in_a_finaliser_still_stops_the_run(tmp_path, text_file):
+    """SIGINT, SIGTERM and SIGHUP raised inside a finaliser as the `train` command's module or
+    numpy starts to import (after the command line's handlers are in place): the run still
+    stops, with 128 + the signal's number and no traceback, before its first step (one line) or
+    at the end of it (the step saved): `sheepop.train.signals.unheard`. Before, it trained all
+    100,000 steps and exited 0."""
+    wrong = []
+    for module in ("sheepop.cli.train", "numpy"):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            hook = tmp_path / f"{module}-{signum}"
+            hook.mkdir()
+            (hook / "sitecustomize.py").write_text(
+                DROPPED_AT_IMPORT.format(module=module, signum=int(signum)))
+            proc = start_sheepop(["train", str(text_file), "--out", str(hook / "run"),
+                                  "--steps", "100000", *TINY], env={"PYTHONPATH": str(hook)})
+            try:
+                out, err = proc.communicate(timeout=BOUND_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+                pytest.fail(f"{signal.Signals(signum).name} at {module}: still running")
+            name = signal.Signals(signum).name
+            line = "interrupted" if signum == signal.SIGINT else f"stopped by {name}"
+            trainer = hook / "run" / "trainer.json"
+            in_loop = trainer.is_file() and json.loads(trainer.read_text())["step"] == 1 and (
+                f"interrupted ({name}): saving a checkpoint of step 1" in out)
+            if (proc.returncode != 128 + signum or "Traceback" in err
+                    or not (in_loop or err.splitlines()[-1:] == [f"sheepop: {line}"])):
+                wrong.append((module, name, proc.returncode, out[-300:], err[-300:]))
     assert not wrong
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -115,3 +117,49 @@ def test_outside_the_loop_sigterm_raises_like_ctrl_c():
     assert signals.exit_status(signals.signum_of(caught.value)) == 143
     assert signals.exit_status(signal.SIGHUP) == 129 and signals.exit_status(None) == 130
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def _dropped_by_a_finaliser(signum: int) -> None:
+    """`signum` handled inside a generator the collector closes: Python drops what the handler
+    raises there ("Exception ignored in", here quiet: sheepop.train.signals)."""
+    def generator():
+        try:
+            yield
+        finally:
+            signal.pthread_kill(threading.main_thread().ident, signum)  # the handler runs here
+    started = generator()
+    next(started)
+    del started
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP],
+                         ids=lambda s: signal.Signals(s).name)
+def test_a_stop_signal_dropped_before_the_loop_stops_it_at_its_first_step(
+        tmp_path, tiny_config, tiny_trainer, signum, monkeypatch):
+    """(A signal dropped while the trainer is set up stops it as soon as its engine is built:
+    `signals.deferred`, tests/cli/test_signal_edges.py.)"""
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    trainer = tiny_trainer(tiny_config(), tmp_path / "run")
+    with signals.raising_stop_signals():
+        _dropped_by_a_finaliser(signum)  # e.g. while the command imports torch
+        assert reported == []  # not a traceback: the command line says it in one line
+        summary = trainer.run()
+    assert summary.interrupted and summary.steps == 1 and summary.signum == signum
+    assert json.loads((tmp_path / "run" / "trainer.json").read_text())["step"] == 1
+    assert signals.unheard() is None  # taken by the loop: the command line says nothing more
+
+
+def test_a_stop_signal_caught_by_sheepop_is_heard_and_one_dropped_is_not():
+    with pytest.raises(KeyboardInterrupt):
+        with signals.raising_stop_signals():
+            signal.raise_signal(signal.SIGTERM)
+    assert signals.unheard() is None  # it left the block: the caller above catches it
+    with signals.raising_stop_signals():
+        try:
+            signal.raise_signal(signal.SIGHUP)
+        except KeyboardInterrupt as e:
+            assert signals.heard(e) == signal.SIGHUP  # e.g. chat stopping an answer
+        assert signals.unheard() is None
+        _dropped_by_a_finaliser(signal.SIGHUP)
+    assert signals.unheard() == signal.SIGHUP and signals.unheard() is None  # taken once

@@ -72,39 +72,35 @@ def main(argv: list[str] | None = None, as_program: bool = False) -> int:
             if getattr(args, APPLY_THREADS, False):  # inference: --threads, before any model
                 from sheepop.threads import apply
                 apply(args.threads, spare=getattr(args, SPARE_CORES, 0))
-            return int(args.func(args) or 0)
+            status = int(args.func(args) or 0)
+        dropped = signals.unheard()  # raised, then dropped on its way (sheepop.train.signals)
+        if dropped is None:
+            return status
+        print(f"sheepop: {signals.stopped_by(dropped)}", file=sys.stderr)
+        return signals.exit_status(dropped)
     except UserError as e:
         print(f"sheepop: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP outside a training loop
-        signum = signals.signum_of(e)
+        signum = signals.heard(e)
         print(f"sheepop: {signals.stopped_by(signum)}", file=sys.stderr)
         return signals.exit_status(signum)
     except ImportError:
-        if not _ctrl_c_seen:
-            raise
-        # A Ctrl-C inside a C extension's import (numpy's, 0.2-0.3 s after the start) comes
+        # A signal inside a C extension's import (numpy's, 0.2-0.3 s after the start) comes
         # out as that import's ImportError, the KeyboardInterrupt dropped (measured 1 in ~24)
-        print(f"sheepop: {signals.stopped_by(signal.SIGINT)}", file=sys.stderr)
-        return signals.exit_status(signal.SIGINT)
+        if (signum := signals.unheard()) is None:
+            raise
+        print(f"sheepop: {signals.stopped_by(signum)}", file=sys.stderr)
+        return signals.exit_status(signum)
     except BrokenPipeError:  # e.g. `sheepop generate ... | head`
         return 0
 
 
-_ctrl_c_seen = False
-
-
-def _ctrl_c(signum: int, frame: object) -> None:
-    """Python's own SIGINT handler (KeyboardInterrupt), remembering that it ran."""
-    global _ctrl_c_seen
-    _ctrl_c_seen = True
-    raise KeyboardInterrupt
-
-
 def _raise_on_ctrl_c() -> None:
-    """Ctrl-C raises KeyboardInterrupt again (as Python's own handler does), in place of the
+    """Ctrl-C raises a KeyboardInterrupt again (as Python's own handler does), in place of the
     start-up handler, now that `main`'s `try` turns it into one line; an ignored SIGINT (a
     background job's) stays ignored."""
+    from sheepop.train import signals
     if (threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):
-        signal.signal(signal.SIGINT, _ctrl_c)
+        signal.signal(signal.SIGINT, signals.raise_stopped)

@@ -45,6 +45,7 @@ from sheepop.cli.steer import add_steer_flag, steering_of
 from sheepop.config.model_size import param_count
 from sheepop.config.schema import INFERENCE_ENGINES, SampleConfig
 from sheepop.errors import UserError
+from sheepop.train import signals
 
 COMMANDS = "/reset (forget the conversation), /system TEXT (set the system message), /quit"
 NO_TEMPLATE = ("this run's tokenizer has no chat template: fine-tune it with sheepop finetune "
@@ -175,7 +176,7 @@ class Chat:
                 pieces.append(piece)
                 write(piece)
         except KeyboardInterrupt as e:
-            if getattr(e, "signum", signal.SIGINT) != signal.SIGINT:
+            if signals.heard(e) != signal.SIGINT:
                 raise  # SIGTERM, SIGHUP: leave (sheepop.cli.main)
             self.after_answer.append("(answer stopped)")
         if self.show_speed:
@@ -246,7 +247,7 @@ def interactive(chat: Chat, stdin: TextIO, out: TextIO, note: TextIO) -> None:
         try:
             line = stdin.readline()
         except KeyboardInterrupt as e:
-            if getattr(e, "signum", signal.SIGINT) != signal.SIGINT or interrupted:
+            if signals.heard(e) != signal.SIGINT or interrupted:
                 note.write("\n")
                 return
             interrupted = True

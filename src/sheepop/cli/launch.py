@@ -75,7 +75,8 @@ def launch(nproc: int, argv: list[str]) -> int:
             # every rank, which saves and stops (sheepop.train.signals), and we wait for it.
             if signum is None and isinstance(e, signals.Stopped):
                 proc.send_signal(e.signum)
-            signum = signum or signals.signum_of(e)
+            caught = signals.heard(e)
+            signum = signum or caught
     if signum is not None:
         return signals.exit_status(signum)
     if status != 0:

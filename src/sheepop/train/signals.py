@@ -13,6 +13,15 @@ process; SIGHUP is a closed terminal. Two phases:
   are noted and change nothing, so the save completes. SIGKILL cannot be caught; the checkpoint's
   own all-or-nothing writes cover it.
 
+A raised signal can be dropped on its way: Python drops an exception raised inside a finaliser
+(a generator closed by the garbage collector, a `__del__`: "Exception ignored in ..."), and a C
+extension's import can turn it into an ImportError that an optional import catches. Measured:
+`sheepop train` given SIGHUP while importing torch trained all its steps and exited 0 (the
+handler had raised inside a generator that `any()` left and the collector closed). So the
+handlers record the signal they raise until sheepop catches it (`heard`): the training loop
+takes one still unheard as its stop request, and the command line ends on it once the command
+returns (`unheard`).
+
 Exit status: 128 + the signal's number, as a shell reports a process a signal stopped: SIGINT
 130, SIGHUP 129, SIGTERM 143.
 
@@ -26,8 +35,10 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -59,6 +70,31 @@ def signum_of(interrupt: BaseException) -> int:
     return int(getattr(interrupt, "signum", signal.SIGINT))
 
 
+_unheard: int | None = None  # the signal `raise_stopped` last raised, until `heard` (above)
+
+
+def raise_stopped(signum: int, frame: FrameType | None) -> None:
+    """A handler: raise `Stopped`, the signal noted until sheepop catches it (`heard`)."""
+    global _unheard
+    _unheard = signum
+    raise Stopped(signum)
+
+
+def heard(interrupt: BaseException) -> int:
+    """The signal behind a KeyboardInterrupt that sheepop has caught: no longer unheard."""
+    global _unheard
+    _unheard = None
+    return signum_of(interrupt)
+
+
+def unheard() -> int | None:
+    """The signal a handler raised whose exception was dropped before sheepop caught it (the
+    module's docstring), taken: None when there is none."""
+    global _unheard
+    signum, _unheard = _unheard, None
+    return signum
+
+
 def exit_status(signum: int | None) -> int:
     """128 + the signal number (SIGINT when None), as a shell reports it."""
     return 128 + int(signum or signal.SIGINT)
@@ -85,21 +121,37 @@ def _handlers(signums: tuple[int, ...], handler: Any) -> Iterator[None]:
             signal.signal(s, old if old is not None else signal.SIG_DFL)
 
 
-def _raise_stopped(signum: int, frame: FrameType | None) -> None:
-    raise Stopped(signum)
-
-
-def raising_stop_signals() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def raising_stop_signals() -> Iterator[None]:
     """Inside the block SIGTERM and SIGHUP raise `Stopped` (a KeyboardInterrupt), as Ctrl-C
-    raises KeyboardInterrupt."""
-    return _handlers(RAISING_SIGNALS, _raise_stopped)
+    raises KeyboardInterrupt. One that leaves the block is on its way to be caught: heard."""
+    global _unheard
+    hook = sys.unraisablehook
+    sys.unraisablehook = partial(_quiet_if_dropped, hook)
+    with _handlers(RAISING_SIGNALS, raise_stopped):
+        try:
+            yield
+        except KeyboardInterrupt:
+            _unheard = None
+            raise
+        finally:
+            sys.unraisablehook = hook
+
+
+def _quiet_if_dropped(hook: Callable[[Any], None], unraisable: Any) -> None:
+    """Python's report of an exception a finaliser dropped ("Exception ignored in", a
+    traceback), except for the stop signal `raise_stopped` raised there: it is still noted
+    (`unheard`), and the command line says it in one line."""
+    if not (isinstance(unraisable.exc_value, Stopped) and _unheard is not None):
+        hook(unraisable)
 
 
 class StopRequest:
     """While training: SIGINT, SIGTERM and SIGHUP are recorded, not raised.
 
-    `signum` is the first one received (None until then); `repeats` counts the later ones. The
-    loop reads `signum` at each step boundary. Nothing is printed from the handler itself: a
+    `signum` is the first one received (None until then; on entry, a raised signal that was
+    dropped, `unheard`); `repeats` counts the later ones. The loop reads `signum` at each step
+    boundary. Nothing is printed from the handler itself: a
     handler runs between two bytecodes of the main thread, possibly inside a print, and a
     re-entrant write to stdout raises.
     """
@@ -120,6 +172,7 @@ class StopRequest:
         return self.signum is not None
 
     def __enter__(self) -> StopRequest:
+        self.signum = unheard()
         self._block = _handlers(STOP_SIGNALS, self._record)
         self._block.__enter__()
         return self
