@@ -96,6 +96,7 @@ RECIPE = {
     "zero_init": ["model.zero_init_proj=true"],
     "muon": ["train.optimizer=muon", "train.muon_lr=0.02"],
     "wsd": ["train.schedule=wsd", "train.cooldown=0.3", "train.lr=3e-3", "train.min_lr=3e-4"],
+    "no_warmup": ["train.warmup_steps=0"],
 }
 # Pieces measured and left out of the recipe (docs/speedrun.md): `--extras` adds each in turn.
 # Under Muon, train.lr is the learning rate of what AdamW keeps: embeddings, head, gains.
@@ -108,7 +109,8 @@ UNDO = {"rope": ["model.pos_encoding=learned"], "rmsnorm": ["model.norm=layernor
         "qk_norm": ["model.qk_norm=false"], "relu2": ["model.activation=gelu"],
         "softcap": ["model.logit_softcap=0"], "zero_init": ["model.zero_init_proj=false"],
         "muon": ["train.optimizer=adamw"],
-        "wsd": ["train.schedule=cosine", "train.lr=1e-3", "train.min_lr=1e-4"]}
+        "wsd": ["train.schedule=cosine", "train.lr=1e-3", "train.min_lr=1e-4"],
+        "no_warmup": ["train.warmup_steps=100"]}
 
 
 def shape_settings(scale: Scale, dtype: str, threads: int) -> list[str]:
@@ -244,6 +246,8 @@ def main() -> None:
     ap.add_argument("--scale", choices=SCALES, default="char")
     ap.add_argument("--steps", type=int, default=0, help="the reference's steps (0: the scale's)")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="the seeds are FIRST_SEED.. (two runs side by side, one core each)")
     ap.add_argument("--eval-every", type=int, default=0, help="0: the scale's")
     ap.add_argument("--max-factor", type=float, default=1.5,
                     help="sheepop's recipe may take up to this many times the reference's steps")
@@ -289,7 +293,7 @@ def main() -> None:
     variants.update({f"with {' '.join(sets)}": recipe + sets for sets in args.also})
     rows: dict[str, list[dict]] = {"reference": [], **{k: [] for k in variants}}
     cap = int(scale.steps * args.max_factor)
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         ref = train_nanogpt(dataset, scale, scale.steps, seed, torch.bfloat16 if bf16 else None)
         rows["reference"].append(ref)
         print(f"seed {seed}: nanoGPT {scale.steps} steps in {ref['seconds']:.1f} s "
