@@ -151,9 +151,8 @@ class StopRequest:
 
     `signum` is the first one received (None until then; on entry, a raised signal that was
     dropped, `unheard`); `repeats` counts the later ones. The loop reads `signum` at each step
-    boundary. Nothing is printed from the handler itself: a
-    handler runs between two bytecodes of the main thread, possibly inside a print, and a
-    re-entrant write to stdout raises.
+    boundary. Nothing is printed from the handler itself: a handler runs between two bytecodes
+    of the main thread, possibly inside a print, and a re-entrant write to stdout raises.
     """
 
     def __init__(self) -> None:
