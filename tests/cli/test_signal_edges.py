@@ -77,20 +77,14 @@ def _interrupted_at(args, delays, saved=lambda i: False, signum=signal.SIGINT,
     Python itself catches SIGINT from its start, so a caught SIGINT says nothing of sheepop's
     (waiting for it, a Ctrl-C 0.05 s later still landed in runpy on a loaded machine, before
     sheepop's first line, where a signal is Python's to report: docs/reliability.md)."""
-    line = "sheepop: " + ("interrupted" if signum == signal.SIGINT
-                          else f"stopped by {signal.Signals(signum).name}")
+    line = f"sheepop: {_one_line(signum)}"
     outcomes = []
     for i, delay in enumerate(delays):
         proc = start_sheepop(args(i), program=program)
         wait_until(proc, partial(catches, proc.pid, signal.SIGTERM), "the start-up handlers")
         time.sleep(float(delay))
         proc.send_signal(signum)
-        try:
-            _, err = proc.communicate(timeout=BOUND_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            pytest.fail(f"signal {signum} at {delay:.2f} s: still running after {BOUND_S} s")
+        _, err = _ended(proc, f"signal {signum} at {delay:.2f} s")
         outcomes.append((round(float(delay), 2), proc.returncode, err.strip(), saved(i)))
     # (-2 after the one line, the process ending by SIGINT once sheepop has printed it, was
     # seen in 1 run of ~24; its cause is not found; a shell reports it as 130 all the same.)
@@ -236,6 +230,37 @@ class SignalAtImport:
 sys.meta_path.insert(0, SignalAtImport())
 '''
 
+def _one_line(signum: int) -> str:
+    """What sheepop says of `signum` after "sheepop: "."""
+    return "interrupted" if signum == signal.SIGINT else (
+        f"stopped by {signal.Signals(signum).name}")
+
+
+def _train_signalled_at_import(tmp_path: Path, text_file: Path, template: str, module: str,
+                               signum: int, program=(sys.executable, "-m", "sheepop")
+                               ) -> tuple[int, str, str, Path]:
+    """`train` run with `template`'s sitecustomize signalling `signum` as `module` starts to
+    import: (its exit status, stdout, stderr, the run's folder)."""
+    hook = tmp_path / f"{module}-{signum}"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(template.format(module=module, signum=int(signum)))
+    proc = start_sheepop(["train", str(text_file), "--out", str(hook / "run"), "--steps",
+                          "100000", *TINY], program=program, env={"PYTHONPATH": str(hook)})
+    out, err = _ended(proc, f"{signal.Signals(signum).name} at {module}")
+    return proc.returncode, out, err, hook / "run"
+
+
+def _ended(proc: subprocess.Popen, what: str) -> tuple[str, str]:
+    """The process's stdout and stderr once it has ended; killed, the test failed, if it has
+    not within BOUND_S."""
+    try:
+        return proc.communicate(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{what}: still running after {BOUND_S} s")
+
+
 # Modules the program imports after its own first line, in this order: the command line's package,
 # the one `signal` itself imports (the old start-up handlers came after it), the parser, the
 # `train` command's module, and numpy (imported once the command runs).
@@ -257,23 +282,10 @@ def test_a_stop_signal_while_the_program_imports_is_one_line(tmp_path, text_file
     wrong = []
     for module in MOMENTS:
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            hook = tmp_path / f"{module}-{signum}"
-            hook.mkdir()
-            (hook / "sitecustomize.py").write_text(
-                SIGNAL_AT_IMPORT.format(module=module, signum=int(signum)))
-            proc = start_sheepop(["train", str(text_file), "--out", str(hook / "run"),
-                                  "--steps", "100000", *TINY], program=command,
-                                 env={"PYTHONPATH": str(hook)})
-            try:
-                _, err = proc.communicate(timeout=BOUND_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                pytest.fail(f"{signal.Signals(signum).name} at {module}: still running")
-            line = "interrupted" if signum == signal.SIGINT else (
-                f"stopped by {signal.Signals(signum).name}")
-            if proc.returncode != 128 + signum or err != f"sheepop: {line}\n":
-                wrong.append((module, signal.Signals(signum).name, proc.returncode, err[-300:]))
+            status, _, err, _ = _train_signalled_at_import(tmp_path, text_file, SIGNAL_AT_IMPORT,
+                                                           module, signum, command)
+            if status != 128 + signum or err != f"sheepop: {_one_line(signum)}\n":
+                wrong.append((module, signal.Signals(signum).name, status, err[-300:]))
     assert not wrong
 
 
@@ -317,26 +329,15 @@ def test_a_stop_signal_python_drops_in_a_finaliser_still_stops_the_run(tmp_path,
     wrong = []
     for module in ("sheepop.cli.train", "numpy"):
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            hook = tmp_path / f"{module}-{signum}"
-            hook.mkdir()
-            (hook / "sitecustomize.py").write_text(
-                DROPPED_AT_IMPORT.format(module=module, signum=int(signum)))
-            proc = start_sheepop(["train", str(text_file), "--out", str(hook / "run"),
-                                  "--steps", "100000", *TINY], env={"PYTHONPATH": str(hook)})
-            try:
-                out, err = proc.communicate(timeout=BOUND_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-                pytest.fail(f"{signal.Signals(signum).name} at {module}: still running")
+            status, out, err, run = _train_signalled_at_import(
+                tmp_path, text_file, DROPPED_AT_IMPORT, module, signum)
             name = signal.Signals(signum).name
-            line = "interrupted" if signum == signal.SIGINT else f"stopped by {name}"
-            trainer = hook / "run" / "trainer.json"
+            trainer = run / "trainer.json"
             in_loop = trainer.is_file() and json.loads(trainer.read_text())["step"] == 1 and (
                 f"interrupted ({name}): saving a checkpoint of step 1" in out)
-            if (proc.returncode != 128 + signum or "Traceback" in err
-                    or not (in_loop or err.splitlines()[-1:] == [f"sheepop: {line}"])):
-                wrong.append((module, name, proc.returncode, out[-300:], err[-300:]))
+            if (status != 128 + signum or "Traceback" in err
+                    or not (in_loop or err.splitlines()[-1:] == [f"sheepop: {_one_line(signum)}"])):
+                wrong.append((module, name, status, out[-300:], err[-300:]))
     assert not wrong
 
 
