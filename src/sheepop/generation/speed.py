@@ -68,9 +68,9 @@ class Stopwatch:
             self.tick()
             yield step
 
-    def tick(self) -> None:
-        """A token has just been drawn."""
-        now = time.perf_counter()
+    def tick(self, now: float | None = None) -> None:
+        """A token was drawn `now` (time.perf_counter's; None: just now)."""
+        now = time.perf_counter() if now is None else now
         if self.first is None:
             self.first = now
         self.last = now

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,9 @@ class Event:
     finish: str | None = None       # "stop" | "length" once the choice has ended
     error: ApiError | None = None
     prompt_logprobs: list[Logprob | None] | None = None  # (echo with logprobs, first event)
+    # When it happened, on the model's thread: the speed log times the tokens by it, not by
+    # when the response's coroutine takes them (it may take several steps' at once)
+    at: float = field(default_factory=time.perf_counter)
 
 
 def log_softmax(logits: np.ndarray, never: Sequence[int]) -> np.ndarray:
@@ -98,7 +101,7 @@ def logprob(logp: np.ndarray, token: int, k: int) -> Logprob:
 class Job:
     """One HTTP request: its checked `Request`, its choices, its deadline, and whether it was
     cancelled (client gone, timeout, shutdown). `inbox` is the app's: where its events go;
-    `stopwatch` times its tokens from its arrival as its response receives them."""
+    `stopwatch` times its tokens from its arrival to when the model drew each (`Event.at`)."""
 
     def __init__(self, request: Request, tokenizer: Tokenizer, timeout: float):
         self.request = request

@@ -84,7 +84,7 @@ class JobResponse:
         self.render.proposed, self.render.accepted, _ = self.job.proposals()  # (so far)
         for e in events:
             if e.token is not None:  # (the tokens usage counts)
-                self.job.stopwatch.tick()
+                self.job.stopwatch.tick(e.at)
             if e.finish is not None or e.error is not None:
                 self.left.discard(e.index)
         return events
