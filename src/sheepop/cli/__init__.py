@@ -74,26 +74,27 @@ def main(argv: list[str] | None = None, as_program: bool = False) -> int:
                 apply(args.threads, spare=getattr(args, SPARE_CORES, 0))
             status = int(args.func(args) or 0)
         dropped = signals.unheard()  # raised, then dropped on its way (sheepop.train.signals)
-        if dropped is None:
-            return status
-        print(f"sheepop: {signals.stopped_by(dropped)}", file=sys.stderr)
-        return signals.exit_status(dropped)
+        return status if dropped is None else _stopped(dropped)
     except UserError as e:
         print(f"sheepop: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM or SIGHUP outside a training loop
-        signum = signals.heard(e)
-        print(f"sheepop: {signals.stopped_by(signum)}", file=sys.stderr)
-        return signals.exit_status(signum)
+        return _stopped(signals.heard(e))
     except ImportError:
         # A signal inside a C extension's import (numpy's, 0.2-0.3 s after the start) comes
         # out as that import's ImportError, the KeyboardInterrupt dropped (measured 1 in ~24)
         if (signum := signals.unheard()) is None:
             raise
-        print(f"sheepop: {signals.stopped_by(signum)}", file=sys.stderr)
-        return signals.exit_status(signum)
+        return _stopped(signum)
     except BrokenPipeError:  # e.g. `sheepop generate ... | head`
         return 0
+
+
+def _stopped(signum: int) -> int:
+    """A stop signal's one line on stderr (`sheepop: interrupted`); its exit status."""
+    from sheepop.train import signals
+    print(f"sheepop: {signals.stopped_by(signum)}", file=sys.stderr)
+    return signals.exit_status(signum)
 
 
 def _raise_on_ctrl_c() -> None:
