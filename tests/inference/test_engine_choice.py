@@ -1,5 +1,5 @@
 """`--engine auto` (sheepop.inference.load.choose_engine, sheepop.inference.engine_choice): torch
-for a GPU, bfloat16 or compile; on the CPU in float32 the engine the measured table says decodes
+for a GPU, int4 or compile, NumPy for bfloat16 and int8 on the CPU; on the CPU in float32 the engine the measured table says decodes
 faster at the model's size and thread count, with the reason printed; the same greedy tokens as
 the torch engine; `auto` accepted by every inference command; and `sheepop generate` on the
 NumPy engine never imports torch (or the other heavy modules) on its way to the text."""
@@ -50,10 +50,14 @@ def weights(config):
 @pytest.mark.parametrize(("device", "dtype", "compile", "gpu", "expected"), [
     ("auto", "float32", False, True, "torch"),     # a GPU driver: torch decides the device
     ("cuda", "float32", False, False, "torch"),
-    ("cpu", "bfloat16", False, False, "torch"),
+    ("cpu", "int4", False, False, "torch"),
     ("cpu", "float32", True, False, "torch"),
+    ("cpu", "int8", True, False, "torch"),
+    ("cuda", "bfloat16", False, False, "torch"),
+    ("cpu", "bfloat16", False, False, "numpy"),  # the NumPy engine's kernels (scratch.narrow)
+    ("cpu", "int8", False, False, "numpy"),
 ])
-def test_auto_is_torch_for_a_gpu_bfloat16_or_compile(monkeypatch, device, dtype, compile, gpu,
+def test_auto_is_torch_for_a_gpu_int4_or_compile(monkeypatch, device, dtype, compile, gpu,
                                                      expected):
     monkeypatch.setattr(inference, "gpu_present", lambda: gpu)
     assert choose_engine("auto", device, dtype, compile) == expected

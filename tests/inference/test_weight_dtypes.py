@@ -256,14 +256,19 @@ def run(tmp_path_factory):
     return root / "run", root / "text.txt"
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "int8", "int4"])
-def test_generate_takes_the_dtype(run, dtype, capsys):
+@pytest.mark.parametrize(("dtype", "engine"), [
+    ("bfloat16", "torch"), ("int8", "torch"), ("int4", "torch"), ("int4", "auto"),
+    ("bfloat16", "numpy"), ("int8", "numpy"), ("bfloat16", "auto"), ("int8", "auto")])
+def test_generate_takes_the_dtype(run, dtype, engine, capsys):
+    """Each engine's tokens are its own model's greedy ones; `auto` runs int4 on torch and
+    bf16 and int8 on the NumPy engine's kernels (sheepop.inference.engine_choice)."""
     argv = ["generate", str(run[0]), "--prompt", "the", "--temperature", "0",
-            "--max-new-tokens", "6", "--threads", "1", "--dtype", dtype]
+            "--max-new-tokens", "6", "--threads", "1", "--dtype", dtype, "--engine", engine]
     assert main(argv) == 0
     out = capsys.readouterr()
-    assert f"torch engine, {dtype}" in out.err
-    model = load(run[0], "torch", "cpu", dtype)
+    ran = engine if engine != "auto" else "torch" if dtype == "int4" else "numpy"
+    assert f"{ran} engine, {dtype}" in out.err
+    model = load(run[0], ran, "cpu", dtype)
     ids = model.tokenizer.encode("the")
     want = model.lm.greedy(np.array([ids]), 6)[0]
     assert out.out == "the" + model.tokenizer.decode(want.tolist()) + "\n"
@@ -302,7 +307,7 @@ def test_chat_takes_the_dtype(run, capsys, monkeypatch):
     assert main(["chat", str(run[0]), "--temperature", "0", "--max-new-tokens", "4",
                  "--threads", "1", "--dtype", "int8"]) == 0
     out = capsys.readouterr()
-    assert "torch engine" in out.err and len(out.out.splitlines()) == 1
+    assert "engine: numpy" in out.err and len(out.out.splitlines()) == 1
 
 
 def test_chat_compiles_the_decode_step_too(run, capsys, monkeypatch):
@@ -310,7 +315,7 @@ def test_chat_compiles_the_decode_step_too(run, capsys, monkeypatch):
     is the eager one's (greedy, int8: the same kernel on AVX-512, the words loop within the
     bf16 roundings on AVX2), and the start-up line says what compiling cost."""
     argv = ["chat", str(run[0]), "--temperature", "0", "--max-new-tokens", "6", "--threads",
-            "1", "--dtype", "int8"]
+            "1", "--dtype", "int8", "--engine", "torch"]
     answers = []
     for extra in ([], ["--compile"]):
         monkeypatch.setattr(sys, "stdin", io.StringIO("the cat\n"))
@@ -323,12 +328,12 @@ def test_chat_compiles_the_decode_step_too(run, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("argv", [
-    ["generate", "RUN", "--engine", "numpy", "--dtype", "int8"],
-    ["eval", "RUN", "--data", "TEXT", "--engine", "numpy", "--dtype", "bfloat16"],
-    ["chat", "RUN", "--engine", "numpy", "--dtype", "int8"],
-    ["serve", "RUN", "--engine", "numpy", "--dtype", "int8"],
+    ["generate", "RUN", "--engine", "numpy", "--dtype", "int4"],
+    ["eval", "RUN", "--data", "TEXT", "--engine", "numpy", "--dtype", "int4"],
+    ["chat", "RUN", "--engine", "numpy", "--dtype", "int4"],
+    ["serve", "RUN", "--engine", "numpy", "--dtype", "int4"],
 ])
-def test_the_numpy_engine_refuses_another_dtype(run, argv, capsys):
+def test_the_numpy_engine_refuses_int4(run, argv, capsys):
     argv = [str(run[0]) if a == "RUN" else str(run[1]) if a == "TEXT" else a for a in argv]
     fails(capsys, argv, "--dtype", "torch")
 

@@ -123,6 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    from sheepop.inference.load import engine_refusal
+    refusal = engine_refusal(args.engine, args.dtype, args.compile)
     checks = [(0 <= args.port <= 65535, "--port must be in 0..65535"),
               (args.max_batch >= 1, "--max-batch must be at least 1"),
               (args.max_queue >= 1, "--max-queue must be at least 1"),
@@ -137,8 +139,7 @@ def _check(args: argparse.Namespace) -> None:
               (args.timeout_read > 0, "--timeout-read must be a positive number of seconds"),
               (args.max_connections is None or args.max_connections >= 1,
                "--max-connections must be at least 1"),
-              (args.dtype == "float32" or args.engine != "numpy", "--dtype needs --engine torch"),
-              (not args.compile or args.engine != "numpy", "--compile needs --engine torch"),
+              (refusal is None, refusal),
               (args.runs is None or Path(args.runs).is_dir(),
                f"--runs {args.runs}: not a directory")]
     for ok, message in checks:

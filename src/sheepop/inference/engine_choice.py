@@ -3,9 +3,13 @@ threads (docs/performance.md, "Which engine auto picks").
 
 The rule, in order:
 
-1. a GPU (device cuda, or auto with a GPU driver present), torch.compile, or weights in any
-   type but float32 (bfloat16, int8): torch, the only engine that runs them;
-2. float32 on the CPU: the row of `DECODE_TOKENS_PER_S` nearest the model (parameters on a log
+1. a GPU (device cuda, or auto with a GPU driver present), torch.compile, or int4 weights:
+   torch, the only engine that runs them;
+2. bfloat16 or int8 weights on the CPU: NumPy, whose compiled kernels read them in their own
+   bytes (sheepop.scratch.narrow): on SmolLM2's shape, one thread, 1.5x and 3x its float32
+   decode, where torch's eager steps were 1.2x and 1.9x torch's float32 (docs/performance.md,
+   "Weights in fewer bytes on the NumPy engine");
+3. float32 on the CPU: the row of `DECODE_TOKENS_PER_S` nearest the model (parameters on a log
    scale) at the thread count in use (above the largest measured, the largest). NumPy if it
    decoded at >= `NUMPY_MARGIN` of torch's rate there, else torch: within 10% NumPy wins on
    what the table does not show, starting ~2 s sooner without importing torch
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from sheepop.config.schema import NUMPY_DTYPES
 
 NUMPY_MARGIN = 0.9  # NumPy at >= 0.9 of torch's decode rate: NumPy (it starts ~2 s sooner)
 WHERE = "docs/performance.md"
@@ -80,10 +86,13 @@ def choose(params: int | None, on_cpu: bool, dtype: str = "float32", compile: bo
     """The engine for a model of `params` parameters (None: unknown size) by the rule above."""
     if not on_cpu:
         return Choice("torch", "a GPU: the NumPy engine runs on the CPU only")
-    if dtype != "float32":
-        return Choice("torch", f"{dtype} weights run on the torch engine")
     if compile:
         return Choice("torch", "torch.compile runs on the torch engine")
+    if dtype not in NUMPY_DTYPES:
+        return Choice("torch", f"{dtype} weights run on the torch engine")
+    if dtype != "float32":
+        return Choice("numpy", f"{dtype} weights on the CPU: the NumPy engine's kernels read "
+                               f"them in their own bytes, {WHERE}")
     if params is None:
         return Choice("numpy", "float32 on the CPU; it starts ~2 s sooner without torch")
     row = nearest(params, threads, table)

@@ -2,7 +2,8 @@
 engine-independent computations read (sheepop.inference.step_trace, the page's step-by-step
 view).
 
-    numpy engine   its own float32 parameters (no copy)
+    numpy engine   its own float32 parameters (no copy; a matrix held in bfloat16 or int8,
+                   sheepop.scratch.narrow, widened to float32: a copy)
     torch engine   each parameter as a float32 array (a view of a float32 CPU tensor, no copy;
                    a copy for bfloat16 or a GPU)
 
@@ -18,6 +19,6 @@ from sheepop.inference.load import InferenceModel
 
 def model_weights(model: InferenceModel) -> dict[str, np.ndarray]:
     """The model's weights as float32 NumPy arrays, read-only by contract (never written)."""
-    if model.engine == "numpy":
-        return model.lm.params
+    if model.engine == "numpy":  # a matrix held in fewer bytes: its values, widened (a copy)
+        return {name: np.asarray(w) for name, w in model.lm.params.items()}
     return model.lm.model.numpy_weights()

@@ -21,8 +21,19 @@ from sheepop.scratch.attention import additive
 from sheepop.scratch.gpt import gpt_forward, new_cache
 from sheepop.scratch.hooks import hooked
 from sheepop.scratch.init import check_weights
+from sheepop.scratch.narrow import NarrowWeight
 
 Params = dict[str, np.ndarray]
+
+
+def held(w: np.ndarray | NarrowWeight, dtype: type, decode_layout: bool
+         ) -> np.ndarray | NarrowWeight:
+    """A parameter as the engine holds it: a NarrowWeight as it is; an array in `dtype`, a
+    matrix in the order its one-token product reads fastest (sheepop.arch.layout)."""
+    if isinstance(w, NarrowWeight):
+        return w
+    major = decode_layout and column_major(np.shape(w))
+    return np.array(w, dtype=dtype, order="F" if major else "C")
 
 
 class NumpyLM(CachedLM):
@@ -31,7 +42,8 @@ class NumpyLM(CachedLM):
     Each matrix W (out, in) is stored in the order OpenBLAS's one-token product reads fastest
     (`decode_layout`, the rule of sheepop.arch.layout: column-major where out >= in): the same
     shape and values, so the same model. A lookup E[x] in a column-major table reads d
-    strided values per token: nothing beside the products.
+    strided values per token: nothing beside the products. A matrix held in fewer bytes
+    (sheepop.scratch.narrow, `--dtype bfloat16 | int8`) is kept as it is.
 
     Its forward passes raise no floating-point warnings: weights that overflow give logits or
     a loss that are not finite, which every caller refuses in one line or one 4xx
@@ -41,8 +53,7 @@ class NumpyLM(CachedLM):
     def __init__(self, cfg: ModelConfig, weights: Params, dtype: type = np.float32,
                  never_generate: Sequence[int] = (), decode_layout: bool = True):
         super().__init__(cfg.block_size, never_generate, slides(cfg))
-        self.params = {name: np.array(weights[name], dtype=dtype, order="F" if decode_layout
-                                      and column_major(np.shape(weights[name])) else "C")
+        self.params = {name: held(weights[name], dtype, decode_layout)
                        for name in check_weights(cfg, weights)}
         self.dtype = np.dtype(dtype)
         self.cfg = cfg

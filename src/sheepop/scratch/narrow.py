@@ -1,0 +1,170 @@
+"""Weights in fewer bytes in the NumPy engine, `--dtype bfloat16 | int8` (docs/performance.md,
+"Weights in fewer bytes on the NumPy engine").
+
+    bfloat16   W~ = bf16(W), round to nearest even        2 bytes a weight
+    int8       W~ = s q, one scale per output channel       1 byte a weight (+ 2 a row)
+               (sheepop.arch.quantize: the torch engine's int8 numbers, the same q and s)
+
+A `NarrowWeight` stands where the float32 matrix W (out, in) stood in the engine's parameters,
+and the layers do not change: `x @ W.T` (linear_forward) is x W~^T, `W[ids]` (a tied head's
+table, looked up) the rows of W~, both in float32. So every number the model computes is the
+float32 arithmetic of the plain engine on W~: up to `KERNEL_ROWS` rows through the compiled
+kernels of sheepop.scratch.narrow_kernels (a decode step: W read once, in its own bytes), more
+(a prompt) through OpenBLAS on W~ widened to float32, which reads more bytes but uses each for
+many rows. Unlike the torch engine's int8 layer, x is never rounded to bfloat16: the products
+are x W~^T exactly, summed in float32.
+
+Which matrices: every linear layer's in the blocks and the head's (for a tied head, the token
+table: its lookups then read W~'s rows, as llama.cpp's do). Norms, biases, position and
+value-embedding tables stay float32: they are a small part of a step's bytes.
+
+The kernels' module is imported at the first product, not here: numba takes ~0.25 s to import,
+which the float32 engine (that imports this module) never pays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+
+import numpy as np
+
+from sheepop.arch.params import uses_muon
+from sheepop.arch.quantize import dequantize_rows, quantize_rows
+
+KERNEL_ROWS = 8
+"""The most rows a product takes through the kernels; more go through OpenBLAS on the widened
+matrix. Measured on the AVX-512 EPYC, 1 thread, the 49,152 x 576 head: the kernels read W once
+for all rows, so up to 8 rows cost little more than one, while widening W (a float32 copy) costs
+as much as ~10 single-row products (docs/performance.md)."""
+
+NARROW_DTYPES = ("bfloat16", "int8")
+
+
+def bf16_bits(w: np.ndarray) -> np.ndarray:
+    """bfloat16(W) as its 16 bits (uint16), rounded to nearest, ties to even: the top half of
+    float32's bits after adding 0x7FFF plus the kept half's lowest bit (what torch's
+    `.to(torch.bfloat16)` gives for finite values)."""
+    bits = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """The float32 values of bfloat16 bits: the bits shifted into float32's top half (exact)."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+class NarrowWeight:
+    """A matrix W~ (out, in) held in fewer bytes; `x @ w.T` and `w[ids]` give float32, as the
+    float32 array of W~'s values would (module docstring)."""
+
+    __array_ufunc__ = None  # `x @ w.T` comes to _Transposed.__rmatmul__, not to NumPy's matmul
+    dtype = np.dtype(np.float32)  # the type of every number it gives
+    ndim = 2
+
+    def __init__(self, shape: tuple[int, int]):
+        self.shape = shape
+
+    @property
+    def T(self) -> _Transposed:
+        return _Transposed(self)
+
+    def dequantized(self) -> np.ndarray:
+        """W~ as a float32 array (out, in)."""
+        raise NotImplementedError
+
+    def product(self, x: np.ndarray) -> np.ndarray:
+        """x W~^T for x (rows, in) float32, rows <= KERNEL_ROWS, through the kernel."""
+        raise NotImplementedError
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        w = self.dequantized()
+        return w if dtype is None else w.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(shape={self.shape}, {self.nbytes:,} bytes)"
+
+
+class _Transposed:
+    """W~^T, only to stand on the right of `@`: y = x W~^T."""
+
+    __array_ufunc__ = None
+
+    def __init__(self, weight: NarrowWeight):
+        self.weight = weight
+        self.shape = weight.shape[::-1]
+
+    def __rmatmul__(self, x: np.ndarray) -> np.ndarray:
+        w = self.weight
+        if x.ndim != 2 or x.shape[1] != w.shape[1]:
+            raise ValueError(f"x of shape {x.shape} cannot multiply W^T of shape {self.shape}")
+        if x.shape[0] <= KERNEL_ROWS and x.dtype == np.float32:
+            return w.product(np.ascontiguousarray(x))
+        return x @ w.dequantized().astype(x.dtype, copy=False).T
+
+
+class Bf16Weight(NarrowWeight):
+    """W~ = bf16(W), held as its bits."""
+
+    def __init__(self, w: np.ndarray):
+        super().__init__(np.shape(w))
+        self.bits = bf16_bits(w)
+        self.nbytes = self.bits.nbytes
+
+    def dequantized(self) -> np.ndarray:
+        return bf16_values(self.bits)
+
+    def product(self, x: np.ndarray) -> np.ndarray:
+        from sheepop.scratch.narrow_kernels import bf16_product  # numba: only when used
+        y = np.empty((x.shape[0], self.shape[0]), np.float32)
+        bf16_product(self.bits, x, y)
+        return y
+
+    def __getitem__(self, ids) -> np.ndarray:
+        return bf16_values(self.bits[ids])
+
+
+class Int8Weight(NarrowWeight):
+    """W~ = s q, q int8 (out, in), s one bf16-exact float32 scale per row (arch.quantize)."""
+
+    def __init__(self, w: np.ndarray):
+        super().__init__(np.shape(w))
+        self.q, self.scale = quantize_rows(w)
+        self.nbytes = self.q.nbytes + 2 * len(self.scale)  # the scales are bf16 values
+
+    def dequantized(self) -> np.ndarray:
+        return dequantize_rows(self.q, self.scale)
+
+    def product(self, x: np.ndarray) -> np.ndarray:
+        from sheepop.scratch.narrow_kernels import int8_product
+        y = np.empty((x.shape[0], self.shape[0]), np.float32)
+        int8_product(self.q, self.scale, x, y)
+        return y
+
+    def __getitem__(self, ids) -> np.ndarray:
+        return self.q[ids] * self.scale[ids][..., None]
+
+
+NARROW = {"bfloat16": Bf16Weight, "int8": Int8Weight}
+
+
+def narrows(name: str, shape: tuple[int, ...], tied: bool) -> bool:
+    """Whether the parameter `name` is held narrow: a linear layer's matrix in the blocks, the
+    head's, or the token table when the head reads it (tied)."""
+    return (uses_muon(name, shape) or name == "head.weight"
+            or (tied and name == "tok_emb.weight"))
+
+
+def narrow_weights(weights: MutableMapping[str, np.ndarray], dtype: str,
+                   consume: bool = False) -> dict[str, np.ndarray | NarrowWeight]:
+    """`weights` with every matrix `narrows` names as a NarrowWeight of `dtype`, the others as
+    they are, in a new dict. `consume`: each float32 matrix leaves `weights` as soon as its
+    narrow form is made, so that at no moment are both whole models held."""
+    if dtype not in NARROW:
+        raise ValueError(f"narrow weights are {', '.join(NARROW)}, not {dtype!r}")
+    tied = "head.weight" not in weights
+    held: dict[str, np.ndarray | NarrowWeight] = {}
+    for name in list(weights):
+        w = weights.pop(name) if consume else weights[name]
+        held[name] = NARROW[dtype](w) if narrows(name, np.shape(w), tied) else w
+    return held

@@ -1,0 +1,180 @@
+"""The NumPy engine's weights in fewer bytes (sheepop.scratch.narrow, its numba kernels in
+sheepop.scratch.narrow_kernels): bf16 bits rounded as torch rounds them, every product equal to
+the float64 product with the same narrow values within float32's error bound for its length, on
+both paths (the kernels up to KERNEL_ROWS rows, OpenBLAS past them), the lookups exact, and a
+whole model's logits as close to the exact model's as the float32 engine's are."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from sheepop.arch.quantize import quantize_rows
+from sheepop.config.schema import NUMPY_DTYPES, ModelConfig
+from sheepop.inference.load import build
+from sheepop.inference.weights import model_weights
+from sheepop.scratch import narrow
+from sheepop.scratch.gpt import gpt_forward
+from sheepop.scratch.init import init_params
+from sheepop.scratch.lm import NumpyLM
+from sheepop.scratch.narrow import (
+    KERNEL_ROWS,
+    Bf16Weight,
+    Int8Weight,
+    NarrowWeight,
+    bf16_bits,
+    narrow_weights,
+)
+
+EPS32 = float(np.finfo(np.float32).eps)
+KINDS = {"bfloat16": Bf16Weight, "int8": Int8Weight}
+
+
+def test_the_dtypes_are_the_configs():
+    assert set(narrow.NARROW) == set(NUMPY_DTYPES) - {"float32"}
+
+
+def test_bf16_bits_round_to_nearest_even_as_torch_does():
+    rng = np.random.default_rng(0)
+    w = np.concatenate([rng.normal(size=4000).astype(np.float32),
+                        np.float32([0.0, -0.0, 1.0, -1.5, 3e38, 1e-40, 65504.0]),
+                        # halfway cases: bf16's last kept bit 0 (stays) and 1 (rounds up)
+                        np.array([0x3F808000, 0x3F818000, 0xBF808000], np.uint32).view(
+                            np.float32)])
+    want = torch.from_numpy(w).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(bf16_bits(w), want)
+
+
+def _bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """float32's error bound for sums of `width` products: gamma_n |x| |W|^T, n = width + 1
+    (each product rounded once, each of the width - 1 additions once, in any order)."""
+    n = x.shape[1] + 1
+    return n * EPS32 / (1 - n * EPS32) * (np.abs(x).astype(np.float64)
+                                          @ np.abs(w).astype(np.float64).T)
+
+
+@pytest.mark.parametrize("dtype", KINDS)
+@pytest.mark.parametrize(("out", "width"), [(7, 5), (33, 17), (64, 576)])
+@pytest.mark.parametrize("rows", [1, 3, KERNEL_ROWS, KERNEL_ROWS + 1, 40])
+def test_a_product_is_the_narrow_values_product_within_float32s_bound(dtype, out, width, rows):
+    rng = np.random.default_rng(out * width + rows)
+    w = KINDS[dtype](rng.normal(size=(out, width)).astype(np.float32))
+    x = rng.normal(size=(rows, width)).astype(np.float32)
+    exact = x.astype(np.float64) @ w.dequantized().astype(np.float64).T
+    y = x @ w.T
+    assert y.dtype == np.float32 and y.shape == (rows, out)
+    assert np.all(np.abs(y - exact) <= _bound(x, w.dequantized()))
+
+
+@pytest.mark.parametrize("dtype", KINDS)
+def test_few_rows_go_through_the_kernel_and_many_through_blas(dtype, monkeypatch):
+    rng = np.random.default_rng(1)
+    w = KINDS[dtype](rng.normal(size=(16, 32)).astype(np.float32))
+    took = []
+    product = type(w).product
+    monkeypatch.setattr(type(w), "product", lambda self, x: took.append(len(x)) or product(self, x))
+    for rows in (1, KERNEL_ROWS, KERNEL_ROWS + 1):
+        rng.normal(size=(rows, 32)).astype(np.float32) @ w.T
+    rng.normal(size=(2, 32)) @ w.T  # float64 rows: BLAS, in float64
+    assert took == [1, KERNEL_ROWS]
+
+
+def test_the_kernel_reads_strided_rows_and_refuses_a_wrong_width():
+    rng = np.random.default_rng(2)
+    w = Int8Weight(rng.normal(size=(8, 16)).astype(np.float32))
+    x = rng.normal(size=(3, 32)).astype(np.float32)[:, ::2]  # not contiguous
+    np.testing.assert_allclose(x @ w.T, x @ w.dequantized().T, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="cannot multiply"):
+        rng.normal(size=(1, 15)).astype(np.float32) @ w.T
+
+
+@pytest.mark.parametrize("dtype", KINDS)
+def test_lookups_and_arrays_are_the_narrow_values(dtype):
+    rng = np.random.default_rng(3)
+    w = KINDS[dtype](rng.normal(size=(10, 6)).astype(np.float32))
+    ids = np.array([[3, 0, 3], [9, 1, 2]])
+    np.testing.assert_array_equal(w[ids], w.dequantized()[ids])
+    np.testing.assert_array_equal(w[4], w.dequantized()[4])
+    np.testing.assert_array_equal(np.asarray(w), w.dequantized())
+    assert w.shape == (10, 6) and np.shape(w) == (10, 6)
+
+
+def test_int8_holds_the_torch_engines_numbers_and_bf16_its_rounding():
+    w = np.random.default_rng(4).normal(size=(12, 20)).astype(np.float32)
+    q, s = quantize_rows(w)
+    np.testing.assert_array_equal(Int8Weight(w).dequantized(), s[:, None] * q)
+    np.testing.assert_array_equal(
+        Bf16Weight(w).dequantized(), torch.from_numpy(w).to(torch.bfloat16).float().numpy())
+    assert Int8Weight(w).nbytes == 12 * 20 + 2 * 12 and Bf16Weight(w).nbytes == 2 * 12 * 20
+
+
+def _cfg(tied: bool) -> ModelConfig:
+    return ModelConfig(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_kv_head=2,
+                       n_embd=32, d_ff=64, pos_encoding="rope", norm="rmsnorm", ffn="swiglu",
+                       bias=False, tie_weights=tied, dropout=0.0)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_matrices_and_the_heads_table_are_narrow_and_nothing_else(tied):
+    weights = init_params(_cfg(tied), seed=0)
+    held = narrow_weights(weights, "int8")
+    kinds = {name for name, w in held.items() if isinstance(w, NarrowWeight)}
+    matrices = {n for n, w in weights.items() if n.startswith("blocks.") and w.ndim == 2}
+    assert kinds == matrices | ({"tok_emb.weight"} if tied else {"head.weight"})
+    assert len(weights) == len(held)  # not consumed
+    narrow_weights(weights, "bfloat16", consume=True)
+    assert weights == {}
+
+
+@pytest.mark.parametrize("dtype", KINDS)
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_models_logits_are_as_close_to_the_exact_ones_as_float32s(dtype, tied):
+    """The narrow model against the float64 model of its own values: no further from it than
+    the plain float32 engine on the same values is (up to 4x: another order of sums)."""
+    cfg = _cfg(tied)
+    weights = init_params(cfg, seed=1)
+    held = narrow_weights(weights, dtype)
+    values = {n: np.asarray(w) for n, w in held.items()}
+    ids = np.random.default_rng(5).integers(0, cfg.vocab_size, (2, 12))
+    exact = gpt_forward({n: w.astype(np.float64) for n, w in values.items()}, cfg, ids)[0]
+    plain = gpt_forward(values, cfg, ids)[0]
+    narrowed = gpt_forward(NumpyLM(cfg, held).params, cfg, ids)[0]
+    scale = np.abs(exact).max()
+    assert np.abs(narrowed - exact).max() <= 4 * np.abs(plain - exact).max() + 8 * EPS32 * scale
+
+
+@pytest.mark.parametrize("dtype", KINDS)
+def test_decode_steps_give_the_whole_prompts_logits(dtype):
+    """One token a step through the kernels against the whole prompt through OpenBLAS."""
+    cfg = _cfg(True)
+    lm = NumpyLM(cfg, narrow_weights(init_params(cfg, seed=2), dtype))
+    ids = np.random.default_rng(6).integers(0, cfg.vocab_size, 12).tolist()
+    whole = lm.prompt_logits(ids)  # 12 rows: OpenBLAS
+    steps = np.stack([lm.prefill(ids[:1])] + [lm.decode(t) for t in ids[1:]])  # the kernels
+    np.testing.assert_allclose(steps, whole, rtol=1e-4, atol=1e-5 * np.abs(whole).max())
+
+
+@pytest.mark.parametrize("dtype", KINDS)
+def test_build_holds_narrow_weights_and_model_weights_widens_them(dtype):
+    from sheepop.config.schema import Config
+    cfg = Config()
+    cfg.model = _cfg(True)
+    weights = init_params(cfg.model, seed=3)
+    model = build(cfg, dict(weights), engine="numpy", dtype=dtype)
+    assert isinstance(model.lm.params["blocks.0.attn.qkv.weight"], KINDS[dtype])
+    widened = model_weights(model)
+    assert all(type(w) is np.ndarray and w.dtype == np.float32 for w in widened.values())
+    np.testing.assert_array_equal(widened["tok_emb.weight"],
+                                  model.lm.params["tok_emb.weight"].dequantized())
+
+
+def test_the_float32_engine_never_imports_numba():
+    code = ("import sys, numpy as np; from sheepop.scratch.lm import NumpyLM; "
+            "import sheepop.scratch.narrow; print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
