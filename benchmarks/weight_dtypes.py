@@ -13,8 +13,9 @@ prints:
 
 - decode tokens/s at each `--threads`, on each `--paths`: `plain` (the eager step),
   `compiled` (TorchLM.compile, `--compile`: one block's graph for every layer, built and
-  compiled at that thread count, its time printed) and, for float32, `numpy` (the NumPy
-  engine: what `--engine auto` runs float32 with on a CPU); greedy decoding of `--new-tokens`
+  compiled at that thread count, its time printed) and `numpy` (the NumPy engine, narrow
+  matrices through sheepop.scratch.narrow's compiled kernels: what `--engine auto` runs every
+  dtype with on a CPU); greedy decoding of `--new-tokens`
   tokens after a `--prompt-tokens`-token prompt, one token a step through the KV cache; every
   model takes its turn, `--repeats` times (the order reversed every other round), and the
   median of each is printed, with compiled / plain and the load average before and after;
@@ -149,8 +150,8 @@ def print_peaks(run: Path, dtypes: list[str], new_tokens: int, threads_used: int
                 paths: list[str]) -> None:
     print(f"\npeak resident memory of `sheepop generate --max-new-tokens {new_tokens}` "
           f"(greedy, {threads_used} thread(s)), one fresh process each:")
-    rows = [("float32", "numpy", False)] + [(d, "torch", False) for d in dtypes
-                                            if "plain" in paths]
+    rows = [(d, "numpy", False) for d in dtypes if "numpy" in paths]
+    rows += [(d, "torch", False) for d in dtypes if "plain" in paths]
     rows += [(d, "torch", True) for d in dtypes if "compiled" in paths]
     for dtype, engine, compiled in rows:
         peak = peak_rss(run, dtype, engine, new_tokens, threads_used, compiled)
@@ -188,16 +189,14 @@ def speed_table(config, weights, tokenizer, ids: list[int], n: int, args, llama)
     runs, nbytes = {}, {}
     for d in args.dtypes:
         for path in args.paths:
-            if path == "numpy" and d != "float32":
-                continue
             t0 = time.perf_counter()
             engine = "numpy" if path == "numpy" else "torch"
             lm = build(config, weights, tokenizer, engine, "cpu", d, path == "compiled").lm
             if path == "compiled":
                 print(f"{d}: built and compiled at {n} thread(s) in "
                       f"{time.perf_counter() - t0:.1f} s", flush=True)
-            if engine == "torch":
-                nbytes[d] = weight_bytes_read(lm.model)
+            nbytes[d, path] = (weight_bytes_read(lm.model) if engine == "torch"
+                               else numpy_bytes_read(lm))
             runs[d, path] = lambda lm=lm: decode_seconds(lm, ids, args.new_tokens)
     if llama is not None:
         for d, f in llama[1].items():
@@ -227,7 +226,7 @@ def speed_table(config, weights, tokenizer, ids: list[int], n: int, args, llama)
         med, clock = statistics.median(rates_seen), statistics.median(wall[d, path])
         ours = path != "llama.cpp"
         # the bound is the clock's (the bandwidth read by the clock): against the clock's rate
-        bound = bandwidth / nbytes[d] if d in nbytes and ours else None
+        bound = bandwidth / nbytes[d, path] if ours else None
         plain = cpu.get((d, "plain"))
         ratio = f"{med / statistics.median(plain):.2f}x" if plain and ours else "-"
         theirs = cpu.get((d, "llama.cpp"))
@@ -237,7 +236,7 @@ def speed_table(config, weights, tokenizer, ids: list[int], n: int, args, llama)
         ref = tokens.get(("float32", path))
         same = ("-" if ref is None or tokens[d, path] is None else
                 f"{sum(a == b for a, b in zip(tokens[d, path], ref))} of {args.new_tokens} equal")
-        print(f"{d:<9} {path:<9} {nbytes.get(d, 0) / 1e6:>8.1f} "
+        print(f"{d:<9} {path:<9} {nbytes.get((d, path), 0) / 1e6:>8.1f} "
               f"{'-' if bound is None else f'{bound:.1f}':>6} "
               f"{clock:>6.1f} {med:>9.1f} "
               f"{'-' if bound is None else f'{clock / bound:.2f}':>8} {ratio:>8} {versus:>8} "
@@ -245,6 +244,15 @@ def speed_table(config, weights, tokenizer, ids: list[int], n: int, args, llama)
     if best_f32:
         print("(vs f32: tok/cpu-s over float32's fastest sheepop path's; vs llama: over "
               "llama.cpp's on the same format)")
+
+
+def numpy_bytes_read(lm) -> int:
+    """What one decode step of the NumPy engine reads: every parameter in the bytes it is held
+    in (a narrow matrix's own, sheepop.scratch.narrow), but the token table's when the head
+    does not read it (a lookup reads one row) and a learned position table's (the same)."""
+    tied = "head.weight" not in lm.params
+    return sum(w.nbytes for name, w in lm.params.items()
+               if name not in (() if tied else ("tok_emb.weight",)) + ("pos_emb.weight",))
 
 
 def bits_per_byte_of(model, x: np.ndarray, y: np.ndarray, n_bytes: int) -> float:
@@ -269,8 +277,8 @@ def main() -> None:
     ap.add_argument("--only-peaks", action="store_true", help="measure peak memory only")
     ap.add_argument("--paths", nargs="+", default=["plain", "compiled", "numpy"],
                     choices=["plain", "compiled", "numpy"],
-                    help="the eager decode step, --compile's (TorchLM.compile), and for float32 "
-                         "the NumPy engine")
+                    help="the eager decode step, --compile's (TorchLM.compile), and the NumPy "
+                         "engine")
     ap.add_argument("--random-weights", action="store_true",
                     help="SmolLM2's shape with random weights: decode speed only (no file, no "
                          "peaks, no bits per byte, no llama.cpp)")
@@ -306,7 +314,10 @@ def main() -> None:
     llama = gguf_files(run, gguf, args.dtypes) if gguf is not None else None
     for n in args.threads:
         speed_table(config, weights, tokenizer, ids, n, args, llama)
-    models = {d: build(config, weights, tokenizer, "torch", "cpu", d) for d in args.dtypes}
+    models = {(d, "torch"): build(config, weights, tokenizer, "torch", "cpu", d)
+              for d in args.dtypes}
+    models |= {(d, "numpy"): build(config, weights, tokenizer, "numpy", "cpu", d)
+               for d in args.dtypes if d != "float32"}
 
     text = args.text.read_text(encoding="utf-8")
     stream = np.asarray(tokenizer.encode(text)[:args.bpb_tokens + 1])
@@ -317,11 +328,13 @@ def main() -> None:
     print(f"\nbits per byte on {shown}: "
           f"{int((y >= 0).sum())} tokens, {n_bytes} bytes, windows of {args.window}")
     bpb = {}
-    for d, m in models.items():
+    for (d, engine), m in models.items():
         t0 = time.perf_counter()
-        bpb[d] = bits_per_byte_of(m, x, y, n_bytes)
-        gap = "" if "float32" not in bpb else f"  ({bpb[d] - bpb['float32']:+.4f} vs float32)"
-        print(f"{d:<9} {bpb[d]:.4f} bits/byte{gap}   [{time.perf_counter() - t0:.0f} s]")
+        bpb[d, engine] = bits_per_byte_of(m, x, y, n_bytes)
+        f32 = bpb.get(("float32", "torch"))
+        gap = "" if f32 is None else f"  ({bpb[d, engine] - f32:+.4f} vs float32)"
+        print(f"{d:<9} {engine:<6} {bpb[d, engine]:.4f} bits/byte{gap}   "
+              f"[{time.perf_counter() - t0:.0f} s]")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """`--engine auto` (sheepop.inference.load.choose_engine, sheepop.inference.engine_choice): torch
-for a GPU, int4 or compile, NumPy for bfloat16 and int8 on the CPU; on the CPU in float32 the engine the measured table says decodes
-faster at the model's size and thread count, with the reason printed; the same greedy tokens as
-the torch engine; `auto` accepted by every inference command; and `sheepop generate` on the
-NumPy engine never imports torch (or the other heavy modules) on its way to the text."""
+for a GPU or compile, NumPy for bfloat16, int8 and int4 on the CPU; on the CPU in float32 the
+engine the measured table says decodes faster at the model's size and thread count, with the
+reason printed; the same greedy tokens as the torch engine; `auto` accepted by every inference
+command; and `sheepop generate` on the NumPy engine never imports torch (or the other heavy
+modules) on its way to the text."""
 
 from __future__ import annotations
 
@@ -50,15 +51,15 @@ def weights(config):
 @pytest.mark.parametrize(("device", "dtype", "compile", "gpu", "expected"), [
     ("auto", "float32", False, True, "torch"),     # a GPU driver: torch decides the device
     ("cuda", "float32", False, False, "torch"),
-    ("cpu", "int4", False, False, "torch"),
     ("cpu", "float32", True, False, "torch"),
     ("cpu", "int8", True, False, "torch"),
     ("cuda", "bfloat16", False, False, "torch"),
     ("cpu", "bfloat16", False, False, "numpy"),  # the NumPy engine's kernels (scratch.narrow)
     ("cpu", "int8", False, False, "numpy"),
+    ("cpu", "int4", False, False, "numpy"),
 ])
-def test_auto_is_torch_for_a_gpu_int4_or_compile(monkeypatch, device, dtype, compile, gpu,
-                                                     expected):
+def test_auto_is_torch_for_a_gpu_or_compile_and_numpy_for_narrow_weights_on_a_cpu(
+        monkeypatch, device, dtype, compile, gpu, expected):
     monkeypatch.setattr(inference, "gpu_present", lambda: gpu)
     assert choose_engine("auto", device, dtype, compile) == expected
     assert choose_engine("torch", device, dtype, compile) == "torch"  # a named engine stays

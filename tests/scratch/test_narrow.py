@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from sheepop.arch.quantize import quantize_rows
-from sheepop.config.schema import NUMPY_DTYPES, ModelConfig
+from sheepop.config.schema import INFERENCE_DTYPES, ModelConfig
 from sheepop.inference.load import build
 from sheepop.inference.weights import model_weights
 from sheepop.scratch import narrow
@@ -23,7 +23,9 @@ from sheepop.scratch.init import init_params
 from sheepop.scratch.lm import NumpyLM
 from sheepop.scratch.narrow import (
     KERNEL_ROWS,
+    TILE_ROWS,
     Bf16Weight,
+    Int4Weight,
     Int8Weight,
     NarrowWeight,
     bf16_bits,
@@ -31,11 +33,11 @@ from sheepop.scratch.narrow import (
 )
 
 EPS32 = float(np.finfo(np.float32).eps)
-KINDS = {"bfloat16": Bf16Weight, "int8": Int8Weight}
+KINDS = {"bfloat16": Bf16Weight, "int8": Int8Weight, "int4": Int4Weight}
 
 
 def test_the_dtypes_are_the_configs():
-    assert set(narrow.NARROW) == set(NUMPY_DTYPES) - {"float32"}
+    assert set(narrow.NARROW) == set(INFERENCE_DTYPES) - {"float32"}
 
 
 def test_bf16_bits_round_to_nearest_even_as_torch_does():
@@ -58,9 +60,12 @@ def _bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dtype", KINDS)
-@pytest.mark.parametrize(("out", "width"), [(7, 5), (33, 17), (64, 576)])
+@pytest.mark.parametrize(("out", "width"), [(7, 32), (33, 96), (64, 576), (TILE_ROWS, 64)])
 @pytest.mark.parametrize("rows", [1, 3, KERNEL_ROWS, KERNEL_ROWS + 1, 40])
 def test_a_product_is_the_narrow_values_product_within_float32s_bound(dtype, out, width, rows):
+    """Widths of 32 (every dtype; 4-bit groups need them) and odd ones (bf16 and int8)."""
+    if dtype != "int4":
+        width += 5
     rng = np.random.default_rng(out * width + rows)
     w = KINDS[dtype](rng.normal(size=(out, width)).astype(np.float32))
     x = rng.normal(size=(rows, width)).astype(np.float32)
@@ -83,24 +88,37 @@ def test_few_rows_go_through_the_kernel_and_many_through_blas(dtype, monkeypatch
     assert took == [1, KERNEL_ROWS]
 
 
-def test_the_kernel_reads_strided_rows_and_refuses_a_wrong_width():
+@pytest.mark.parametrize("dtype", KINDS)
+def test_the_kernel_reads_strided_rows_and_refuses_a_wrong_width(dtype):
     rng = np.random.default_rng(2)
-    w = Int8Weight(rng.normal(size=(8, 16)).astype(np.float32))
-    x = rng.normal(size=(3, 32)).astype(np.float32)[:, ::2]  # not contiguous
+    w = KINDS[dtype](rng.normal(size=(8, 32)).astype(np.float32))
+    x = rng.normal(size=(3, 64)).astype(np.float32)[:, ::2]  # not contiguous
     np.testing.assert_allclose(x @ w.T, x @ w.dequantized().T, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="cannot multiply"):
-        rng.normal(size=(1, 15)).astype(np.float32) @ w.T
+        rng.normal(size=(1, 31)).astype(np.float32) @ w.T
+
+
+def test_4bit_groups_are_held_as_quantize_groups_made_them_whatever_the_rows():
+    """The tiled layout gives back q, d and low exactly, a last tile padded or not; a width
+    that is no multiple of 32 is refused."""
+    from sheepop.arch.quantize import quantize_groups
+    for out in (1, TILE_ROWS, TILE_ROWS + 3):
+        w = np.random.default_rng(out).normal(size=(out, 96)).astype(np.float32)
+        for held, made in zip(Int4Weight(w).groups(), quantize_groups(w)):
+            np.testing.assert_array_equal(held, made)
+    with pytest.raises(ValueError, match="multiple of it, not 40"):
+        Int4Weight(np.ones((4, 40), np.float32))
 
 
 @pytest.mark.parametrize("dtype", KINDS)
 def test_lookups_and_arrays_are_the_narrow_values(dtype):
     rng = np.random.default_rng(3)
-    w = KINDS[dtype](rng.normal(size=(10, 6)).astype(np.float32))
+    w = KINDS[dtype](rng.normal(size=(10, 32)).astype(np.float32))
     ids = np.array([[3, 0, 3], [9, 1, 2]])
     np.testing.assert_array_equal(w[ids], w.dequantized()[ids])
     np.testing.assert_array_equal(w[4], w.dequantized()[4])
     np.testing.assert_array_equal(np.asarray(w), w.dequantized())
-    assert w.shape == (10, 6) and np.shape(w) == (10, 6)
+    assert w.shape == (10, 32) and np.shape(w) == (10, 32)
 
 
 def test_int8_holds_the_torch_engines_numbers_and_bf16_its_rounding():
@@ -126,6 +144,9 @@ def test_the_matrices_and_the_heads_table_are_narrow_and_nothing_else(tied):
     matrices = {n for n, w in weights.items() if n.startswith("blocks.") and w.ndim == 2}
     assert kinds == matrices | ({"tok_emb.weight"} if tied else {"head.weight"})
     assert len(weights) == len(held)  # not consumed
+    four = narrow_weights(weights, "int4")  # the blocks in 4 bits, the head's matrix in int8
+    assert {n for n, w in four.items() if isinstance(w, Int4Weight)} == matrices
+    assert isinstance(four["tok_emb.weight" if tied else "head.weight"], Int8Weight)
     narrow_weights(weights, "bfloat16", consume=True)
     assert weights == {}
 

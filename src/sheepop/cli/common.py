@@ -229,11 +229,12 @@ def add_best_option(p: argparse.ArgumentParser) -> None:
 
 
 DTYPE_HELP = (
-    "how the weights are stored (torch engine; docs/performance.md, 'Weights in fewer bytes'): "
-    "float32 as trained; bfloat16: weights, activations and KV cache in bf16, half the bytes a "
-    "token reads (fast on GPUs and CPUs with bf16 instructions, emulated and slower on others); "
-    "int8: weight-only, every linear layer's and the head's weight in int8 with one scale per "
-    "output channel (W ~ s q), a quarter of the bytes, multiplied with bf16 inputs; int4: the "
+    "how the weights are stored (docs/performance.md, 'Weights in fewer bytes'): float32 as "
+    "trained; bfloat16: half the bytes a token reads (the torch engine: weights, activations "
+    "and KV cache in bf16; the NumPy engine, auto's choice on a CPU: the matrices in bf16, "
+    "computed in float32 by compiled kernels); int8: weight-only, every linear layer's and the "
+    "head's weight in int8 with one scale per output channel (W ~ s q), a quarter of the bytes "
+    "(torch multiplies with bf16 inputs, NumPy with float32 ones); int4 (torch engine): the "
     "blocks' linear layers in 4-bit groups of 32 with a scale and an offset each (GGUF Q4_1's "
     "layout: a model imported from Q4_1 runs on its own blocks), the head in int8; with int8 "
     "and int4, norms, embedding and KV cache stay float32")

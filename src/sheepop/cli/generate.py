@@ -73,9 +73,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "most likely tokens of the distribution it was drawn from (after "
                         "temperature, top-k, top-p, min-p) with their probabilities")
     p.add_argument("--engine", choices=INFERENCE_ENGINES, default="auto",
-                   help="the engine that runs the model; auto: numpy for float32, bfloat16 "
-                        "and int8 on the CPU without --compile (as fast here or faster, and it "
-                        "starts ~2 s sooner without importing torch), else torch")
+                   help="the engine that runs the model; auto: numpy on the CPU without "
+                        "--compile (as fast here or faster, and it starts ~2 s sooner without "
+                        "importing torch), else torch")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
     add_compile_option(p)
     add_dtype_option(p)
@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def validate(args: argparse.Namespace) -> SampleConfig:
     """The sampling settings: the run's [sample], then --config, --set and the flags."""
     from sheepop.inference.load import engine_refusal
-    refusal = engine_refusal(args.engine, args.dtype, args.compile)
+    refusal = engine_refusal(args.engine, args.compile)
     checks = [(refusal is None, refusal),
               (not args.stop or not args.show_probs, "--stop cannot be used with --show-probs"),
               (args.show_probs >= 0, "--show-probs must be >= 0")]

@@ -124,7 +124,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _check(args: argparse.Namespace) -> None:
     from sheepop.inference.load import engine_refusal
-    refusal = engine_refusal(args.engine, args.dtype, args.compile)
+    refusal = engine_refusal(args.engine, args.compile)
     checks = [(0 <= args.port <= 65535, "--port must be in 0..65535"),
               (args.max_batch >= 1, "--max-batch must be at least 1"),
               (args.max_queue >= 1, "--max-queue must be at least 1"),

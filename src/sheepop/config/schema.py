@@ -36,12 +36,11 @@ DTYPES = ("auto", "float32", "bfloat16", "float16", "float64")
 OPTIMIZERS = ("adamw", "muon")
 SCHEDULES = ("cosine", "wsd")
 MUON_NS_DTYPES = ("auto", "bfloat16", "float32")
-# `sheepop generate --dtype`: how the weights are stored (bfloat16: and the KV cache; int8: the
-# linear layers' weights with per-channel scales; int4: in 4-bit groups; sheepop.arch.quantize)
+# `sheepop generate --dtype`: how the weights are stored (int8: the linear layers' weights with
+# per-channel scales; int4: in 4-bit groups; sheepop.arch.quantize), in both engines: the NumPy
+# engine's matrices (sheepop.scratch.narrow), the torch engine's too, and in bfloat16 its
+# activations and KV cache as well (sheepop.model.quantized*, TorchLM.cast)
 INFERENCE_DTYPES = ("float32", "bfloat16", "int8", "int4")
-# The NumPy engine's (sheepop.scratch.narrow): the matrices only, in bf16 or int8; the norms,
-# biases and KV cache stay float32.
-NUMPY_DTYPES = ("float32", "bfloat16", "int8")
 POS_ENCODINGS = tuple(POSITION_KINDS)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "relu2", "silu")
 NORMS = tuple(NORM_VECTORS)  # the layer kinds, with what each costs: sheepop.config.layer_kinds

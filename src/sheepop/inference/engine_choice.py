@@ -3,12 +3,12 @@ threads (docs/performance.md, "Which engine auto picks").
 
 The rule, in order:
 
-1. a GPU (device cuda, or auto with a GPU driver present), torch.compile, or int4 weights:
-   torch, the only engine that runs them;
-2. bfloat16 or int8 weights on the CPU: NumPy, whose compiled kernels read them in their own
-   bytes (sheepop.scratch.narrow): on SmolLM2's shape, one thread, 1.5x and 3x its float32
-   decode, where torch's eager steps were 1.2x and 1.9x torch's float32 (docs/performance.md,
-   "Weights in fewer bytes on the NumPy engine");
+1. a GPU (device cuda, or auto with a GPU driver present) or torch.compile: torch, the only
+   engine that runs them;
+2. bfloat16, int8 or int4 weights on the CPU: NumPy, whose compiled kernels read them in their
+   own bytes (sheepop.scratch.narrow): on SmolLM2, one thread, faster than torch's eager and
+   compiled steps in each dtype (docs/performance.md, "Weights in fewer bytes on the NumPy
+   engine");
 3. float32 on the CPU: the row of `DECODE_TOKENS_PER_S` nearest the model (parameters on a log
    scale) at the thread count in use (above the largest measured, the largest). NumPy if it
    decoded at >= `NUMPY_MARGIN` of torch's rate there, else torch: within 10% NumPy wins on
@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-from sheepop.config.schema import NUMPY_DTYPES
 
 NUMPY_MARGIN = 0.9  # NumPy at >= 0.9 of torch's decode rate: NumPy (it starts ~2 s sooner)
 WHERE = "docs/performance.md"
@@ -88,8 +86,6 @@ def choose(params: int | None, on_cpu: bool, dtype: str = "float32", compile: bo
         return Choice("torch", "a GPU: the NumPy engine runs on the CPU only")
     if compile:
         return Choice("torch", "torch.compile runs on the torch engine")
-    if dtype not in NUMPY_DTYPES:
-        return Choice("torch", f"{dtype} weights run on the torch engine")
     if dtype != "float32":
         return Choice("numpy", f"{dtype} weights on the CPU: the NumPy engine's kernels read "
                                f"them in their own bytes, {WHERE}")

@@ -31,7 +31,7 @@ from sheepop.arch.vocab import grow_vocabulary
 from sheepop.checkpoint import format as checkpoint
 from sheepop.checkpoint.check import check_weights_file
 from sheepop.config.model_size import param_count
-from sheepop.config.schema import INFERENCE_DTYPES, NUMPY_DTYPES, Config, ModelConfig
+from sheepop.config.schema import INFERENCE_DTYPES, Config, ModelConfig
 from sheepop.errors import UserError
 from sheepop.generation.cached_lm import CachedLM
 from sheepop.inference.engine_choice import Choice, choose
@@ -153,22 +153,17 @@ def choose_engine(engine: str, device: str = "auto", dtype: str = "float32",
                   compile: bool = False, model: ModelConfig | None = None,
                   threads_used: int | None = None) -> str:
     """The engine `auto` stands for, by the measured rule of sheepop.inference.engine_choice
-    (torch for a GPU, compile or int4; NumPy for bfloat16 or int8 on the CPU; on the CPU in
+    (torch for a GPU or compile; NumPy for bfloat16, int8 or int4 on the CPU; on the CPU in
     float32 the engine that decoded faster at the model's size and the thread count); other
     names are kept."""
     return engine if engine != "auto" else auto_choice(device, dtype, compile, model,
                                                        threads_used).engine
 
 
-def engine_refusal(engine: str, dtype: str = "float32", compile: bool = False) -> str | None:
-    """Why `engine` cannot run `dtype` or `compile` (one line), or None: the NumPy engine holds
-    float32, bfloat16 or int8 (sheepop.scratch.narrow) and compiles nothing."""
-    if engine in ("torch", "auto"):
-        return None
-    if dtype not in NUMPY_DTYPES:
-        return (f"--dtype {dtype} needs --engine torch: the NumPy engine holds weights in "
-                f"{', '.join(NUMPY_DTYPES)} (docs/performance.md, 'Weights in fewer bytes')")
-    if compile:
+def engine_refusal(engine: str, compile: bool = False) -> str | None:
+    """Why `engine` cannot run `compile` (one line), or None: the NumPy engine compiles no
+    graph (its kernels for narrow weights, sheepop.scratch.narrow, are compiled once a machine)."""
+    if engine not in ("torch", "auto") and compile:
         return "--compile needs --engine torch"
     return None
 
@@ -207,7 +202,7 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
           compile: bool = False, consume: bool = False) -> InferenceModel:
     """A model for inference from weights in memory. `dtype` (float32 | bfloat16 | int8 | int4:
     the linear layers' weights in int8 or 4-bit groups, sheepop.model.quantized*) and `compile`
-    are for the torch engine; the NumPy engine holds its matrices in float32, bfloat16 or int8
+    are for the torch engine; the NumPy engine holds its matrices in any of those dtypes
     (sheepop.scratch.narrow) and computes in float32; `auto`: the engine
     `choose_engine` picks. Both engines hold the float32 arrays of `weights` themselves (no
     copy). `consume`: the engine empties `weights` as its model takes them (`load`'s own dict),
@@ -216,7 +211,7 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
     if dtype not in INFERENCE_DTYPES:
         raise UserError(f"inference dtype must be one of {', '.join(INFERENCE_DTYPES)}, "
                         f"not '{dtype}'")
-    refusal = engine_refusal(engine, dtype, compile)
+    refusal = engine_refusal(engine, compile)
     if refusal:
         raise UserError(refusal)
     never = never_generated(tokenizer)

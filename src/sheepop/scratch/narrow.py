@@ -1,9 +1,11 @@
-"""Weights in fewer bytes in the NumPy engine, `--dtype bfloat16 | int8` (docs/performance.md,
-"Weights in fewer bytes on the NumPy engine").
+"""Weights in fewer bytes in the NumPy engine, `--dtype bfloat16 | int8 | int4`
+(docs/performance.md, "Weights in fewer bytes on the NumPy engine").
 
     bfloat16   W~ = bf16(W), round to nearest even        2 bytes a weight
     int8       W~ = s q, one scale per output channel       1 byte a weight (+ 2 a row)
                (sheepop.arch.quantize: the torch engine's int8 numbers, the same q and s)
+    int4       W~ = d q + low per group of 32, q in 0..15   3/4 byte a weight (d, low float32)
+               (GGUF Q4_1's numbers, arch.quantize.quantize_groups; the head in int8)
 
 A `NarrowWeight` stands where the float32 matrix W (out, in) stood in the engine's parameters,
 and the layers do not change: `x @ W.T` (linear_forward) is x W~^T, `W[ids]` (a tied head's
@@ -29,7 +31,14 @@ from collections.abc import MutableMapping
 import numpy as np
 
 from sheepop.arch.params import uses_muon
-from sheepop.arch.quantize import dequantize_rows, quantize_rows
+from sheepop.arch.quantize import (
+    GROUP,
+    dequantize_groups,
+    dequantize_rows,
+    quantize_groups,
+    quantize_rows,
+)
+from sheepop.errors import UserError
 
 KERNEL_ROWS = 8
 """The most rows a product takes through the kernels; more go through OpenBLAS on the widened
@@ -37,7 +46,9 @@ matrix. Measured on the AVX-512 EPYC, 1 thread, the 49,152 x 576 head: the kerne
 for all rows, so up to 8 rows cost little more than one, while widening W (a float32 copy) costs
 as much as ~10 single-row products (docs/performance.md)."""
 
-NARROW_DTYPES = ("bfloat16", "int8")
+TILE_ROWS = 8
+"""Rows of a 4-bit matrix taken together by its kernel (`Int4Weight`'s layout): measured on the
+AVX-512 EPYC, the 49,152 x 576 head took 1.3 ms at 8, 2.9 ms at 16."""
 
 
 def bf16_bits(w: np.ndarray) -> np.ndarray:
@@ -145,7 +156,51 @@ class Int8Weight(NarrowWeight):
         return self.q[ids] * self.scale[ids][..., None]
 
 
-NARROW = {"bfloat16": Bf16Weight, "int8": Int8Weight}
+class Int4Weight(NarrowWeight):
+    """W~ = d q + low per group of 32 weights of a row, q in [0, 15]: GGUF Q4_1's numbers
+    (sheepop.arch.quantize.quantize_groups; d and low kept in float32, so a Q4_1 file's own
+    float16 values are held exactly), laid out for `int4_product`: rows in tiles of TILE_ROWS
+    (the last padded with zero rows), each tile's groups side by side, q two to a byte."""
+
+    def __init__(self, w: np.ndarray):
+        super().__init__(np.shape(w))
+        out, width = self.shape
+        if width % GROUP:
+            raise ValueError(f"4-bit groups of {GROUP} need a width that is a multiple of it, "
+                             f"not {width}")
+        q, d, low = (np.pad(a, ((0, -out % TILE_ROWS), (0, 0))) for a in quantize_groups(w))
+        tiles, groups = len(q) // TILE_ROWS, width // GROUP
+        q = q.reshape(tiles, TILE_ROWS, groups, GROUP)
+        pairs = q[..., :GROUP // 2] | (q[..., GROUP // 2:] << 4)  # (tiles, R, G, 16)
+        self.packed = np.ascontiguousarray(
+            pairs.transpose(0, 3, 1, 2).reshape(tiles, GROUP // 2, TILE_ROWS * groups))
+        self.scale = d.reshape(tiles, TILE_ROWS * groups)
+        self.low = low.reshape(tiles, TILE_ROWS * groups)
+        self.nbytes = self.packed.nbytes + self.scale.nbytes + self.low.nbytes
+
+    def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(q uint8 (out, in), d, low (out, in / 32)) as quantize_groups gave them."""
+        out, width = self.shape
+        tiles, half, _ = self.packed.shape
+        pairs = self.packed.reshape(tiles, half, TILE_ROWS, -1).transpose(0, 2, 3, 1)
+        q = np.concatenate([pairs & 15, pairs >> 4], axis=-1).reshape(-1, width)
+        return q[:out], self.scale.reshape(-1, width // GROUP)[:out], \
+            self.low.reshape(-1, width // GROUP)[:out]
+
+    def dequantized(self) -> np.ndarray:
+        return dequantize_groups(*self.groups())
+
+    def product(self, x: np.ndarray) -> np.ndarray:
+        from sheepop.scratch.narrow_kernels import int4_product
+        y = np.empty((x.shape[0], len(self.packed) * TILE_ROWS), np.float32)
+        int4_product(self.packed, self.scale, self.low, x, y)
+        return y[:, :self.shape[0]]
+
+    def __getitem__(self, ids) -> np.ndarray:  # never a table: int4 keeps the head in int8
+        return self.dequantized()[ids]
+
+
+NARROW = {"bfloat16": Bf16Weight, "int8": Int8Weight, "int4": Int4Weight}
 
 
 def narrows(name: str, shape: tuple[int, ...], tied: bool) -> bool:
@@ -153,6 +208,14 @@ def narrows(name: str, shape: tuple[int, ...], tied: bool) -> bool:
     head's, or the token table when the head reads it (tied)."""
     return (uses_muon(name, shape) or name == "head.weight"
             or (tied and name == "tok_emb.weight"))
+
+
+def narrow_kind(name: str, dtype: str) -> type[NarrowWeight]:
+    """The unit that holds `name` in `dtype`: int4 keeps the head (or the table it reads) in
+    int8, as the torch engine and GGUF files do (SmolLM2's Q4_1 file has a Q8_0 table)."""
+    if dtype == "int4" and not name.startswith("blocks."):
+        return Int8Weight
+    return NARROW[dtype]
 
 
 def narrow_weights(weights: MutableMapping[str, np.ndarray], dtype: str,
@@ -163,8 +226,15 @@ def narrow_weights(weights: MutableMapping[str, np.ndarray], dtype: str,
     if dtype not in NARROW:
         raise ValueError(f"narrow weights are {', '.join(NARROW)}, not {dtype!r}")
     tied = "head.weight" not in weights
+    if dtype == "int4":
+        bad = [f"{n.removesuffix('.weight')} is {np.shape(w)[0]} x {np.shape(w)[1]}"
+               for n, w in weights.items()
+               if uses_muon(n, np.shape(w)) and np.shape(w)[1] % GROUP]
+        if bad:
+            raise UserError(f"--dtype int4: {'; '.join(bad[:3])}: 4-bit groups need inputs in "
+                            f"multiples of {GROUP}")
     held: dict[str, np.ndarray | NarrowWeight] = {}
     for name in list(weights):
         w = weights.pop(name) if consume else weights[name]
-        held[name] = NARROW[dtype](w) if narrows(name, np.shape(w), tied) else w
+        held[name] = narrow_kind(name, dtype)(w) if narrows(name, np.shape(w), tied) else w
     return held

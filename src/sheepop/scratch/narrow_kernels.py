@@ -3,6 +3,7 @@ sheepop that imports it; sheepop.scratch.narrow holds the weights and chooses wh
 
     bf16   y_r,o = sum_i x_r,i float(W_o,i)          W as bfloat16 bits (uint16, out x in)
     int8   y_r,o = s_o sum_i x_r,i q_o,i             q int8 (out x in), s float32 (out,)
+    int4   y_r,o = sum_g d_o,g sum_j x q + low_o,g sum_j x    4-bit q per group of 32 (Q4_1)
 
 for every row r of x (float32, rows x in), each sum in float32. A bfloat16 is float32's top 16
 bits, so float(W) is the bits shifted left by 16: exact, no rounding. Neither product rounds x:
@@ -14,10 +15,11 @@ and is bound by that read (docs/performance.md, "Decode against the memory-bandw
 so fewer bytes should mean a faster step. NumPy has no bfloat16 and no int8 product (`x @ q`
 widens q to float first, a temporary four times q's bytes); these loops widen each weight in
 registers. numba (LLVM) vectorises them (fastmath lets it reorder each float32 sum into vector
-lanes): one widened row of W at a time, dotted with every row of x, so W is read once whatever
-the rows. Measured on the AVX-512 EPYC, one thread, the 49,152 x 576 head: bf16 29 GB/s and int8
-30 GB/s, where OpenBLAS's float32 sgemv read 22 GB/s (docs/performance.md, "Weights in fewer
-bytes on the NumPy engine").
+lanes); a row of W is read from memory once, then from the cache for every further row of x.
+Measured on the AVX-512 EPYC, one thread, the 49,152 x 576 head: bf16 36 GB/s and int8 30 GB/s,
+where OpenBLAS's float32 sgemv read 22 GB/s (docs/performance.md, "Weights in fewer bytes on
+the NumPy engine"). (bf16 first widened each row into a float32 buffer, then took the dot
+product: 29 GB/s; widening in registers needs `float32_of_bits`.)
 
 `cache=True` keeps each compiled kernel on disk (numba's cache: beside this file, or a user-wide
 folder where that is read-only), so only the first start on a machine compiles (~1 s a kernel).
@@ -26,7 +28,9 @@ folder where that is read-only), so only the first start on a machine compiles (
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 # fastmath: the float32 sums may be reordered into vector lanes (no NaN or infinity is assumed
 # away that a finite model gives); no bounds checks and NumPy's error model: the callers pass
@@ -34,20 +38,25 @@ from numba import njit
 _COMPILE = dict(cache=True, fastmath=True, boundscheck=False, error_model="numpy", nogil=True)
 
 
+@intrinsic
+def float32_of_bits(typingctx, bits):
+    """The float32 whose bits are `bits` (uint32): a reinterpretation, no arithmetic (LLVM's
+    bitcast; NumPy's `.view` for one number, which numba has no spelling of)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+    return types.float32(types.uint32), codegen
+
+
 @njit(**_COMPILE)
 def bf16_product(bits: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     """y[r, o] = sum_i x[r, i] float(bits[o, i] << 16): bits (out, in) uint16, x (rows, in)
     float32, y (rows, out) float32, written in place."""
     out, width = bits.shape
-    wide = np.empty(width, np.uint32)
-    row = wide.view(np.float32)
     for o in range(out):
-        for i in range(width):
-            wide[i] = np.uint32(bits[o, i]) << 16
         for r in range(x.shape[0]):
             acc = np.float32(0.0)
             for i in range(width):
-                acc += x[r, i] * row[i]
+                acc += x[r, i] * float32_of_bits(np.uint32(bits[o, i]) << np.uint32(16))
             y[r, o] = acc
 
 
@@ -65,4 +74,55 @@ def int8_product(q: np.ndarray, scale: np.ndarray, x: np.ndarray,
             y[r, o] = acc * scale[o]
 
 
-KERNELS = (bf16_product, int8_product)
+@njit(**_COMPILE)
+def int4_product(packed: np.ndarray, scale: np.ndarray, low: np.ndarray, x: np.ndarray,
+                 y: np.ndarray) -> None:
+    """y[r, o] = sum_g (d[o, g] sum_j x[r, 32g + j] q[o, 32g + j] + low[o, g] sum_j x[r, 32g + j]),
+    j < 32: W~ = d q + low per group of 32 weights of a row (GGUF Q4_1), q in [0, 15].
+
+    The layout (sheepop.scratch.narrow.Int4Weight): rows in tiles of R, each tile's R x G
+    groups side by side as "lanes" l = k G + g (row k of the tile, group g):
+        packed (tiles, 16, R G) uint8   byte [t, j, l]: q at input 32g + j (low 4 bits) and at
+                                         32g + 16 + j (high 4 bits) of row tR + k
+        scale, low (tiles, R G) float32 d and low of each group
+    x (rows, 32 G) float32, y (rows, tiles R) float32, written in place.
+
+    Why lanes: each group's dot product is 32 long, so summing it alone ends in a horizontal sum
+    across a vector every 32 weights, and LLVM then vectorised the group loop worst of all
+    (measured: 4-6 ms for the 49,152 x 576 head). With groups as lanes every step is one long
+    vector loop over l: sum_j runs in R G independent lanes at once, and the scales apply once
+    per group at the end (1.3 ms). The 4-bit halves are taken apart in float32 (b = 16 h + l,
+    h = floor(b / 16), exact for b < 256): on uint8, numba widens integer arithmetic to int64,
+    and those conversions to float stayed scalar."""
+    tiles, _, lanes = packed.shape
+    groups = x.shape[1] // 32
+    per_tile = lanes // groups
+    rows = x.shape[0]
+    first = np.empty((rows, 16, lanes), np.float32)  # x at 32g + j, lane by lane
+    second = np.empty((rows, 16, lanes), np.float32)  # x at 32g + 16 + j
+    total = np.zeros((rows, groups), np.float32)  # sum_j x[32g + j]
+    for r in range(rows):
+        for g in range(groups):
+            for j in range(32):
+                total[r, g] += x[r, 32 * g + j]
+            for j in range(16):
+                for k in range(per_tile):
+                    first[r, j, k * groups + g] = x[r, 32 * g + j]
+                    second[r, j, k * groups + g] = x[r, 32 * g + 16 + j]
+    sums = np.empty(lanes, np.float32)
+    for t in range(tiles):
+        for r in range(rows):
+            for lane in range(lanes):
+                sums[lane] = 0.0
+            for j in range(16):
+                for lane in range(lanes):
+                    b = np.float32(packed[t, j, lane])
+                    high = np.floor(b * np.float32(0.0625))
+                    sums[lane] += (first[r, j, lane] * (b - np.float32(16.0) * high)
+                                   + second[r, j, lane] * high)
+            for k in range(per_tile):
+                acc = np.float32(0.0)
+                for g in range(groups):
+                    lane = k * groups + g
+                    acc += scale[t, lane] * sums[lane] + low[t, lane] * total[r, g]
+                y[r, t * per_tile + k] = acc
