@@ -36,14 +36,15 @@ def test_train_and_generate_print_the_kv_cache_per_token(tmp_path, capsys, tiny_
     assert model_lines == [f"model: {n:,} parameters (3 layers, 4 heads, width 128, context 16), "
                            f"{kv}; torch on cpu, float32"]
     for engine, dtype, kv_text in [("torch", "float32", kv), ("numpy", "float32", kv),
-                                   ("torch", "bfloat16", "KV cache 768 B/token (2 of 4 heads)")]:
+                                   ("torch", "bfloat16", "KV cache 768 B/token (2 of 4 heads)"),
+                                   ("numpy", "bfloat16", kv)]:  # the NumPy engine's: float32
         assert main(["generate", str(run), "--prompt", "the ", "--max-new-tokens", "20",
                      "--seed", "1", "--engine", engine, "--dtype", dtype, "--device", "cpu"]) == 0
         out, err = capsys.readouterr()
         # After the text, the bytes the cache allocated: it grows with the tokens up to the
         # context (here all 16 positions at once: the first chunk is 64; tests/inference/
         # test_kv_growth.py), 16 x 1,536 bytes in float32.
-        held = "24.0 KiB" if dtype == "float32" else "12.0 KiB"
+        held = "12.0 KiB" if (engine, dtype) == ("torch", "bfloat16") else "24.0 KiB"
         model, cache, speed = err.splitlines()
         assert model == (f"sheepop: model: {n:,} parameters (3 layers, context 16), {kv_text}; "
                          f"{engine} engine, {dtype}")

@@ -130,9 +130,11 @@ def prompt_ids(tokenizer, text: str) -> list[int]:
 
 def model_line(model, dtype: str) -> str:
     """The one line on stderr that says what runs (stdout carries only the text): size,
-    context and the KV cache's memory per token of context, in the cache's dtype."""
+    context and the KV cache's memory per token of context, in the cache's dtype (bf16 in the
+    torch engine's bfloat16; float32 otherwise, the NumPy engine's always)."""
     m = model.config.model
-    kv = describe_kv_cache(m, itemsize=2 if dtype == "bfloat16" else 4)
+    kv = describe_kv_cache(m, itemsize=2 if dtype == "bfloat16" and model.engine == "torch"
+                           else 4)
     return (f"sheepop: model: {param_count(m):,} parameters ({plural(m.n_layer, 'layer')}, context "
             f"{m.block_size}), {kv}; {model.engine} engine, {dtype}")
 
