@@ -23,7 +23,6 @@ from sheepop.scratch.init import init_params
 from sheepop.scratch.lm import NumpyLM
 from sheepop.scratch.narrow import (
     KERNEL_ROWS,
-    TILE_ROWS,
     Bf16Weight,
     Int4Weight,
     Int8Weight,
@@ -60,7 +59,7 @@ def _bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dtype", KINDS)
-@pytest.mark.parametrize(("out", "width"), [(7, 32), (33, 96), (64, 576), (TILE_ROWS, 64)])
+@pytest.mark.parametrize(("out", "width"), [(7, 32), (33, 96), (64, 576), (8, 64), (5, 1536)])
 @pytest.mark.parametrize("rows", [1, 3, KERNEL_ROWS, KERNEL_ROWS + 1, 40])
 def test_a_product_is_the_narrow_values_product_within_float32s_bound(dtype, out, width, rows):
     """Widths of 32 (every dtype; 4-bit groups need them) and odd ones (bf16 and int8)."""
@@ -102,8 +101,9 @@ def test_4bit_groups_are_held_as_quantize_groups_made_them_whatever_the_rows():
     """The tiled layout gives back q, d and low exactly, a last tile padded or not; a width
     that is no multiple of 32 is refused."""
     from sheepop.arch.quantize import quantize_groups
-    for out in (1, TILE_ROWS, TILE_ROWS + 3):
-        w = np.random.default_rng(out).normal(size=(out, 96)).astype(np.float32)
+    for out, width in [(1, 96), (8, 96), (11, 96), (7, 1536), (4, 32 * 97)]:
+        assert (8 * width // 32 <= narrow.TILE_LANES) == (narrow.tile_rows(width) == 8)
+        w = np.random.default_rng(out).normal(size=(out, width)).astype(np.float32)
         for held, made in zip(Int4Weight(w).groups(), quantize_groups(w)):
             np.testing.assert_array_equal(held, made)
     with pytest.raises(ValueError, match="multiple of it, not 40"):

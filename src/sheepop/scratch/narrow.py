@@ -46,9 +46,20 @@ matrix. Measured on the AVX-512 EPYC, 1 thread, the 49,152 x 576 head: the kerne
 for all rows, so up to 8 rows cost little more than one, while widening W (a float32 copy) costs
 as much as ~10 single-row products (docs/performance.md)."""
 
-TILE_ROWS = 8
-"""Rows of a 4-bit matrix taken together by its kernel (`Int4Weight`'s layout): measured on the
-AVX-512 EPYC, the 49,152 x 576 head took 1.3 ms at 8, 2.9 ms at 16."""
+TILE_LANES = 192
+"""The most groups a tile of a 4-bit matrix holds side by side (`Int4Weight`'s layout): rows
+are tiled 8 at a time, or fewer where 8 rows' groups would pass this (a 1,536-wide input has
+48 groups a row: 4 rows a tile), so that the kernel's lanes of x (two float32 arrays of
+16 x lanes) stay in a 32 KiB L1 cache. Measured on the AVX-512 EPYC, one thread, a model's
+matrices streamed from memory: 8 rows a tile 8.4 ms, 4 for the wide inputs 7.7 ms."""
+
+
+def tile_rows(width: int) -> int:
+    """Rows a tile takes: 8, halved until its groups fit TILE_LANES (at least 1)."""
+    rows = 8
+    while rows > 1 and rows * (width // GROUP) > TILE_LANES:
+        rows //= 2
+    return rows
 
 
 def bf16_bits(w: np.ndarray) -> np.ndarray:
@@ -159,8 +170,9 @@ class Int8Weight(NarrowWeight):
 class Int4Weight(NarrowWeight):
     """W~ = d q + low per group of 32 weights of a row, q in [0, 15]: GGUF Q4_1's numbers
     (sheepop.arch.quantize.quantize_groups; d and low kept in float32, so a Q4_1 file's own
-    float16 values are held exactly), laid out for `int4_product`: rows in tiles of TILE_ROWS
-    (the last padded with zero rows), each tile's groups side by side, q two to a byte."""
+    float16 values are held exactly), laid out for `int4_product`: rows in tiles of
+    `tile_rows` (the last padded with zero rows), each tile's groups side by side, q two to a
+    byte."""
 
     def __init__(self, w: np.ndarray):
         super().__init__(np.shape(w))
@@ -168,21 +180,22 @@ class Int4Weight(NarrowWeight):
         if width % GROUP:
             raise ValueError(f"4-bit groups of {GROUP} need a width that is a multiple of it, "
                              f"not {width}")
-        q, d, low = (np.pad(a, ((0, -out % TILE_ROWS), (0, 0))) for a in quantize_groups(w))
-        tiles, groups = len(q) // TILE_ROWS, width // GROUP
-        q = q.reshape(tiles, TILE_ROWS, groups, GROUP)
+        per_tile, groups = tile_rows(width), width // GROUP
+        q, d, low = (np.pad(a, ((0, -out % per_tile), (0, 0))) for a in quantize_groups(w))
+        tiles = len(q) // per_tile
+        q = q.reshape(tiles, per_tile, groups, GROUP)
         pairs = q[..., :GROUP // 2] | (q[..., GROUP // 2:] << 4)  # (tiles, R, G, 16)
         self.packed = np.ascontiguousarray(
-            pairs.transpose(0, 3, 1, 2).reshape(tiles, GROUP // 2, TILE_ROWS * groups))
-        self.scale = d.reshape(tiles, TILE_ROWS * groups)
-        self.low = low.reshape(tiles, TILE_ROWS * groups)
+            pairs.transpose(0, 3, 1, 2).reshape(tiles, GROUP // 2, per_tile * groups))
+        self.scale = d.reshape(tiles, per_tile * groups)
+        self.low = low.reshape(tiles, per_tile * groups)
         self.nbytes = self.packed.nbytes + self.scale.nbytes + self.low.nbytes
 
     def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(q uint8 (out, in), d, low (out, in / 32)) as quantize_groups gave them."""
         out, width = self.shape
         tiles, half, _ = self.packed.shape
-        pairs = self.packed.reshape(tiles, half, TILE_ROWS, -1).transpose(0, 2, 3, 1)
+        pairs = self.packed.reshape(tiles, half, tile_rows(width), -1).transpose(0, 2, 3, 1)
         q = np.concatenate([pairs & 15, pairs >> 4], axis=-1).reshape(-1, width)
         return q[:out], self.scale.reshape(-1, width // GROUP)[:out], \
             self.low.reshape(-1, width // GROUP)[:out]
@@ -192,7 +205,7 @@ class Int4Weight(NarrowWeight):
 
     def product(self, x: np.ndarray) -> np.ndarray:
         from sheepop.scratch.narrow_kernels import int4_product
-        y = np.empty((x.shape[0], len(self.packed) * TILE_ROWS), np.float32)
+        y = np.empty((x.shape[0], len(self.packed) * tile_rows(self.shape[1])), np.float32)
         int4_product(self.packed, self.scale, self.low, x, y)
         return y[:, :self.shape[0]]
 
