@@ -29,6 +29,7 @@ from sheepop.scratch.narrow import (
     NarrowWeight,
     bf16_bits,
     narrow_weights,
+    warm_kernels,
 )
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -199,3 +200,18 @@ def test_the_float32_engine_never_imports_numba():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_first_start_says_what_compiling_cost_and_the_second_loads_the_cache(tmp_path):
+    """warm_kernels: numba compiles a kernel once a machine and keeps it on disk (here in
+    NUMBA_CACHE_DIR); the start that compiled says so in one line, the next one is quiet."""
+    import os
+    code = ("import numpy as np; from sheepop.scratch.narrow import narrow_weights, warm_kernels;"
+            "w = {'blocks.0.mlp.fc.weight': np.ones((8, 32), np.float32)};"
+            "print(warm_kernels(narrow_weights(w, 'int8')))")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    said = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env=env).stdout.strip() for _ in range(2)]
+    assert said[0].startswith("sheepop: kernels: int8_product compiled in "), said
+    assert str(tmp_path) in said[0] and said[1] == "None"
+    assert warm_kernels({"ln_f.weight": np.ones(4, np.float32)}) is None  # nothing narrow

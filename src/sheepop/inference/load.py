@@ -222,8 +222,11 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
     if engine == "numpy":
         from sheepop.scratch.lm import NumpyLM
         if dtype != "float32":  # the matrices in fewer bytes, products by compiled kernels
-            from sheepop.scratch.narrow import narrow_weights
+            from sheepop.scratch.narrow import narrow_weights, warm_kernels
             weights = narrow_weights(weights, dtype, consume=consume)
+            compiled = warm_kernels(weights)
+            if compiled:  # the first start on this machine: what compiling cost
+                print(compiled, file=sys.stderr)
         lm: CachedLM = NumpyLM(config.model, weights, never_generate=never)
     elif engine == "torch":
         import torch

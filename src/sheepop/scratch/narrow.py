@@ -26,7 +26,8 @@ which the float32 engine (that imports this module) never pays.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+import time
+from collections.abc import Mapping, MutableMapping
 
 import numpy as np
 
@@ -229,6 +230,28 @@ def narrow_kind(name: str, dtype: str) -> type[NarrowWeight]:
     if dtype == "int4" and not name.startswith("blocks."):
         return Int8Weight
     return NARROW[dtype]
+
+
+def warm_kernels(weights: Mapping[str, object]) -> str | None:
+    """Run each kernel the narrow matrices in `weights` use once, on one row: numba compiles it
+    (~0.1-1 s a kernel) or loads it from its on-disk cache. The start-up line that says so when
+    something was compiled (the first start on a machine, or after sheepop changed), else
+    None."""
+    kinds = {type(w) for w in weights.values() if isinstance(w, NarrowWeight)}
+    if not kinds:
+        return None
+    from sheepop.scratch import narrow_kernels
+    start = time.perf_counter()
+    for kind in kinds:
+        kind(np.zeros((1, GROUP), np.float32)).product(np.zeros((1, GROUP), np.float32))
+    seconds = time.perf_counter() - start
+    compiled = [k for k in (narrow_kernels.bf16_product, narrow_kernels.int8_product,
+                            narrow_kernels.int4_product) if k.stats.cache_misses]
+    if not compiled:
+        return None
+    names = ", ".join(k.__name__ for k in compiled)
+    return (f"sheepop: kernels: {names} compiled in {seconds:.1f} s (numba's cache "
+            f"{compiled[0].stats.cache_path} keeps them for the next start)")
 
 
 def narrow_weights(weights: MutableMapping[str, np.ndarray], dtype: str,
