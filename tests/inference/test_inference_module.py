@@ -98,8 +98,8 @@ def test_bad_choices_are_one_clear_error(config, tokenizer):
     weights = GPT(config.model).numpy_weights()
     with pytest.raises(UserError, match="inference dtype must be one of float32, bfloat16"):
         build(config, weights, tokenizer, dtype="float16")
-    with pytest.raises(UserError, match="for the torch engine"):
-        build(config, weights, tokenizer, engine="numpy", dtype="bfloat16")
+    with pytest.raises(UserError, match="--compile needs --engine torch"):
+        build(config, weights, tokenizer, engine="numpy", compile=True)
     with pytest.raises(UserError, match="unknown engine 'jax'"):
         build(config, weights, tokenizer, engine="jax")
 
