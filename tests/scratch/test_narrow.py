@@ -215,3 +215,21 @@ def test_the_first_start_says_what_compiling_cost_and_the_second_loads_the_cache
     assert said[0].startswith("sheepop: kernels: int8_product compiled in "), said
     assert str(tmp_path) in said[0] and said[1] == "None"
     assert warm_kernels({"ln_f.weight": np.ones(4, np.float32)}) is None  # nothing narrow
+
+
+@pytest.mark.parametrize("dtype", KINDS)
+def test_the_kernels_run_on_the_threads_given_and_give_the_same_numbers(dtype, monkeypatch):
+    """--threads reaches numba (its count is the launching thread's); each output row is
+    one thread's whole sum, so 1 and 2 threads give the same bits."""
+    import numba
+
+    from sheepop import threads
+    rng = np.random.default_rng(7)
+    w = KINDS[dtype](rng.normal(size=(40, 64)).astype(np.float32))
+    x = rng.normal(size=(2, 64)).astype(np.float32)
+    got = {}
+    for n in (1, 2):
+        monkeypatch.setattr(threads, "current", lambda n=n: n)
+        got[n] = x @ w.T
+        assert numba.get_num_threads() == min(n, numba.config.NUMBA_NUM_THREADS)
+    np.testing.assert_array_equal(got[1], got[2])

@@ -26,11 +26,13 @@ which the float32 engine (that imports this module) never pays.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, MutableMapping
 
 import numpy as np
 
+from sheepop import threads
 from sheepop.arch.params import uses_muon
 from sheepop.arch.quantize import (
     GROUP,
@@ -75,6 +77,25 @@ def bf16_bits(w: np.ndarray) -> np.ndarray:
 def bf16_values(bits: np.ndarray) -> np.ndarray:
     """The float32 values of bfloat16 bits: the bits shifted into float32's top half (exact)."""
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+_LAUNCH = threading.Lock()
+"""One kernel runs at a time in a process: numba's fallback threading layer (workqueue, where no
+OpenMP or TBB runtime is found) aborts the process when two threads launch parallel loops at
+once, as a server's model thread and another caller could."""
+_SET = threading.local()  # the thread count this Python thread last gave numba
+
+
+def launch(kernel, *arrays: np.ndarray) -> None:
+    """kernel(*arrays) on `threads.current()` threads (numba's count is per launching thread,
+    so each thread that computes sets its own; at most numba's pool, NUMBA_NUM_THREADS)."""
+    import numba
+    n = min(threads.current(), numba.config.NUMBA_NUM_THREADS)
+    with _LAUNCH:
+        if getattr(_SET, "n", None) != n:
+            numba.set_num_threads(n)
+            _SET.n = n
+        kernel(*arrays)
 
 
 class NarrowWeight:
@@ -140,7 +161,7 @@ class Bf16Weight(NarrowWeight):
     def product(self, x: np.ndarray) -> np.ndarray:
         from sheepop.scratch.narrow_kernels import bf16_product  # numba: only when used
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
-        bf16_product(self.bits, x, y)
+        launch(bf16_product, self.bits, x, y)
         return y
 
     def __getitem__(self, ids) -> np.ndarray:
@@ -161,7 +182,7 @@ class Int8Weight(NarrowWeight):
     def product(self, x: np.ndarray) -> np.ndarray:
         from sheepop.scratch.narrow_kernels import int8_product
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
-        int8_product(self.q, self.scale, x, y)
+        launch(int8_product, self.q, self.scale, x, y)
         return y
 
     def __getitem__(self, ids) -> np.ndarray:
@@ -207,7 +228,7 @@ class Int4Weight(NarrowWeight):
     def product(self, x: np.ndarray) -> np.ndarray:
         from sheepop.scratch.narrow_kernels import int4_product
         y = np.empty((x.shape[0], len(self.packed) * tile_rows(self.shape[1])), np.float32)
-        int4_product(self.packed, self.scale, self.low, x, y)
+        launch(int4_product, self.packed, self.scale, self.low, x, y)
         return y[:, :self.shape[0]]
 
     def __getitem__(self, ids) -> np.ndarray:  # never a table: int4 keeps the head in int8

@@ -29,13 +29,16 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 # fastmath: the float32 sums may be reordered into vector lanes (no NaN or infinity is assumed
 # away that a finite model gives); no bounds checks and NumPy's error model: the callers pass
 # checked shapes (sheepop.scratch.narrow).
-_COMPILE = dict(cache=True, fastmath=True, boundscheck=False, error_model="numpy", nogil=True)
+# parallel: the loop over output rows (tiles, for 4 bits) is shared among numba's threads,
+# `numba.set_num_threads` of the launching thread many (sheepop.scratch.narrow sets --threads).
+_COMPILE = dict(cache=True, fastmath=True, boundscheck=False, error_model="numpy", nogil=True,
+                parallel=True)
 
 
 @intrinsic
@@ -52,7 +55,7 @@ def bf16_product(bits: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     """y[r, o] = sum_i x[r, i] float(bits[o, i] << 16): bits (out, in) uint16, x (rows, in)
     float32, y (rows, out) float32, written in place."""
     out, width = bits.shape
-    for o in range(out):
+    for o in prange(out):
         for r in range(x.shape[0]):
             acc = np.float32(0.0)
             for i in range(width):
@@ -66,7 +69,7 @@ def int8_product(q: np.ndarray, scale: np.ndarray, x: np.ndarray,
     """y[r, o] = scale[o] sum_i x[r, i] q[o, i]: q (out, in) int8, scale (out,) float32, x (rows,
     in) float32, y (rows, out) float32, written in place."""
     out, width = q.shape
-    for o in range(out):
+    for o in prange(out):
         for r in range(x.shape[0]):
             acc = np.float32(0.0)
             for i in range(width):
@@ -114,8 +117,8 @@ def int4_product(packed: np.ndarray, scale: np.ndarray, low: np.ndarray, x: np.n
                     first[r, j, k * groups + g] = x[r, 32 * g + j]
                     second[r, j, k * groups + g] = (x[r, 32 * g + 16 + j]
                                                     - np.float32(16.0) * x[r, 32 * g + j])
-    sums = np.empty(lanes, np.float32)
-    for t in range(tiles):
+    for t in prange(tiles):
+        sums = np.empty(lanes, np.float32)  # each thread's own
         for r in range(rows):
             for lane in range(lanes):
                 sums[lane] = 0.0
