@@ -20,8 +20,10 @@ Which matrices: every linear layer's in the blocks and the head's (for a tied he
 table: its lookups then read W~'s rows, as llama.cpp's do). Norms, biases, position and
 value-embedding tables stay float32: they are a small part of a step's bytes.
 
-The kernels' module is imported at the first product, not here: numba takes ~0.25 s to import,
-which the float32 engine (that imports this module) never pays.
+The kernels share their output rows among `--threads` threads, one kernel at a time
+(`launch`). Their module is imported when first used (`warm_kernels` at build, or a product),
+not here: numba takes ~0.25 s to import, which the float32 engine (that imports this module)
+never pays.
 """
 
 from __future__ import annotations
