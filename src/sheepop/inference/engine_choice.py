@@ -6,7 +6,7 @@ The rule, in order:
 1. a GPU (device cuda, or auto with a GPU driver present) or torch.compile: torch, the only
    engine that runs them;
 2. bfloat16, int8 or int4 weights on the CPU: NumPy, whose compiled kernels read them in their
-   own bytes (sheepop.scratch.narrow): on SmolLM2, one thread, 1.2-2.5x torch's eager step in
+   own bytes (sheepop.scratch.narrow): on SmolLM2, one thread, 1.1-2.5x torch's eager step in
    each dtype (docs/performance.md, "Weights in fewer bytes on the NumPy engine"); `--compile`
    asks for torch's compiled step;
 3. float32 on the CPU: the row of `DECODE_TOKENS_PER_S` nearest the model (parameters on a log
