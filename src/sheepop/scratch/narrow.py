@@ -28,6 +28,7 @@ never pays.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Mapping, MutableMapping
@@ -88,10 +89,19 @@ once, as a server's model thread and another caller could."""
 _SET = threading.local()  # the thread count this Python thread last gave numba
 
 
+def kernels():
+    """sheepop.scratch.narrow_kernels, imported at the first call (an import statement per
+    product cost a microsecond, 150 times a token)."""
+    module = sys.modules.get("sheepop.scratch.narrow_kernels")
+    if module is None:
+        from sheepop.scratch import narrow_kernels as module
+    return module
+
+
 def launch(kernel, *arrays: np.ndarray) -> None:
     """kernel(*arrays) on `threads.current()` threads (numba's count is per launching thread,
     so each thread that computes sets its own; at most numba's pool, NUMBA_NUM_THREADS)."""
-    import numba
+    numba = sys.modules["numba"]  # loaded with the kernels' module
     n = min(threads.current(), numba.config.NUMBA_NUM_THREADS)
     with _LAUNCH:
         if getattr(_SET, "n", None) != n:
@@ -110,10 +120,11 @@ class NarrowWeight:
 
     def __init__(self, shape: tuple[int, int]):
         self.shape = shape
+        self._transposed = _Transposed(self)  # made once: a decode step asks for it 150 times
 
     @property
     def T(self) -> _Transposed:
-        return _Transposed(self)
+        return self._transposed
 
     def dequantized(self) -> np.ndarray:
         """W~ as a float32 array (out, in)."""
@@ -161,9 +172,8 @@ class Bf16Weight(NarrowWeight):
         return bf16_values(self.bits)
 
     def product(self, x: np.ndarray) -> np.ndarray:
-        from sheepop.scratch.narrow_kernels import bf16_product  # numba: only when used
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
-        launch(bf16_product, self.bits, x, y)
+        launch(kernels().bf16_product, self.bits, x, y)
         return y
 
     def __getitem__(self, ids) -> np.ndarray:
@@ -182,9 +192,8 @@ class Int8Weight(NarrowWeight):
         return dequantize_rows(self.q, self.scale)
 
     def product(self, x: np.ndarray) -> np.ndarray:
-        from sheepop.scratch.narrow_kernels import int8_product
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
-        launch(int8_product, self.q, self.scale, x, y)
+        launch(kernels().int8_product, self.q, self.scale, x, y)
         return y
 
     def __getitem__(self, ids) -> np.ndarray:
@@ -228,9 +237,8 @@ class Int4Weight(NarrowWeight):
         return dequantize_groups(*self.groups())
 
     def product(self, x: np.ndarray) -> np.ndarray:
-        from sheepop.scratch.narrow_kernels import int4_product
         y = np.empty((x.shape[0], len(self.packed) * tile_rows(self.shape[1])), np.float32)
-        launch(int4_product, self.packed, self.scale, self.low, x, y)
+        launch(kernels().int4_product, self.packed, self.scale, self.low, x, y)
         return y[:, :self.shape[0]]
 
     def __getitem__(self, ids) -> np.ndarray:  # never a table: int4 keeps the head in int8
@@ -263,13 +271,12 @@ def warm_kernels(weights: Mapping[str, object]) -> str | None:
     kinds = {type(w) for w in weights.values() if isinstance(w, NarrowWeight)}
     if not kinds:
         return None
-    from sheepop.scratch import narrow_kernels
     start = time.perf_counter()
     for kind in kinds:
         kind(np.zeros((1, GROUP), np.float32)).product(np.zeros((1, GROUP), np.float32))
     seconds = time.perf_counter() - start
-    compiled = [k for k in (narrow_kernels.bf16_product, narrow_kernels.int8_product,
-                            narrow_kernels.int4_product) if k.stats.cache_misses]
+    compiled = [k for k in (kernels().bf16_product, kernels().int8_product,
+                            kernels().int4_product) if k.stats.cache_misses]
     if not compiled:
         return None
     names = ", ".join(k.__name__ for k in compiled)
