@@ -233,3 +233,30 @@ def test_the_kernels_run_on_the_threads_given_and_give_the_same_numbers(dtype, m
         got[n] = x @ w.T
         assert numba.get_num_threads() == min(n, numba.config.NUMBA_NUM_THREADS)
     np.testing.assert_array_equal(got[1], got[2])
+
+
+def test_two_threads_may_compute_at_once_on_any_threading_layer():
+    """numba's own threading layer (workqueue: where no OpenMP or TBB runtime is found)
+    terminates a process whose two threads launch parallel kernels at once; `launch` runs one
+    kernel at a time, so a server's model thread and another caller can share a model."""
+    import os
+    code = """
+import threading, numpy as np, numba
+from sheepop import threads
+threads.apply(2)
+from sheepop.scratch.narrow import Int8Weight
+w = Int8Weight(np.random.default_rng(0).normal(size=(512, 256)).astype(np.float32))
+x = np.ones((1, 256), np.float32)
+want, wrong = x @ w.T, []
+def work():
+    wrong.extend(1 for _ in range(300) if not np.array_equal(x @ w.T, want))
+workers = [threading.Thread(target=work) for _ in range(2)]
+for t in workers: t.start()
+for t in workers: t.join()
+print(numba.threading_layer(), len(wrong))
+"""
+    env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["workqueue", "0"]
