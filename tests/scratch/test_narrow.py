@@ -174,8 +174,8 @@ def test_decode_steps_give_the_whole_prompts_logits(dtype):
     """One token a step through the kernels against the whole prompt through OpenBLAS."""
     cfg = _cfg(True)
     lm = NumpyLM(cfg, narrow_weights(init_params(cfg, seed=2), dtype))
-    ids = np.random.default_rng(6).integers(0, cfg.vocab_size, 12).tolist()
-    whole = lm.prompt_logits(ids)  # 12 rows: OpenBLAS
+    ids = np.random.default_rng(6).integers(0, cfg.vocab_size, KERNEL_ROWS + 8).tolist()
+    whole = lm.prompt_logits(ids)  # more rows than KERNEL_ROWS: OpenBLAS
     steps = np.stack([lm.prefill(ids[:1])] + [lm.decode(t) for t in ids[1:]])  # the kernels
     np.testing.assert_allclose(steps, whole, rtol=1e-4, atol=1e-5 * np.abs(whole).max())
 

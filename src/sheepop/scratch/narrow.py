@@ -46,11 +46,12 @@ from sheepop.arch.quantize import (
 )
 from sheepop.errors import UserError
 
-KERNEL_ROWS = 8
+KERNEL_ROWS = 16
 """The most rows a product takes through the kernels; more go through OpenBLAS on the widened
-matrix. Measured on the AVX-512 EPYC, 1 thread, the 49,152 x 576 head: the kernels read W once
-for all rows, so up to 8 rows cost little more than one, while widening W (a float32 copy) costs
-as much as ~10 single-row products (docs/performance.md)."""
+matrix, which must first be written out in float32. Measured on the AVX-512 EPYC, 1 thread, the
+49,152 x 576 head: the kernels cost about one row's time per row (int8 0.9 ms a row, bf16 1.3,
+int4 1.7), widening and OpenBLAS 40, 33 and 87 ms for 9 rows; 16 rows take the kernels 2-3x
+faster in every dtype, and from ~30 rows (bf16) to ~50 (int4) OpenBLAS wins."""
 
 TILE_LANES = 192
 """The most groups a tile of a 4-bit matrix holds side by side (`Int4Weight`'s layout): rows
