@@ -260,3 +260,15 @@ print(numba.threading_layer(), len(wrong))
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["workqueue", "0"]
+
+
+@pytest.mark.parametrize("dtype", KINDS)
+def test_an_infinite_input_gives_an_infinite_product_as_float32s_would(dtype):
+    """The kernels' fast maths only reorders sums: an overflow upstream still reaches the logits
+    as a number that is not finite, which every caller refuses (NumpyLM's docstring)."""
+    w = KINDS[dtype](np.random.default_rng(8).normal(size=(24, 64)).astype(np.float32))
+    x = np.ones((1, 64), np.float32)
+    x[0, 5] = np.inf
+    assert not np.isfinite(x @ w.T).all()
+    x[0, 5] = np.nan
+    assert np.isnan(x @ w.T).all()

@@ -6,7 +6,7 @@ sheepop that imports it; sheepop.scratch.narrow holds the weights and chooses wh
     int4   y_r,o = sum_g d_o,g sum_j x q + low_o,g sum_j x    4-bit q per group of 32 (Q4_1)
 
 for every row r of x (float32, rows x in), each sum in float32. A bfloat16 is float32's top 16
-bits, so float(W) is the bits shifted left by 16: exact, no rounding. Neither product rounds x:
+bits, so float(W) is the bits shifted left by 16: exact, no rounding. No product rounds x:
 each is the float32 product of x with the weight's exact float32 value, in another order of
 summation than BLAS's.
 
@@ -32,13 +32,14 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-# fastmath: the float32 sums may be reordered into vector lanes (no NaN or infinity is assumed
-# away that a finite model gives); no bounds checks and NumPy's error model: the callers pass
-# checked shapes (sheepop.scratch.narrow).
+# fastmath, only what vectorising needs: the float32 sums may be reordered into vector lanes
+# (reassoc, nsz) and a product and sum fused (contract); NaN and infinity keep their meaning, so
+# an overflowing model still gives logits that are not finite, which callers refuse. No bounds
+# checks and NumPy's error model: the callers pass checked shapes (sheepop.scratch.narrow).
 # parallel: the loop over output rows (tiles, for 4 bits) is shared among numba's threads,
 # `numba.set_num_threads` of the launching thread many (sheepop.scratch.narrow sets --threads).
-_COMPILE = dict(cache=True, fastmath=True, boundscheck=False, error_model="numpy", nogil=True,
-                parallel=True)
+_COMPILE = dict(cache=True, fastmath={"reassoc", "contract", "nsz"}, boundscheck=False,
+                error_model="numpy", nogil=True, parallel=True)
 
 
 @intrinsic
