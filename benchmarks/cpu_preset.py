@@ -34,6 +34,7 @@ CANDIDATES = {
     "cpu": ("cpu", []),
     "cpu-adamw": ("cpu", ["train.optimizer=adamw"]),
     "cpu-layernorm": ("cpu", ["model.norm=layernorm"]),
+    "cpu-no-warmup": ("cpu", ["train.warmup_steps=0"]),  # the speedrun's no_warmup piece
 }
 
 
