@@ -3,6 +3,7 @@ shape) against `cpu` (the same shape with the modern recipe) and variants of it.
 
     python benchmarks/cpu_preset.py                 # tiny's 1,500 steps against each candidate
     python benchmarks/cpu_preset.py --steps 300     # a quick look
+    python benchmarks/cpu_preset.py --only tiny,cpu,cpu-no-warmup --seed 2   # another seed
 
 Each candidate's step costs what its pieces cost (Muon's iteration, RMSNorm), so "the same
 time" is not "the same steps": each candidate's step is timed first (the candidates
@@ -64,7 +65,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1500, help="tiny's steps (make run's)")
     ap.add_argument("--only", default="", help="comma-separated candidate names")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="train.seed for every candidate (weights and batches; default: the "
+                         "presets' own, 1337)")
     args = ap.parse_args()
+    seeded = [] if args.seed is None else [f"train.seed={args.seed}"]
     names = [n for n in CANDIDATES if not args.only or n in args.only.split(",")]
     print(machine.summary())
     dataset = load_dataset(None, build_config("tiny", None, []).data)
@@ -83,7 +88,8 @@ def main() -> None:
     for n in names:
         steps = max(1, round(budget / step_s[n]))
         with tempfile.TemporaryDirectory() as tmp:
-            trainer = trainer_for(*CANDIDATES[n], steps, tmp, dataset)
+            preset, sets = CANDIDATES[n]
+            trainer = trainer_for(preset, [*sets, *seeded], steps, tmp, dataset)
             torch.manual_seed(0)
             t0 = time.perf_counter()
             summary = trainer.run()
