@@ -113,6 +113,11 @@ def apply(threads: int = AUTO, spare: int = 0) -> int:
     return n
 
 
+def applied() -> int | None:
+    """The count `apply` set last, or None before any (no lookup: a hot path may ask)."""
+    return _applied
+
+
 def current() -> int:
     """The count the arithmetic runs on: the one `apply` set, else what `auto` would give."""
     return _applied if _applied is not None else resolve(AUTO)

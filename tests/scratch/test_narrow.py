@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.arch.quantize import quantize_rows
+from sheepop.arch.quantize import bf16_bits, quantize_rows
 from sheepop.config.schema import INFERENCE_DTYPES, ModelConfig
 from sheepop.inference.load import build
 from sheepop.inference.weights import model_weights
@@ -27,7 +27,6 @@ from sheepop.scratch.narrow import (
     Int4Weight,
     Int8Weight,
     NarrowWeight,
-    bf16_bits,
     narrow_weights,
     warm_kernels,
 )
@@ -229,7 +228,7 @@ def test_the_kernels_run_on_the_threads_given_and_give_the_same_numbers(dtype, m
     x = rng.normal(size=(2, 64)).astype(np.float32)
     got = {}
     for n in (1, 2):
-        monkeypatch.setattr(threads, "current", lambda n=n: n)
+        monkeypatch.setattr(threads, "applied", lambda n=n: n)
         got[n] = x @ w.T
         assert numba.get_num_threads() == min(n, numba.config.NUMBA_NUM_THREADS)
     np.testing.assert_array_equal(got[1], got[2])

@@ -35,6 +35,21 @@ def bf16_up(x: np.ndarray) -> np.ndarray:
     return up.view(np.float32)
 
 
+def bf16_bits(w: np.ndarray) -> np.ndarray:
+    """bfloat16(W) as its 16 bits (uint16), rounded to nearest, ties to even: the top half of
+    float32's bits after adding 0x7FFF plus the kept half's lowest bit (what torch's
+    `.to(torch.bfloat16)` gives for finite values)."""
+    bits = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
+    return (rounded >> np.uint32(16)).astype(np.uint16)
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """The float32 values of bfloat16 bits (uint16): the bits shifted into float32's top half
+    (exact: bfloat16 is the top half of a float32)."""
+    return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
 def quantize_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(q int8 (out, in), s float32 (out,)) with W ~ s[:, None] * q: the rules above."""
     w = np.asarray(w, dtype=np.float32)

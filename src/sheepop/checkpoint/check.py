@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from sheepop.arch.params import check_shapes
+from sheepop.arch.quantize import bf16_values
 from sheepop.errors import UserError
 from sheepop.files import open_regular, parse_json, shown
 
@@ -154,8 +155,8 @@ def _as_float32(data: bytes, offset: int, entry: TensorEntry) -> np.ndarray:
     kind = DTYPES[entry.dtype][1]
     raw = np.frombuffer(data, dtype=kind, count=math.prod(entry.shape),
                         offset=offset + entry.begin)
-    if entry.dtype == "BF16":  # bfloat16 is the top half of a float32
-        return (raw.astype(np.uint32) << 16).view(np.float32).reshape(entry.shape)
+    if entry.dtype == "BF16":
+        return bf16_values(raw).reshape(entry.shape)
     with np.errstate(over="ignore"):  # an F64 past float32's range becomes inf: refused below
         return raw.astype(np.float32).reshape(entry.shape)
 

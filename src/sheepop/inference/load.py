@@ -201,9 +201,9 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
           engine: str = "torch", device: str = "auto", dtype: str = "float32",
           compile: bool = False, consume: bool = False) -> InferenceModel:
     """A model for inference from weights in memory. `dtype` (float32 | bfloat16 | int8 | int4:
-    the linear layers' weights in int8 or 4-bit groups, sheepop.model.quantized*) and `compile`
-    are for the torch engine; the NumPy engine holds its matrices in any of those dtypes
-    (sheepop.scratch.narrow) and computes in float32; `auto`: the engine
+    the linear layers' weights in int8 or 4-bit groups) on either engine (torch:
+    sheepop.model.quantized*; NumPy: sheepop.scratch.narrow, computing in float32); `compile`
+    for the torch engine; `auto`: the engine
     `choose_engine` picks. Both engines hold the float32 arrays of `weights` themselves (no
     copy). `consume`: the engine empties `weights` as its model takes them (`load`'s own dict),
     so that a float32 matrix that is quantized or cast is freed as soon as it is replaced: no

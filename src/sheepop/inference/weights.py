@@ -2,8 +2,8 @@
 engine-independent computations read (sheepop.inference.step_trace, the page's step-by-step
 view).
 
-    numpy engine   its own float32 parameters (no copy; a matrix held in bfloat16 or int8,
-                   sheepop.scratch.narrow, widened to float32: a copy)
+    numpy engine   its own float32 parameters (no copy; a matrix held in bfloat16, int8 or
+                   4-bit groups, sheepop.scratch.narrow, widened to float32: a copy)
     torch engine   each parameter as a float32 array (a view of a float32 CPU tensor, no copy;
                    a copy for bfloat16 or a GPU)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from sheepop.arch.quantize import bf16_values
 from sheepop.checkpoint.check import (
     DTYPES,
     MAX_HEADER_BYTES,
@@ -111,7 +112,7 @@ def _float32(raw: bytes, entry: TensorEntry) -> np.ndarray:
     """One tensor's little-endian bytes as float32 (bfloat16 is the top half of a float32)."""
     values = np.frombuffer(raw, dtype=DTYPES[entry.dtype][1])
     if entry.dtype == "BF16":
-        return (values.astype(np.uint32) << 16).view(np.float32).reshape(entry.shape)
+        return bf16_values(values).reshape(entry.shape)
     with np.errstate(over="ignore"):  # a float64 past float32's range: inf, refused below
         return values.astype(np.float32).reshape(entry.shape)
 

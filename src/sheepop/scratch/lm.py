@@ -43,7 +43,7 @@ class NumpyLM(CachedLM):
     (`decode_layout`, the rule of sheepop.arch.layout: column-major where out >= in): the same
     shape and values, so the same model. A lookup E[x] in a column-major table reads d
     strided values per token: nothing beside the products. A matrix held in fewer bytes
-    (sheepop.scratch.narrow, `--dtype bfloat16 | int8`) is kept as it is.
+    (sheepop.scratch.narrow, `--dtype bfloat16 | int8 | int4`) is kept as it is.
 
     Its forward passes raise no floating-point warnings: weights that overflow give logits or
     a loss that are not finite, which every caller refuses in one line or one 4xx

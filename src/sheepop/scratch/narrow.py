@@ -39,6 +39,8 @@ from sheepop import threads
 from sheepop.arch.params import uses_muon
 from sheepop.arch.quantize import (
     GROUP,
+    bf16_bits,
+    bf16_values,
     dequantize_groups,
     dequantize_rows,
     quantize_groups,
@@ -69,25 +71,11 @@ def tile_rows(width: int) -> int:
     return rows
 
 
-def bf16_bits(w: np.ndarray) -> np.ndarray:
-    """bfloat16(W) as its 16 bits (uint16), rounded to nearest, ties to even: the top half of
-    float32's bits after adding 0x7FFF plus the kept half's lowest bit (what torch's
-    `.to(torch.bfloat16)` gives for finite values)."""
-    bits = np.ascontiguousarray(w, dtype=np.float32).view(np.uint32)
-    rounded = bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))
-    return (rounded >> np.uint32(16)).astype(np.uint16)
-
-
-def bf16_values(bits: np.ndarray) -> np.ndarray:
-    """The float32 values of bfloat16 bits: the bits shifted into float32's top half (exact)."""
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
 _LAUNCH = threading.Lock()
 """One kernel runs at a time in a process: numba's fallback threading layer (workqueue, where no
 OpenMP or TBB runtime is found) aborts the process when two threads launch parallel loops at
 once, as a server's model thread and another caller could."""
-_SET = threading.local()  # the thread count this Python thread last gave numba
+_SET = threading.local()  # n: the count this Python thread last gave numba; auto: auto's
 
 
 def kernels():
@@ -100,10 +88,13 @@ def kernels():
 
 
 def launch(kernel, *arrays: np.ndarray) -> None:
-    """kernel(*arrays) on `threads.current()` threads (numba's count is per launching thread,
+    """kernel(*arrays) on the threads sheepop.threads set (numba's count is per launching thread,
     so each thread that computes sets its own; at most numba's pool, NUMBA_NUM_THREADS)."""
     numba = sys.modules["numba"]  # loaded with the kernels' module
-    n = min(threads.current(), numba.config.NUMBA_NUM_THREADS)
+    n = threads.applied()
+    if n is None:  # no thread count set (a library caller): auto's, found once a thread (it
+        n = _SET.__dict__.setdefault("auto", threads.current())  # reads the load average)
+    n = min(n, numba.config.NUMBA_NUM_THREADS)
     with _LAUNCH:
         if getattr(_SET, "n", None) != n:
             numba.set_num_threads(n)
@@ -214,7 +205,8 @@ class Int4Weight(NarrowWeight):
         if width % GROUP:
             raise ValueError(f"4-bit groups of {GROUP} need a width that is a multiple of it, "
                              f"not {width}")
-        per_tile, groups = tile_rows(width), width // GROUP
+        self.per_tile = per_tile = tile_rows(width)
+        groups = width // GROUP
         q, d, low = (np.pad(a, ((0, -out % per_tile), (0, 0))) for a in quantize_groups(w))
         tiles = len(q) // per_tile
         q = q.reshape(tiles, per_tile, groups, GROUP)
@@ -229,7 +221,7 @@ class Int4Weight(NarrowWeight):
         """(q uint8 (out, in), d, low (out, in / 32)) as quantize_groups gave them."""
         out, width = self.shape
         tiles, half, _ = self.packed.shape
-        pairs = self.packed.reshape(tiles, half, tile_rows(width), -1).transpose(0, 2, 3, 1)
+        pairs = self.packed.reshape(tiles, half, self.per_tile, -1).transpose(0, 2, 3, 1)
         q = np.concatenate([pairs & 15, pairs >> 4], axis=-1).reshape(-1, width)
         return q[:out], self.scale.reshape(-1, width // GROUP)[:out], \
             self.low.reshape(-1, width // GROUP)[:out]
@@ -238,7 +230,7 @@ class Int4Weight(NarrowWeight):
         return dequantize_groups(*self.groups())
 
     def product(self, x: np.ndarray) -> np.ndarray:
-        y = np.empty((x.shape[0], len(self.packed) * tile_rows(self.shape[1])), np.float32)
+        y = np.empty((x.shape[0], len(self.packed) * self.per_tile), np.float32)
         launch(kernels().int4_product, self.packed, self.scale, self.low, x, y)
         return y[:, :self.shape[0]]
 
