@@ -92,8 +92,10 @@ def launch(kernel, *arrays: np.ndarray) -> None:
     so each thread that computes sets its own; at most numba's pool, NUMBA_NUM_THREADS)."""
     numba = sys.modules["numba"]  # loaded with the kernels' module
     n = threads.applied()
-    if n is None:  # no thread count set (a library caller): auto's, found once a thread (it
-        n = _SET.__dict__.setdefault("auto", threads.current())  # reads the load average)
+    if n is None:  # no thread count set (a library caller): auto's, found once a thread
+        n = getattr(_SET, "auto", None)
+        if n is None:
+            n = _SET.auto = threads.current()  # (it reads the load average: not every time)
     n = min(n, numba.config.NUMBA_NUM_THREADS)
     with _LAUNCH:
         if getattr(_SET, "n", None) != n:
