@@ -8,13 +8,22 @@
                (GGUF Q4_1's numbers, arch.quantize.quantize_groups; the head in int8)
 
 A `NarrowWeight` stands where the float32 matrix W (out, in) stood in the engine's parameters,
-and the layers do not change: `x @ W.T` (linear_forward) is x W~^T, `W[ids]` (a tied head's
-table, looked up) the rows of W~, both in float32. So every number the model computes is the
-float32 arithmetic of the plain engine on W~: up to `KERNEL_ROWS` rows through the compiled
-kernels of sheepop.scratch.narrow_kernels (a decode step: W read once, in its own bytes), more
-(a prompt) through OpenBLAS on W~ widened to float32, which reads more bytes but uses each for
-many rows. Unlike the torch engine's int8 layer, x is never rounded to bfloat16: the products
-are x W~^T exactly, summed in float32.
+and the layers do not change: `x @ W.T` (linear_forward) is the product below, `W[ids]` (a tied
+head's table, looked up) the rows of W~, both in float32. Up to `KERNEL_ROWS` rows go through
+the compiled kernels of sheepop.scratch.narrow_kernels (a decode step: W read once, in its own
+bytes), more (a prompt) through OpenBLAS on W~ widened to float32, which reads more bytes but
+uses each for many rows. Both compute the same numbers, in another order of float32 sums:
+
+    bfloat16   x W~^T                        x itself (widening bf16 is exact)
+    int8       x~ W~^T                       x~: x rounded to 8 bits a block of 32 inputs
+    int4       x~ (W~ - L)^T + x L^T         L: each weight's block's low, so that the
+                                             offsets multiply x's exact block sums
+
+x~ = dx xq, dx = max |x| / 127 over the block, xq = rint(x / dx) (narrow_kernels'
+quantize_blocks; the last width mod 32 inputs stay x), as llama.cpp rounds x for its Q8_0 and
+Q4_1 products: the kernels' sums over a block are then exact integer arithmetic. A prompt and
+its decode steps thus give the same logits (up to float32's sums), and bits per byte measured
+on a prompt is the decode's quality. Rows in float64 (a reference) multiply W~ as they are.
 
 Which matrices: every linear layer's in the blocks and the head's (for a tied head, the token
 table: its lookups then read W~'s rows, as llama.cpp's do). Norms, biases, position and
@@ -55,22 +64,6 @@ matrix, which must first be written out in float32. Measured on the AVX-512 EPYC
 int4 1.7), widening and OpenBLAS 40, 33 and 87 ms for 9 rows; 16 rows take the kernels 2-3x
 faster in every dtype, and from ~30 rows (bf16) to ~50 (int4) OpenBLAS wins."""
 
-TILE_LANES = 192
-"""The most groups a tile of a 4-bit matrix holds side by side (`Int4Weight`'s layout): rows
-are tiled 8 at a time, or fewer where 8 rows' groups would pass this (a 1,536-wide input has
-48 groups a row: 4 rows a tile), so that the kernel's lanes of x (two float32 arrays of
-16 x lanes) stay in a 32 KiB L1 cache. Measured on the AVX-512 EPYC, one thread, a model's
-matrices streamed from memory: 8 rows a tile 8.4 ms, 4 for the wide inputs 7.7 ms."""
-
-
-def tile_rows(width: int) -> int:
-    """Rows a tile takes: 8, halved until its groups fit TILE_LANES (at least 1)."""
-    rows = 8
-    while rows > 1 and rows * (width // GROUP) > TILE_LANES:
-        rows //= 2
-    return rows
-
-
 _LAUNCH = threading.Lock()
 """One kernel runs at a time in a process: numba's fallback threading layer (workqueue, where no
 OpenMP or TBB runtime is found) aborts the process when two threads launch parallel loops at
@@ -104,6 +97,18 @@ def launch(kernel, *arrays: np.ndarray) -> None:
         kernel(*arrays)
 
 
+def in_8_bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(x~, sums) for x (rows, in) float32: x rounded to 8 bits a block of 32 inputs as the
+    kernels round it, in float32 (dx xq; past the last whole block x itself), and x's exact
+    block sums (module docstring)."""
+    blocks = x.shape[1] // GROUP
+    xq, dx, sums = kernels().quantize_blocks(x, blocks, False)
+    rounded = x.copy()
+    rounded[:, :GROUP * blocks] = (xq.reshape(len(x), blocks, GROUP)
+                                   * dx[..., None]).reshape(len(x), -1)
+    return rounded, sums
+
+
 class NarrowWeight:
     """A matrix W~ (out, in) held in fewer bytes; `x @ w.T` and `w[ids]` give float32, as the
     float32 array of W~'s values would (module docstring)."""
@@ -125,8 +130,13 @@ class NarrowWeight:
         raise NotImplementedError
 
     def product(self, x: np.ndarray) -> np.ndarray:
-        """x W~^T for x (rows, in) float32, rows <= KERNEL_ROWS, through the kernel."""
+        """The product (module docstring) for x (rows, in) float32, rows <= KERNEL_ROWS,
+        through the kernel."""
         raise NotImplementedError
+
+    def wide_product(self, x: np.ndarray) -> np.ndarray:
+        """The same product for any number of rows, through OpenBLAS on W~ in float32."""
+        return x @ self.dequantized().T
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         w = self.dequantized()
@@ -149,9 +159,10 @@ class _Transposed:
         w = self.weight
         if x.ndim != 2 or x.shape[1] != w.shape[1]:
             raise ValueError(f"x of shape {x.shape} cannot multiply W^T of shape {self.shape}")
-        if x.shape[0] <= KERNEL_ROWS and x.dtype == np.float32:
-            return w.product(np.ascontiguousarray(x))
-        return x @ w.dequantized().astype(x.dtype, copy=False).T
+        if x.dtype != np.float32:
+            return x @ w.dequantized().astype(x.dtype).T
+        x = np.ascontiguousarray(x)
+        return w.product(x) if len(x) <= KERNEL_ROWS else w.wide_product(x)
 
 
 class Bf16Weight(NarrowWeight):
@@ -190,16 +201,18 @@ class Int8Weight(NarrowWeight):
         launch(kernels().int8_product, self.q, self.scale, x, y)
         return y
 
+    def wide_product(self, x: np.ndarray) -> np.ndarray:
+        return in_8_bits(x)[0] @ self.dequantized().T
+
     def __getitem__(self, ids) -> np.ndarray:
         return self.q[ids] * self.scale[ids][..., None]
 
 
 class Int4Weight(NarrowWeight):
-    """W~ = d q + low per group of 32 weights of a row, q in [0, 15]: GGUF Q4_1's numbers
+    """W~ = d q + low per block of 32 weights of a row, q in [0, 15]: GGUF Q4_1's numbers
     (sheepop.arch.quantize.quantize_groups; d and low kept in float32, so a Q4_1 file's own
-    float16 values are held exactly), laid out for `int4_product`: rows in tiles of
-    `tile_rows` (the last padded with zero rows), each tile's groups side by side, q two to a
-    byte."""
+    float16 values are held exactly), q two to a byte in Q4_1's order (`packed[o, 16 g + j]`:
+    q at input 32 g + j in its low half, at 32 g + 16 + j in its high half)."""
 
     def __init__(self, w: np.ndarray):
         super().__init__(np.shape(w))
@@ -207,34 +220,30 @@ class Int4Weight(NarrowWeight):
         if width % GROUP:
             raise ValueError(f"4-bit groups of {GROUP} need a width that is a multiple of it, "
                              f"not {width}")
-        self.per_tile = per_tile = tile_rows(width)
-        groups = width // GROUP
-        q, d, low = (np.pad(a, ((0, -out % per_tile), (0, 0))) for a in quantize_groups(w))
-        tiles = len(q) // per_tile
-        q = q.reshape(tiles, per_tile, groups, GROUP)
-        pairs = q[..., :GROUP // 2] | (q[..., GROUP // 2:] << 4)  # (tiles, R, G, 16)
-        self.packed = np.ascontiguousarray(
-            pairs.transpose(0, 3, 1, 2).reshape(tiles, GROUP // 2, per_tile * groups))
-        self.scale = d.reshape(tiles, per_tile * groups)
-        self.low = low.reshape(tiles, per_tile * groups)
+        q, self.scale, self.low = quantize_groups(w)
+        q = q.reshape(out, width // GROUP, GROUP)
+        self.packed = (q[..., :GROUP // 2] | (q[..., GROUP // 2:] << 4)).reshape(out, -1)
         self.nbytes = self.packed.nbytes + self.scale.nbytes + self.low.nbytes
 
     def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(q uint8 (out, in), d, low (out, in / 32)) as quantize_groups gave them."""
-        out, width = self.shape
-        tiles, half, _ = self.packed.shape
-        pairs = self.packed.reshape(tiles, half, self.per_tile, -1).transpose(0, 2, 3, 1)
-        q = np.concatenate([pairs & 15, pairs >> 4], axis=-1).reshape(-1, width)
-        return q[:out], self.scale.reshape(-1, width // GROUP)[:out], \
-            self.low.reshape(-1, width // GROUP)[:out]
+        pairs = self.packed.reshape(len(self.packed), -1, GROUP // 2)
+        q = np.concatenate([pairs & 15, pairs >> 4], axis=-1).reshape(self.shape)
+        return q, self.scale, self.low
 
     def dequantized(self) -> np.ndarray:
         return dequantize_groups(*self.groups())
 
     def product(self, x: np.ndarray) -> np.ndarray:
-        y = np.empty((x.shape[0], len(self.packed) * self.per_tile), np.float32)
+        y = np.empty((x.shape[0], self.shape[0]), np.float32)
         launch(kernels().int4_product, self.packed, self.scale, self.low, x, y)
-        return y[:, :self.shape[0]]
+        return y
+
+    def wide_product(self, x: np.ndarray) -> np.ndarray:
+        rounded, sums = in_8_bits(x)
+        q, d, low = self.groups()
+        steps = (q.reshape(len(q), -1, GROUP) * d[..., None]).reshape(q.shape)  # d q: W~ - L
+        return rounded @ steps.T + sums @ low.T  # as the kernel sums: x~ (d q)^T + x L^T
 
     def __getitem__(self, ids) -> np.ndarray:  # never a table: int4 keeps the head in int8
         return self.dequantized()[ids]
@@ -259,19 +268,22 @@ def narrow_kind(name: str, dtype: str) -> type[NarrowWeight]:
 
 
 def warm_kernels(weights: Mapping[str, object]) -> str | None:
-    """Run each kernel the narrow matrices in `weights` use once, on one row: numba compiles it
-    (~0.1-1 s a kernel) or loads it from its on-disk cache. The start-up line that says so when
-    something was compiled (the first start on a machine, or after sheepop changed), else
-    None."""
+    """Run each kernel the narrow matrices in `weights` use once, on a row and on a prompt's
+    rows (its rounding of x, for int8 and int4): numba compiles it (~0.1-1.5 s a kernel) or
+    loads it from its on-disk cache. The start-up line that says so when something was
+    compiled (the first start on a machine, or after sheepop changed), else None."""
     kinds = {type(w) for w in weights.values() if isinstance(w, NarrowWeight)}
     if not kinds:
         return None
     start = time.perf_counter()
-    for kind in kinds:
-        kind(np.zeros((1, GROUP), np.float32)).product(np.zeros((1, GROUP), np.float32))
+    for kind in kinds:  # a decode step's product and a prompt's (its rounding of x)
+        weight = kind(np.zeros((1, GROUP), np.float32))
+        weight.product(np.zeros((1, GROUP), np.float32))
+        weight.wide_product(np.zeros((KERNEL_ROWS + 1, GROUP), np.float32))
     seconds = time.perf_counter() - start
     compiled = [k for k in (kernels().bf16_product, kernels().int8_product,
-                            kernels().int4_product) if k.stats.cache_misses]
+                            kernels().int4_product, kernels().quantize_blocks)
+                if k.stats.cache_misses]
     if not compiled:
         return None
     names = ", ".join(k.__name__ for k in compiled)
