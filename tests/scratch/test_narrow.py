@@ -312,19 +312,28 @@ def test_the_first_start_says_what_compiling_cost_and_the_second_loads_the_cache
 
 @pytest.mark.parametrize("dtype", KINDS)
 def test_the_kernels_run_on_the_threads_given_and_give_the_same_numbers(dtype, monkeypatch):
-    """--threads reaches numba (its count is the launching thread's); each output row is
-    one thread's whole sum, so 1 and 2 threads give the same bits."""
+    """--threads reaches numba: one thread runs a kernel's serial form, more set numba's count
+    (the launching thread's) for its parallel one; each output row is one thread's whole sum,
+    so 1 and 2 threads give the same bits."""
     import numba
 
     from sheepop import threads
+    from sheepop.scratch.narrow import kernels
     rng = np.random.default_rng(7)
     w = KINDS[dtype](rng.normal(size=(40, 64)).astype(np.float32))
     x = rng.normal(size=(2, 64)).astype(np.float32)
+    name = {"bfloat16": "bf16", "int8": "int8", "int4": "int4"}[dtype] + "_product"
+    called = []
+    for form in (name, name + "_serial"):
+        kernel = getattr(kernels(), form)
+        monkeypatch.setattr(kernels(), form,
+                            lambda *a, kernel=kernel, form=form: called.append(form) or kernel(*a))
     got = {}
     for n in (1, 2):
         monkeypatch.setattr(threads, "applied", lambda n=n: n)
         got[n] = x @ w.T
-        assert numba.get_num_threads() == min(n, numba.config.NUMBA_NUM_THREADS)
+    assert called == [name + "_serial", name]
+    assert numba.get_num_threads() == min(2, numba.config.NUMBA_NUM_THREADS)
     np.testing.assert_array_equal(got[1], got[2])
 
 

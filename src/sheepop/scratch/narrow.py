@@ -65,9 +65,9 @@ int4 1.7), widening and OpenBLAS 40, 33 and 87 ms for 9 rows; 16 rows take the k
 faster in every dtype, and from ~30 rows (bf16) to ~50 (int4) OpenBLAS wins."""
 
 _LAUNCH = threading.Lock()
-"""One kernel runs at a time in a process: numba's fallback threading layer (workqueue, where no
-OpenMP or TBB runtime is found) aborts the process when two threads launch parallel loops at
-once, as a server's model thread and another caller could."""
+"""One parallel kernel runs at a time in a process: numba's fallback threading layer
+(workqueue, where no OpenMP or TBB runtime is found) aborts the process when two threads launch
+parallel loops at once, as a server's model thread and another caller could."""
 _SET = threading.local()  # n: the count this Python thread last gave numba; auto: auto's
 
 
@@ -80,21 +80,27 @@ def kernels():
     return module
 
 
-def launch(kernel, *arrays: np.ndarray) -> None:
-    """kernel(*arrays) on the threads sheepop.threads set (numba's count is per launching thread,
-    so each thread that computes sets its own; at most numba's pool, NUMBA_NUM_THREADS)."""
-    numba = sys.modules["numba"]  # loaded with the kernels' module
+def launch(name: str, *arrays: np.ndarray) -> None:
+    """The kernel `name`(*arrays) on the threads sheepop.threads set: on one, its serial form on
+    the calling thread; on more, numba's count set for the launching thread (numba keeps one
+    per thread, so each thread that computes sets its own; at most numba's pool,
+    NUMBA_NUM_THREADS)."""
     n = threads.applied()
     if n is None:  # no thread count set (a library caller): auto's, found once a thread
         n = getattr(_SET, "auto", None)
         if n is None:
             n = _SET.auto = threads.current()  # (it reads the load average: not every time)
+    module = kernels()
+    if n <= 1:
+        getattr(module, name + "_serial")(*arrays)
+        return
+    numba = sys.modules["numba"]  # loaded with the kernels' module
     n = min(n, numba.config.NUMBA_NUM_THREADS)
     with _LAUNCH:
         if getattr(_SET, "n", None) != n:
             numba.set_num_threads(n)
             _SET.n = n
-        kernel(*arrays)
+        getattr(module, name)(*arrays)
 
 
 def in_8_bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +184,7 @@ class Bf16Weight(NarrowWeight):
 
     def product(self, x: np.ndarray) -> np.ndarray:
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
-        launch(kernels().bf16_product, self.bits, x, y)
+        launch("bf16_product", self.bits, x, y)
         return y
 
     def __getitem__(self, ids) -> np.ndarray:
@@ -198,7 +204,7 @@ class Int8Weight(NarrowWeight):
 
     def product(self, x: np.ndarray) -> np.ndarray:
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
-        launch(kernels().int8_product, self.q, self.scale, x, y)
+        launch("int8_product", self.q, self.scale, x, y)
         return y
 
     def wide_product(self, x: np.ndarray) -> np.ndarray:
@@ -236,7 +242,7 @@ class Int4Weight(NarrowWeight):
 
     def product(self, x: np.ndarray) -> np.ndarray:
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
-        launch(kernels().int4_product, self.packed, self.scale, self.low, x, y)
+        launch("int4_product", self.packed, self.scale, self.low, x, y)
         return y
 
     def wide_product(self, x: np.ndarray) -> np.ndarray:
@@ -281,12 +287,10 @@ def warm_kernels(weights: Mapping[str, object]) -> str | None:
         weight.product(np.zeros((1, GROUP), np.float32))
         weight.wide_product(np.zeros((KERNEL_ROWS + 1, GROUP), np.float32))
     seconds = time.perf_counter() - start
-    compiled = [k for k in (kernels().bf16_product, kernels().int8_product,
-                            kernels().int4_product, kernels().quantize_blocks)
-                if k.stats.cache_misses]
+    compiled = [k for k in kernels().KERNELS if k.stats.cache_misses]
     if not compiled:
         return None
-    names = ", ".join(k.__name__ for k in compiled)
+    names = ", ".join(dict.fromkeys(k.__name__.removesuffix("_serial") for k in compiled))
     return (f"sheepop: kernels: {names} compiled in {seconds:.1f} s (numba's cache "
             f"{compiled[0].stats.cache_path} keeps them for the next start)")
 

@@ -42,9 +42,12 @@ from sheepop.arch.quantize import GROUP as BLOCK  # inputs a scale of x (and of 
 # checks and NumPy's error model: the callers pass checked shapes (sheepop.scratch.narrow).
 # parallel: the loop over output rows is shared among numba's threads, `numba.set_num_threads`
 # of the launching thread many (sheepop.scratch.narrow sets --threads).
+# Each kernel comes twice: `<name>` shares its output rows among threads, `<name>_serial` runs
+# them on the calling thread, without a parallel region to start (~1 us of a product's ~2).
 _FASTMATH = {"reassoc", "contract", "nsz"}
-_COMPILE = dict(cache=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy",
-                nogil=True, parallel=True)
+_SERIAL = dict(cache=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy",
+               nogil=True)
+_COMPILE = dict(_SERIAL, parallel=True)
 
 
 @intrinsic
@@ -56,22 +59,33 @@ def float32_of_bits(typingctx, bits):
     return types.float32(types.uint32), codegen_
 
 
+@njit(**_SERIAL)
+def bf16_row(bits: np.ndarray, x: np.ndarray, y: np.ndarray, o: int) -> None:
+    """y[r, o] = sum_i x[r, i] float(bits[o, i] << 16) for every row r: bits (out, in) uint16,
+    x (rows, in) float32, y (rows, out) float32, written in place."""
+    for r in range(x.shape[0]):
+        acc = np.float32(0.0)
+        for i in range(bits.shape[1]):
+            acc += x[r, i] * float32_of_bits(np.uint32(bits[o, i]) << np.uint32(16))
+        y[r, o] = acc
+
+
 @njit(**_COMPILE)
 def bf16_product(bits: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
-    """y[r, o] = sum_i x[r, i] float(bits[o, i] << 16): bits (out, in) uint16, x (rows, in)
-    float32, y (rows, out) float32, written in place."""
-    out, width = bits.shape
-    for o in prange(out):
-        for r in range(x.shape[0]):
-            acc = np.float32(0.0)
-            for i in range(width):
-                acc += x[r, i] * float32_of_bits(np.uint32(bits[o, i]) << np.uint32(16))
-            y[r, o] = acc
+    """y = x float(bits)^T, row by row of bits (`bf16_row`)."""
+    for o in prange(bits.shape[0]):
+        bf16_row(bits, x, y, o)
+
+
+@njit(**_SERIAL)
+def bf16_product_serial(bits: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    for o in range(bits.shape[0]):
+        bf16_row(bits, x, y, o)
 
 
 # ---- x in 8 bits a block, and the integer dot products against it ----
 
-@njit(cache=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy", nogil=True)
+@njit(**_SERIAL)
 def quantize_blocks(x: np.ndarray, blocks: int, halves_paired: bool
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(xq, dx, sums) for the first 32 `blocks` inputs of each row of x (rows, in) float32:
@@ -365,31 +379,65 @@ def int8_dot(typingctx, q, xq, dx):
     return types.float32(q, xq, dx), _row_dot_call("int8")
 
 
-@njit(**_COMPILE)
-def int8_product(q: np.ndarray, scale: np.ndarray, x: np.ndarray,
-                 y: np.ndarray) -> None:
+@njit(**_SERIAL)
+def int8_row(q: np.ndarray, scale: np.ndarray, x: np.ndarray, xq: np.ndarray, dx: np.ndarray,
+             y: np.ndarray, o: int) -> None:
     """y[r, o] = scale[o] (sum_g dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j] + sum_i x[r, i]
-    q[o, i] over the inputs past the last whole block): q (out, in) int8, scale (out,) float32,
-    x (rows, in) float32, y (rows, out) float32, written in place."""
-    out, width = q.shape
-    blocks = width // BLOCK
-    xq, dx, _ = quantize_blocks(x, blocks, False)
-    for o in prange(out):
-        for r in range(x.shape[0]):
-            tail = np.float32(0.0)
-            for i in range(BLOCK * blocks, width):
-                tail += x[r, i] * np.float32(q[o, i])
-            y[r, o] = (int8_dot(q[o], xq[r], dx[r]) + tail) * scale[o]
+    q[o, i] over the inputs past the last whole block) for every row r: q (out, in) int8,
+    scale (out,) float32, x (rows, in) float32 and xq, dx its 8 bits (`quantize_blocks`), y
+    (rows, out) float32, written in place."""
+    for r in range(x.shape[0]):
+        tail = np.float32(0.0)
+        for i in range(BLOCK * dx.shape[1], q.shape[1]):
+            tail += x[r, i] * np.float32(q[o, i])
+        y[r, o] = (int8_dot(q[o], xq[r], dx[r]) + tail) * scale[o]
+
+
+@njit(**_COMPILE)
+def int8_product(q: np.ndarray, scale: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """y = x W~^T, W~ = s q, x rounded to 8 bits a block (`int8_row`)."""
+    xq, dx, _ = quantize_blocks(x, q.shape[1] // BLOCK, False)
+    for o in prange(q.shape[0]):
+        int8_row(q, scale, x, xq, dx, y, o)
+
+
+@njit(**_SERIAL)
+def int8_product_serial(q: np.ndarray, scale: np.ndarray, x: np.ndarray,
+                        y: np.ndarray) -> None:
+    xq, dx, _ = quantize_blocks(x, q.shape[1] // BLOCK, False)
+    for o in range(q.shape[0]):
+        int8_row(q, scale, x, xq, dx, y, o)
+
+
+@njit(**_SERIAL)
+def int4_row(packed: np.ndarray, scale: np.ndarray, low: np.ndarray, xq: np.ndarray,
+             dx: np.ndarray, sums: np.ndarray, y: np.ndarray, o: int) -> None:
+    """y[r, o] = sum_g (d[o, g] dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j] + low[o, g]
+    sums[r, g]) for every row r: W~ = d q + low per block of 32 weights of a row (GGUF Q4_1),
+    q in 0..15; packed (out, 16 G) uint8 (`_row_dot`'s order), scale = d and low (out, G)
+    float32, xq, dx and sums x's 8 bits and block sums (`quantize_blocks`, halves paired), y
+    (rows, out) float32, written in place."""
+    for r in range(xq.shape[0]):
+        y[r, o] = int4_dot(packed[o], scale[o], low[o], xq[r], dx[r], sums[r])
 
 
 @njit(**_COMPILE)
 def int4_product(packed: np.ndarray, scale: np.ndarray, low: np.ndarray, x: np.ndarray,
                  y: np.ndarray) -> None:
-    """y[r, o] = sum_g (d[o, g] dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j]
-    + low[o, g] sum_j x[r, 32g + j]): W~ = d q + low per block of 32 weights of a row (GGUF
-    Q4_1), q in 0..15; packed (out, 16 G) uint8 (`_row_dot`'s order), scale = d and low (out, G)
-    float32, x (rows, 32 G) float32, y (rows, out) float32, written in place."""
+    """y = x~ (W~ - L)^T + x L^T for x (rows, 32 G) float32 (`int4_row`)."""
     xq, dx, sums = quantize_blocks(x, scale.shape[1], True)
     for o in prange(packed.shape[0]):
-        for r in range(x.shape[0]):
-            y[r, o] = int4_dot(packed[o], scale[o], low[o], xq[r], dx[r], sums[r])
+        int4_row(packed, scale, low, xq, dx, sums, y, o)
+
+
+@njit(**_SERIAL)
+def int4_product_serial(packed: np.ndarray, scale: np.ndarray, low: np.ndarray,
+                        x: np.ndarray, y: np.ndarray) -> None:
+    xq, dx, sums = quantize_blocks(x, scale.shape[1], True)
+    for o in range(packed.shape[0]):
+        int4_row(packed, scale, low, xq, dx, sums, y, o)
+
+
+KERNELS = (bf16_product, bf16_product_serial, int8_product, int8_product_serial,
+           int4_product, int4_product_serial, quantize_blocks)
+"""Every function of this module numba compiles when called from Python (the rows inline)."""
