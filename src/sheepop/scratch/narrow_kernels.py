@@ -48,6 +48,7 @@ _FASTMATH = {"reassoc", "contract", "nsz"}
 _SERIAL = dict(cache=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy",
                nogil=True)
 _COMPILE = dict(_SERIAL, parallel=True)
+_ROW = dict(_SERIAL, inline="always")  # one output row, written into both forms' loops
 
 
 @intrinsic
@@ -59,7 +60,7 @@ def float32_of_bits(typingctx, bits):
     return types.float32(types.uint32), codegen_
 
 
-@njit(**_SERIAL)
+@njit(**_ROW)
 def bf16_row(bits: np.ndarray, x: np.ndarray, y: np.ndarray, o: int) -> None:
     """y[r, o] = sum_i x[r, i] float(bits[o, i] << 16) for every row r: bits (out, in) uint16,
     x (rows, in) float32, y (rows, out) float32, written in place."""
@@ -379,7 +380,7 @@ def int8_dot(typingctx, q, xq, dx):
     return types.float32(q, xq, dx), _row_dot_call("int8")
 
 
-@njit(**_SERIAL)
+@njit(**_ROW)
 def int8_row(q: np.ndarray, scale: np.ndarray, x: np.ndarray, xq: np.ndarray, dx: np.ndarray,
              y: np.ndarray, o: int) -> None:
     """y[r, o] = scale[o] (sum_g dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j] + sum_i x[r, i]
@@ -409,7 +410,7 @@ def int8_product_serial(q: np.ndarray, scale: np.ndarray, x: np.ndarray,
         int8_row(q, scale, x, xq, dx, y, o)
 
 
-@njit(**_SERIAL)
+@njit(**_ROW)
 def int4_row(packed: np.ndarray, scale: np.ndarray, low: np.ndarray, xq: np.ndarray,
              dx: np.ndarray, sums: np.ndarray, y: np.ndarray, o: int) -> None:
     """y[r, o] = sum_g (d[o, g] dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j] + low[o, g]
