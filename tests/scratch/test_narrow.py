@@ -388,21 +388,22 @@ TARGETS = {  # numba's CPU name and features (LLVM then compiles for that CPU, n
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_8bit_kernels_compile_for_cpus_without_avx512_or_avx2(target, tmp_path):
     """The block sums are AVX2's instructions where numba compiles for AVX2, portable LLVM IR
-    elsewhere (narrow_kernels._block_sums): each, compiled in a process of its own for a CPU
+    elsewhere (row_dot._dot_lanes): each, compiled in a process of its own for a CPU
     that lacks AVX-512 (and AVX2), computes the same formula within float32's bound."""
     import os
     import platform
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip(f"x86 CPU names; this machine is {platform.machine()}")
-    from sheepop.scratch.narrow import kernels
+    from sheepop.scratch.row_dot import compiles_for_avx2
     cpu, features, avx2 = TARGETS[target]
-    if avx2 and not kernels().compiles_for_avx2():
+    if avx2 and not compiles_for_avx2():
         pytest.skip("this CPU has no AVX2 to run Haswell's code on")
     code = """
 import numpy as np, sys
-from sheepop.scratch.narrow import Int4Weight, Int8Weight, kernels
+from sheepop.scratch.narrow import Int4Weight, Int8Weight
+from sheepop.scratch.row_dot import compiles_for_avx2
 rng = np.random.default_rng(0)
-out = {"avx2": np.array(kernels().compiles_for_avx2())}
+out = {"avx2": np.array(compiles_for_avx2())}
 for name, kind, width in [("int8", Int8Weight, 101), ("int4", Int4Weight, 96),
                           ("int4_wide", Int4Weight, 576)]:
     w = rng.normal(size=(9, width)).astype(np.float32)
@@ -419,3 +420,14 @@ np.savez(sys.argv[1], **out)
     for name, kind in [("int8", Int8Weight), ("int4", Int4Weight), ("int4_wide", Int4Weight)]:
         exact, bound = _kernel_product(kind(got[name + "_w"]), got[name + "_x"])
         assert np.all(np.abs(got[name + "_y"] - exact) <= bound), name
+
+
+def test_the_kernels_file_changes_with_the_ir_they_inline():
+    """numba finds a cached kernel stale by its own file's time only: narrow_kernels.py holds
+    row_dot.py's digest, so that changing the IR changes it too (write the digest below there)."""
+    import hashlib
+    from pathlib import Path
+
+    from sheepop.scratch import narrow_kernels, row_dot
+    digest = hashlib.sha256(Path(row_dot.__file__).read_bytes()).hexdigest()[:16]
+    assert narrow_kernels.ROW_DOT_DIGEST == digest

@@ -60,9 +60,10 @@ from sheepop.errors import UserError
 KERNEL_ROWS = 16
 """The most rows a product takes through the kernels; more go through OpenBLAS on the widened
 matrix, which must first be written out in float32. Measured on the AVX-512 EPYC, 1 thread, the
-49,152 x 576 head: the kernels cost about one row's time per row (int8 0.9 ms a row, bf16 1.3,
-int4 1.7), widening and OpenBLAS 40, 33 and 87 ms for 9 rows; 16 rows take the kernels 2-3x
-faster in every dtype, and from ~30 rows (bf16) to ~50 (int4) OpenBLAS wins."""
+49,152 x 576 head, kernels against widening and OpenBLAS: bf16 18.6 against 35.4 ms at 16 rows
+and 68 against 55 at 64; int8 and int4 8.8-8.9 against 44-50 at 16 rows and 34 against 68-76
+at 64 (the integer kernels would win up to ~128 rows; one bound for every dtype keeps a
+prompt's path the same whatever the dtype)."""
 
 _LAUNCH = threading.Lock()
 """One parallel kernel runs at a time in a process: numba's fallback threading layer
