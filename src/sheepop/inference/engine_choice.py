@@ -6,9 +6,9 @@ The rule, in order:
 1. a GPU (device cuda, or auto with a GPU driver present) or torch.compile: torch, the only
    engine that runs them;
 2. bfloat16, int8 or int4 weights on the CPU: NumPy, whose compiled kernels read them in their
-   own bytes (sheepop.scratch.narrow): on SmolLM2, one thread, 1.1-2.5x torch's eager step in
-   each dtype (docs/performance.md, "Weights in fewer bytes on the NumPy engine"); `--compile`
-   asks for torch's compiled step;
+   own bytes (sheepop.scratch.narrow): on SmolLM2, one thread, 2.2-2.6x torch's eager step and
+   1.7-2.7x its compiled one in each dtype (docs/performance.md, "Weights in fewer bytes on the
+   NumPy engine"); `--compile` asks for torch's compiled step;
 3. float32 on the CPU: the row of `DECODE_TOKENS_PER_S` nearest the model (parameters on a log
    scale) at the thread count in use (above the largest measured, the largest). NumPy if it
    decoded at >= `NUMPY_MARGIN` of torch's rate there, else torch: within 10% NumPy wins on
