@@ -337,31 +337,38 @@ def test_the_kernels_run_on_the_threads_given_and_give_the_same_numbers(dtype, m
     np.testing.assert_array_equal(got[1], got[2])
 
 
-def test_two_threads_may_compute_at_once_on_any_threading_layer():
+@pytest.mark.parametrize("n", [1, 2])
+def test_two_threads_may_compute_at_once_on_any_threading_layer(n):
     """numba's own threading layer (workqueue: where no OpenMP or TBB runtime is found)
     terminates a process whose two threads launch parallel kernels at once; `launch` runs one
-    kernel at a time, so a server's model thread and another caller can share a model."""
+    parallel kernel at a time, and the serial forms (one thread each) side by side, so a
+    server's model thread and another caller can share a model. Each caller's x is its own:
+    each gets its own product."""
     import os
-    code = """
+    code = f"""
 import threading, numpy as np, numba
 from sheepop import threads
-threads.apply(2)
-from sheepop.scratch.narrow import Int8Weight
-w = Int8Weight(np.random.default_rng(0).normal(size=(512, 256)).astype(np.float32))
-x = np.ones((1, 256), np.float32)
-want, wrong = x @ w.T, []
-def work():
-    wrong.extend(1 for _ in range(300) if not np.array_equal(x @ w.T, want))
-workers = [threading.Thread(target=work) for _ in range(2)]
+threads.apply({n})
+from sheepop.scratch.narrow import Int4Weight, Int8Weight
+rng = np.random.default_rng(0)
+weights = [kind(rng.normal(size=(512, 256)).astype(np.float32))
+           for kind in (Int8Weight, Int4Weight)]
+xs = [rng.normal(size=(1, 256)).astype(np.float32) for _ in range(2)]
+want = [[x @ w.T for w in weights] for x in xs]
+wrong = []
+def work(i):
+    for _ in range(200):
+        wrong.extend(1 for w, y in zip(weights, want[i]) if not np.array_equal(xs[i] @ w.T, y))
+workers = [threading.Thread(target=work, args=(i,)) for i in range(2)]
 for t in workers: t.start()
 for t in workers: t.join()
-print(numba.threading_layer(), len(wrong))
+print(numba.threading_layer() if {n} > 1 else "serial", len(wrong))
 """
     env = {**os.environ, "NUMBA_THREADING_LAYER": "workqueue"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["workqueue", "0"]
+    assert out.stdout.split() == ["workqueue" if n > 1 else "serial", "0"]
 
 
 @pytest.mark.parametrize("dtype", KINDS)
