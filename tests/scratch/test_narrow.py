@@ -1,7 +1,7 @@
 """The NumPy engine's weights in fewer bytes (sheepop.scratch.narrow, its numba kernels in
 sheepop.scratch.narrow_kernels): bf16 bits rounded as torch rounds them, every product equal to
 the float64 product with the same narrow values within float32's error bound for its length, on
-both paths (the kernels up to KERNEL_ROWS rows, OpenBLAS past them), the lookups exact, and a
+both paths (the kernels up to kernel_rows rows, OpenBLAS past them), the lookups exact, and a
 whole model's logits as close to the exact model's as the float32 engine's are."""
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from sheepop.scratch.gpt import gpt_forward
 from sheepop.scratch.init import init_params
 from sheepop.scratch.lm import NumpyLM
 from sheepop.scratch.narrow import (
-    KERNEL_ROWS,
     Bf16Weight,
     Int4Weight,
     Int8Weight,
@@ -104,11 +103,13 @@ def _kernel_product(w: NarrowWeight, x: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 @pytest.mark.parametrize("dtype", KINDS)
 @pytest.mark.parametrize(("out", "width"), [(7, 32), (33, 96), (64, 576), (8, 64), (5, 1536)])
-@pytest.mark.parametrize("rows", [1, 3, KERNEL_ROWS, KERNEL_ROWS + 1, 40])
+@pytest.mark.parametrize("rows", ["one", "three", "the kernel's most", "one more"])
 def test_a_product_is_its_formulas_within_float32s_bound(dtype, out, width, rows):
     """Widths of 32 (every dtype; 4-bit groups need them) and odd ones (bf16 and int8, whose
-    last inputs are no whole block), through the kernels (up to KERNEL_ROWS rows) and OpenBLAS
+    last inputs are no whole block), through the kernels (up to kernel_rows rows) and OpenBLAS
     (more): the same formula (`_kernel_product`)."""
+    limit = KINDS[dtype].kernel_rows
+    rows = {"one": 1, "three": 3, "the kernel's most": limit, "one more": limit + 1}[rows]
     if dtype != "int4":
         width += 5
     rng = np.random.default_rng(out * width + rows)
@@ -152,10 +153,11 @@ def test_few_rows_go_through_the_kernel_and_many_through_blas(dtype, monkeypatch
     took = []
     product = type(w).product
     monkeypatch.setattr(type(w), "product", lambda self, x: took.append(len(x)) or product(self, x))
-    for rows in (1, KERNEL_ROWS, KERNEL_ROWS + 1):
+    for rows in (1, w.kernel_rows, w.kernel_rows + 1):
         rng.normal(size=(rows, 32)).astype(np.float32) @ w.T
     rng.normal(size=(2, 32)) @ w.T  # float64 rows: BLAS, in float64
-    assert took == [1, KERNEL_ROWS]
+    assert took == [1, w.kernel_rows]
+    assert w.kernel_rows == (16 if dtype == "bfloat16" else 128)
 
 
 @pytest.mark.parametrize("dtype", KINDS)
@@ -230,12 +232,14 @@ def test_the_matrices_and_the_heads_table_are_narrow_and_nothing_else(tied):
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("shape", [(2, 12), (1, 12)])  # OpenBLAS's rows, the kernels'
 def test_a_models_logits_are_as_close_to_the_exact_ones_as_its_rounding_allows(dtype, tied,
-                                                                                 shape):
+                                                                                 shape,
+                                                                                 monkeypatch):
     """The narrow model against the float64 model of its own values. bf16 multiplies x itself:
     no further from it than the plain float32 engine on the same values is (up to 4x: another
     order of sums). int8 and int4 multiply x rounded to 8 bits a block, moving each input by up
     to 1/254 of its block's largest: each product moves by ~2^-8 of its size, and the logits
     after two layers' eight products by no more than 2^-6 of theirs (0.3-0.5% measured)."""
+    monkeypatch.setattr(KINDS[dtype], "kernel_rows", 16)  # 2 x 12 rows: OpenBLAS, 1 x 12 not
     cfg = _cfg(tied)
     weights = init_params(cfg, seed=1)
     held = narrow_weights(weights, dtype)
@@ -254,7 +258,7 @@ def test_a_models_logits_are_as_close_to_the_exact_ones_as_its_rounding_allows(d
 
 @pytest.mark.parametrize("dtype", KINDS)
 @pytest.mark.parametrize("seed", [2, 3])
-def test_decode_steps_give_the_whole_prompts_logits(dtype, seed):
+def test_decode_steps_give_the_whole_prompts_logits(dtype, seed, monkeypatch):
     """One token a step through the kernels against the whole prompt through OpenBLAS: the same
     products, another order of float32 sums. Where x is rounded to 8 bits (int8, int4), a
     difference of float32's that crosses a rounding boundary moves that input by a step (1/127
@@ -262,8 +266,9 @@ def test_decode_steps_give_the_whole_prompts_logits(dtype, seed):
     float32's precision, none by more than such a step."""
     cfg = _cfg(True)
     lm = NumpyLM(cfg, narrow_weights(init_params(cfg, seed=seed), dtype))
-    ids = np.random.default_rng(6).integers(0, cfg.vocab_size, KERNEL_ROWS + 8).tolist()
-    whole = lm.prompt_logits(ids)  # more rows than KERNEL_ROWS: OpenBLAS
+    monkeypatch.setattr(KINDS[dtype], "kernel_rows", 16)  # (int8's and int4's 128: a long run)
+    ids = np.random.default_rng(6).integers(0, cfg.vocab_size, 16 + 8).tolist()
+    whole = lm.prompt_logits(ids)  # more rows than kernel_rows: OpenBLAS
     steps = np.stack([lm.prefill(ids[:1])] + [lm.decode(t) for t in ids[1:]])  # the kernels
     apart = np.abs(steps - whole).max(axis=1) / np.abs(whole).max()  # each position's
     if dtype == "bfloat16":
@@ -296,17 +301,19 @@ def test_the_float32_engine_never_imports_numba():
 
 def test_the_first_start_says_what_compiling_cost_and_the_second_loads_the_cache(tmp_path):
     """warm_kernels: numba compiles a kernel once a machine and keeps it on disk (here in
-    NUMBA_CACHE_DIR); the start that compiled says so in one line, the next one is quiet."""
+    NUMBA_CACHE_DIR); the start that compiled says so in one line, the next one is quiet, and
+    so is a second model built in the same process (numba counts its misses over the process)."""
     import os
     code = ("import numpy as np; from sheepop.scratch.narrow import narrow_weights, warm_kernels;"
             "w = {'blocks.0.mlp.fc.weight': np.ones((8, 32), np.float32)};"
+            "print(warm_kernels(narrow_weights(w, 'int8')));"
             "print(warm_kernels(narrow_weights(w, 'int8')))")
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     said = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           check=True, env=env).stdout.strip() for _ in range(2)]
-    assert said[0].startswith("sheepop: kernels: int8_product, quantize_blocks compiled in "), \
-        said
-    assert str(tmp_path) in said[0] and said[1] == "None"
+                           check=True, env=env).stdout.strip().splitlines() for _ in range(2)]
+    first = said[0][0]
+    assert first.startswith("sheepop: kernels: int8_product, quantize_blocks compiled in "), said
+    assert str(tmp_path) in first and said[0][1] == "None" and said[1] == ["None", "None"]
     assert warm_kernels({"ln_f.weight": np.ones(4, np.float32)}) is None  # nothing narrow
 
 

@@ -9,7 +9,7 @@
 
 A `NarrowWeight` stands where the float32 matrix W (out, in) stood in the engine's parameters,
 and the layers do not change: `x @ W.T` (linear_forward) is the product below, `W[ids]` (a tied
-head's table, looked up) the rows of W~, both in float32. Up to `KERNEL_ROWS` rows go through
+head's table, looked up) the rows of W~, both in float32. Up to `kernel_rows` rows go through
 the compiled kernels of sheepop.scratch.narrow_kernels (a decode step: W read once, in its own
 bytes), more (a prompt) through OpenBLAS on W~ widened to float32, which reads more bytes but
 uses each for many rows. Both compute the same numbers, in another order of float32 sums:
@@ -58,12 +58,18 @@ from sheepop.arch.quantize import (
 from sheepop.errors import UserError
 
 KERNEL_ROWS = 16
-"""The most rows a product takes through the kernels; more go through OpenBLAS on the widened
-matrix, which must first be written out in float32. Measured on the AVX-512 EPYC, 1 thread, the
-49,152 x 576 head, kernels against widening and OpenBLAS: bf16 18.6 against 35.4 ms at 16 rows
-and 68 against 55 at 64; int8 and int4 8.8-8.9 against 44-50 at 16 rows and 34 against 68-76
-at 64 (the integer kernels would win up to ~128 rows; one bound for every dtype keeps a
-prompt's path the same whatever the dtype)."""
+"""The most rows a bf16 product takes through its kernel (`NarrowWeight.kernel_rows`); more go
+through OpenBLAS on the widened matrix, which must first be written out in float32. Measured on
+the AVX-512 EPYC, 1 thread, the 49,152 x 576 head: the kernel 18.6 ms at 16 rows against
+widening and OpenBLAS's 35.4, 68 against 55 at 64; a whole SmolLM2 prompt of 48 tokens 181 ms
+with this bound, 215 with 128."""
+
+INTEGER_KERNEL_ROWS = 128
+"""The same bound for int8 and int4, whose kernels multiply 32 weights in a few integer
+instructions: on the head 8.8-8.9 ms at 16 rows against OpenBLAS's 44-50, 34 against 68-76 at
+64; whole SmolLM2 prompts (one thread), this bound against 16: 24 tokens 68 ms against 141-180,
+96 tokens 275-278 against 369-439, 128 tokens 474-494 against 614-725; at 192 tokens (OpenBLAS
+past the bound in both) the same."""
 
 _LAUNCH = threading.Lock()
 """One parallel kernel runs at a time in a process: numba's fallback threading layer
@@ -123,6 +129,7 @@ class NarrowWeight:
     __array_ufunc__ = None  # `x @ w.T` comes to _Transposed.__rmatmul__, not to NumPy's matmul
     dtype = np.dtype(np.float32)  # the type of every number it gives
     ndim = 2
+    kernel_rows = KERNEL_ROWS  # the most rows a product takes through the kernel
 
     def __init__(self, shape: tuple[int, int]):
         self.shape = shape
@@ -137,7 +144,7 @@ class NarrowWeight:
         raise NotImplementedError
 
     def product(self, x: np.ndarray) -> np.ndarray:
-        """The product (module docstring) for x (rows, in) float32, rows <= KERNEL_ROWS,
+        """The product (module docstring) for x (rows, in) float32, rows <= kernel_rows,
         through the kernel."""
         raise NotImplementedError
 
@@ -169,7 +176,7 @@ class _Transposed:
         if x.dtype != np.float32:
             return x @ w.dequantized().astype(x.dtype).T
         x = np.ascontiguousarray(x)
-        return w.product(x) if len(x) <= KERNEL_ROWS else w.wide_product(x)
+        return w.product(x) if len(x) <= w.kernel_rows else w.wide_product(x)
 
 
 class Bf16Weight(NarrowWeight):
@@ -194,6 +201,8 @@ class Bf16Weight(NarrowWeight):
 
 class Int8Weight(NarrowWeight):
     """W~ = s q, q int8 (out, in), s one bf16-exact float32 scale per row (arch.quantize)."""
+
+    kernel_rows = INTEGER_KERNEL_ROWS
 
     def __init__(self, w: np.ndarray):
         super().__init__(np.shape(w))
@@ -220,6 +229,8 @@ class Int4Weight(NarrowWeight):
     (sheepop.arch.quantize.quantize_groups; d and low kept in float32, so a Q4_1 file's own
     float16 values are held exactly), q two to a byte in Q4_1's order (`packed[o, 16 g + j]`:
     q at input 32 g + j in its low half, at 32 g + 16 + j in its high half)."""
+
+    kernel_rows = INTEGER_KERNEL_ROWS
 
     def __init__(self, w: np.ndarray):
         super().__init__(np.shape(w))
@@ -282,13 +293,16 @@ def warm_kernels(weights: Mapping[str, object]) -> str | None:
     kinds = {type(w) for w in weights.values() if isinstance(w, NarrowWeight)}
     if not kinds:
         return None
+    def misses(kernel) -> int:  # numba counts them over the process, not per call
+        return sum(kernel.stats.cache_misses.values())
+    before = {k: misses(k) for k in kernels().KERNELS}
     start = time.perf_counter()
     for kind in kinds:  # a decode step's product and a prompt's (its rounding of x)
         weight = kind(np.zeros((1, GROUP), np.float32))
         weight.product(np.zeros((1, GROUP), np.float32))
-        weight.wide_product(np.zeros((KERNEL_ROWS + 1, GROUP), np.float32))
+        weight.wide_product(np.zeros((weight.kernel_rows + 1, GROUP), np.float32))
     seconds = time.perf_counter() - start
-    compiled = [k for k in kernels().KERNELS if k.stats.cache_misses]
+    compiled = [k for k in kernels().KERNELS if misses(k) > before[k]]
     if not compiled:
         return None
     names = ", ".join(dict.fromkeys(k.__name__.removesuffix("_serial") for k in compiled))
