@@ -68,37 +68,31 @@ def _x_in_8_bits(x: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _kernel_product(w: NarrowWeight, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(exact, bound): the kernels' product in float64 and float32's error bound for it.
+    """(exact, bound): the product in float64 and float32's error bound for it.
 
-    bf16 multiplies x itself. int8 and int4 multiply x~, x rounded to 8 bits a block (dx xq),
-    past the last whole block x itself, and int4's offsets (low) x's exact sums:
-        exact = x~ A^T + x B^T     (int8: A = s q, B = 0; int4: A = d q, B = low per input)
-    The kernels' integer sums are exact, and every term meets at most width + 4 roundings (a
-    block sum's conversion, the scales' product, the additions, int8's row scale); OpenBLAS's
-    path rounds x~ = dx xq (once), multiplies x~ by A + B and adds (x - x~)'s block sums times
-    B, so |y - exact| <= gamma_n (|x~| |A|^T + (|x| + |x~|) |B|^T), n = width + 6."""
+    bf16 multiplies x itself; int8 and int4 multiply x~, x rounded to 8 bits a block (dx xq;
+    past the last whole block x itself): exact = x~ (A + B)^T, A + B = W~ (int8: A = s q, B = 0;
+    int4: A = d q, B = low per input, which the kernels sum apart). The kernels' integer sums
+    are exact, and every part meets at most width + 4 roundings (a block sum's conversion, the
+    scales' product, the additions, int8's row scale); OpenBLAS's path rounds x~ = dx xq and W~
+    once each and sums, so |y - exact| <= gamma_n |x~| (|A| + |B|)^T, n = width + 6."""
     width = x.shape[1]
-    x64 = x.astype(np.float64)
+    rounded = x.astype(np.float64)
     if isinstance(w, Bf16Weight):
-        a, b, rounded = w.dequantized().astype(np.float64), None, x64
+        a, b = w.dequantized().astype(np.float64), 0
     else:
         blocks = width // 32
         xq, dx = _x_in_8_bits(x, blocks)
-        rounded = x64.copy()
         rounded[:, :32 * blocks] = (xq.reshape(len(x), blocks, 32).astype(np.float64)
                                     * dx[..., None]).reshape(len(x), -1)
         if isinstance(w, Int8Weight):
-            a, b = w.dequantized().astype(np.float64), None
+            a, b = w.dequantized().astype(np.float64), 0
         else:
             q, d, low = (v.astype(np.float64) for v in w.groups())
-            a = q * np.repeat(d, 32, axis=1)
-            b = np.repeat(low, 32, axis=1)
-    exact = rounded @ a.T + (0 if b is None else x64 @ b.T)
-    size = np.abs(rounded) @ np.abs(a).T
-    if b is not None:
-        size = size + (np.abs(x64) + np.abs(rounded)) @ np.abs(b).T
+            a, b = q * np.repeat(d, 32, axis=1), np.repeat(low, 32, axis=1)
+    exact = rounded @ (a + b).T
     n = width + 6
-    return exact, n * EPS32 / (1 - n * EPS32) * size
+    return exact, n * EPS32 / (1 - n * EPS32) * (np.abs(rounded) @ (np.abs(a) + np.abs(b)).T)
 
 
 @pytest.mark.parametrize("dtype", KINDS)
@@ -136,8 +130,8 @@ def test_x_in_8_bits_is_within_half_a_step_of_x():
         0, 2, 1, 3).reshape(3, 64))
     np.testing.assert_array_equal(paired[:, 64:], xq[:, 64:])  # the odd count's last, in order
     np.testing.assert_array_equal(dx, want_dx)
-    np.testing.assert_allclose(sums, x.reshape(3, 3, 32).sum(axis=2, dtype=np.float64),
-                               rtol=34 * EPS32, atol=0)
+    np.testing.assert_array_equal(  # x~'s block sums: dx times an exact integer, rounded once
+        sums, dx * xq.reshape(3, 3, 32).sum(axis=2).astype(np.float32))
     steps = np.repeat(dx.astype(np.float64), 32, axis=1)
     error = np.abs(x - xq.astype(np.float64) * steps)
     assert np.all(error <= steps / 2 * (1 + 4 * EPS32))

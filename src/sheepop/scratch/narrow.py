@@ -16,8 +16,7 @@ uses each for many rows. Both compute the same numbers, in another order of floa
 
     bfloat16   x W~^T                        x itself (widening bf16 is exact)
     int8       x~ W~^T                       x~: x rounded to 8 bits a block of 32 inputs
-    int4       x~ (W~ - L)^T + x L^T         L: each weight's block's low, so that the
-                                             offsets multiply x's exact block sums
+    int4       x~ W~^T
 
 x~ = dx xq, dx = max |x| / 127 over the block, xq = rint(x / dx) (narrow_kernels'
 quantize_blocks; the last width mod 32 inputs stay x), as llama.cpp rounds x for its Q8_0 and
@@ -110,16 +109,15 @@ def launch(name: str, *arrays: np.ndarray) -> None:
         getattr(module, name)(*arrays)
 
 
-def in_8_bits(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(x~, sums) for x (rows, in) float32: x rounded to 8 bits a block of 32 inputs as the
-    kernels round it, in float32 (dx xq; past the last whole block x itself), and x's exact
-    block sums (module docstring)."""
+def in_8_bits(x: np.ndarray) -> np.ndarray:
+    """x (rows, in) float32 rounded to 8 bits a block of 32 inputs as the kernels round it, in
+    float32 (dx xq; past the last whole block x itself: module docstring)."""
     blocks = x.shape[1] // GROUP
-    xq, dx, sums = kernels().quantize_blocks(x, blocks, False)
+    xq, dx, _ = kernels().quantize_blocks(x, blocks, False)
     rounded = x.copy()
     rounded[:, :GROUP * blocks] = (xq.reshape(len(x), blocks, GROUP)
                                    * dx[..., None]).reshape(len(x), -1)
-    return rounded, sums
+    return rounded
 
 
 class NarrowWeight:
@@ -130,6 +128,7 @@ class NarrowWeight:
     dtype = np.dtype(np.float32)  # the type of every number it gives
     ndim = 2
     kernel_rows = KERNEL_ROWS  # the most rows a product takes through the kernel
+    rounds_x = False  # whether the product multiplies x rounded to 8 bits a block (x~)
 
     def __init__(self, shape: tuple[int, int]):
         self.shape = shape
@@ -150,7 +149,7 @@ class NarrowWeight:
 
     def wide_product(self, x: np.ndarray) -> np.ndarray:
         """The same product for any number of rows, through OpenBLAS on W~ in float32."""
-        return x @ self.dequantized().T
+        return (in_8_bits(x) if self.rounds_x else x) @ self.dequantized().T
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         w = self.dequantized()
@@ -203,6 +202,7 @@ class Int8Weight(NarrowWeight):
     """W~ = s q, q int8 (out, in), s one bf16-exact float32 scale per row (arch.quantize)."""
 
     kernel_rows = INTEGER_KERNEL_ROWS
+    rounds_x = True
 
     def __init__(self, w: np.ndarray):
         super().__init__(np.shape(w))
@@ -217,9 +217,6 @@ class Int8Weight(NarrowWeight):
         launch("int8_product", self.q, self.scale, x, y)
         return y
 
-    def wide_product(self, x: np.ndarray) -> np.ndarray:
-        return in_8_bits(x)[0] @ self.dequantized().T
-
     def __getitem__(self, ids) -> np.ndarray:
         return self.q[ids] * self.scale[ids][..., None]
 
@@ -231,6 +228,7 @@ class Int4Weight(NarrowWeight):
     q at input 32 g + j in its low half, at 32 g + 16 + j in its high half)."""
 
     kernel_rows = INTEGER_KERNEL_ROWS
+    rounds_x = True
 
     def __init__(self, w: np.ndarray):
         super().__init__(np.shape(w))
@@ -256,12 +254,6 @@ class Int4Weight(NarrowWeight):
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
         launch("int4_product", self.packed, self.scale, self.low, x, y)
         return y
-
-    def wide_product(self, x: np.ndarray) -> np.ndarray:
-        rounded, sums = in_8_bits(x)
-        q, d, low = self.groups()
-        steps = (q.reshape(len(q), -1, GROUP) * d[..., None]).reshape(q.shape)  # d q: W~ - L
-        return rounded @ steps.T + sums @ low.T  # as the kernel sums: x~ (d q)^T + x L^T
 
     def __getitem__(self, ids) -> np.ndarray:  # never a table: int4 keeps the head in int8
         return self.dequantized()[ids]
