@@ -94,3 +94,23 @@ def decode_seconds(module, path: Path, ids: list[int], new: int, threads: int
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     llm.close()
     return seconds, cpu_seconds
+
+
+def loss_sum(module, path: Path, x: np.ndarray, y: np.ndarray, threads: int) -> float:
+    """Sum of -ln p(target) over the counted targets of the windows x, y (y < 0: not counted,
+    only after a window's counted ones, as sheepop.data.windows.eval_windows cuts them), p from
+    llama.cpp's logits: each window evaluated from an empty cache, as sheepop's loss_sum does."""
+    with without_extra_buffers(module) if amx() else nullcontext():
+        llm = module.Llama(model_path=str(path), n_ctx=x.shape[1] + 8, n_threads=threads,
+                           n_threads_batch=threads, logits_all=True, verbose=False)
+    total = 0.0
+    for row_x, row_y in zip(x, y):
+        n = int((row_y >= 0).sum())
+        llm.reset()
+        llm.eval([int(t) for t in row_x[:n]])
+        logits = np.asarray(llm.scores[:n], np.float64)
+        top = logits.max(axis=1)
+        log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+        total += float((log_z - logits[np.arange(n), row_y[:n]]).sum())
+    llm.close()
+    return total

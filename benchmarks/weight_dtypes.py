@@ -34,7 +34,8 @@ prints:
 - bits per byte on held-out text (`--text`, by default this repository's docs/inference.md,
   written after SmolLM2 was trained): windows of `--window` tokens, the first `--bpb-tokens`
   of the text, scored by the same model as `sheepop eval` does (loss_sum, TargetBytes; the
-  prompt path, eager on both paths);
+  prompt path, eager on both paths), and by llama.cpp on its file of each format (its logits
+  over the same windows, llama_cpp_decode.loss_sum) when it is installed;
 - peak memory: the peak resident set (the kernel's ru_maxrss, through os.wait4) of a fresh
   `sheepop generate RUN --dtype D --max-new-tokens --peak-tokens` process per dtype and path,
   greedy, the torch engine, and float32 on the NumPy engine too (`auto`'s choice there),
@@ -335,6 +336,16 @@ def main() -> None:
         gap = "" if f32 is None else f"  ({bpb[d, engine] - f32:+.4f} vs float32)"
         print(f"{d:<9} {engine:<6} {bpb[d, engine]:.4f} bits/byte{gap}   "
               f"[{time.perf_counter() - t0:.0f} s]")
+    if llama is not None:  # llama.cpp on its own file of each format, the same windows
+        module, files = llama
+        for d in args.dtypes:
+            t0 = time.perf_counter()
+            value = bits_per_byte(llama_cpp_decode.loss_sum(module, files[d], x, y,
+                                                            args.threads[0]), n_bytes)
+            f32 = bpb.get(("float32", "torch"))
+            gap = "" if f32 is None else f"  ({value - f32:+.4f} vs float32)"
+            print(f"{d:<9} {'llama.cpp':<9} {value:.4f} bits/byte{gap} "
+                  f"({llama_cpp_decode.KINDS[d]})   [{time.perf_counter() - t0:.0f} s]")
 
 
 if __name__ == "__main__":
