@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sheepop.generation.cached_lm import token_loss_sum
+
 CACHE = Path(os.environ.get("SHEEPOP_BENCH_CACHE", Path.home() / ".cache" / "sheepop-bench"))
 # sheepop's --dtype -> the GGUF kind llama.cpp runs for it (int4's blocks are Q4_1's; the int8
 # layer has one scale a row, Q8_0 one a block of 32: the nearest llama.cpp format)
@@ -108,9 +110,6 @@ def loss_sum(module, path: Path, x: np.ndarray, y: np.ndarray, threads: int) -> 
         n = int((row_y >= 0).sum())
         llm.reset()
         llm.eval([int(t) for t in row_x[:n]])
-        logits = np.asarray(llm.scores[:n], np.float64)
-        top = logits.max(axis=1)
-        log_z = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
-        total += float((log_z - logits[np.arange(n), row_y[:n]]).sum())
+        total += token_loss_sum(np.asarray(llm.scores[:n], np.float64), row_y[:n])
     llm.close()
     return total

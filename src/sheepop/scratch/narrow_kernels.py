@@ -4,7 +4,7 @@ weights and chooses when to call).
 
     bf16   y_r,o = sum_i x_r,i float(W_o,i)                 W as bfloat16 bits (uint16, out x in)
     int8   y_r,o = s_o sum_g dx_r,g sum_j q xq               q int8 (out x in), s float32 (out,)
-    int4   y_r,o = sum_g (d_o,g dx_r,g sum_j q xq + low_o,g sum_j x)   q 4-bit, GGUF Q4_1
+    int4   y_r,o = sum_g (d_o,g dx_r,g sum_j q xq + low_o,g dx_r,g sum_j xq)   q 4-bit, Q4_1
 
 for every row r of x (float32, rows x in), g over blocks of 32 inputs, j < 32. bf16 multiplies x
 itself (float(W) is the bits shifted left by 16: exact), summed in float32. int8 and int4
@@ -38,7 +38,7 @@ from numba.extending import intrinsic
 from sheepop.arch.quantize import GROUP as BLOCK  # inputs a scale of x (and of 4-bit W) covers
 from sheepop.scratch.row_dot import int4_dot, int8_dot
 
-ROW_DOT_DIGEST = "429a32c8ae22719b"
+ROW_DOT_DIGEST = "059fbe3246593905"
 """sha256 of sheepop/scratch/row_dot.py, its first 16 hex digits: a change there must change
 this file, whose time alone tells numba that the cached kernels inlining that IR are stale
 (tests/scratch/test_narrow.py checks the digest)."""
@@ -104,7 +104,8 @@ def quantize_blocks(x: np.ndarray, blocks: int, halves_paired: bool
 
     xq's row holds block g at 32g.. in order, or with `halves_paired` each pair of blocks
     (g, g + 1), g even, as first halves then second halves: x_g[:16], x_g+1[:16], x_g[16:],
-    x_g+1[16:] (the order 4-bit pairs read them in, `_row_dot`), an odd count's last in order."""
+    x_g+1[16:] (the order 4-bit pairs read them in, row_dot._row_dot), an odd count's last in
+    order."""
     rows = x.shape[0]
     xq = np.empty((rows, BLOCK * blocks), np.int8)
     dx = np.empty((rows, blocks), np.float32)

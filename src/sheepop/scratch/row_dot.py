@@ -105,10 +105,11 @@ def _row_dot(module: ir.Module, kind: str) -> ir.Function:
 
     w the row's bytes (int4: 16 a block, q_j in the low half of byte j and q_16+j in its high
     half, GGUF Q4_1's order; int8: 32 a block), d and low its 4-bit blocks' numbers, xq, dx and
-    sums the row of x (`quantize_blocks`; int4's xq with its halves paired). Two blocks a step:
-    int4 splits the pair's 32 bytes into halves at once; int8 sums each block
-    into its own accumulator, as one chain of fused multiply-adds would wait out each one's
-    latency (~4 cycles, more than a block's other work). Defined once in each module."""
+    sums the row of x~ (narrow_kernels.quantize_blocks; int4's xq with its halves paired). Two
+    blocks a step: int4 splits the pair's 32 bytes into halves at once (its odd accumulator
+    stays 0); int8 sums each block into its own accumulator, as one chain of fused
+    multiply-adds would wait out each one's latency (~4 cycles, more than a block's other
+    work). Defined once in each module."""
     avx2 = compiles_for_avx2()
     name = f"sheepop_{kind}_row_dot_{'avx2' if avx2 else 'portable'}"
     if name in module.globals:
@@ -154,7 +155,7 @@ def _row_dot(module: ir.Module, kind: str) -> ir.Function:
             scale = b.fmul(b.load(b.gep(d, [g], source_etype=F32), typ=F32), scale)
             block_sums = _dot_lanes(b, [(q, x_block)], signed=False, avx2=avx2)
             block_offset = b.fmul(b.load(b.gep(low, [g], source_etype=F32), typ=F32),
-                          b.load(b.gep(sums, [g], source_etype=F32), typ=F32))
+                                  b.load(b.gep(sums, [g], source_etype=F32), typ=F32))
             offsets = b.insert_element(offsets, b.fadd(b.extract_element(
                 offsets, ir.Constant(I32, 0)), block_offset), ir.Constant(I32, 0))
         else:
@@ -230,7 +231,8 @@ def _row_dot(module: ir.Module, kind: str) -> ir.Function:
 
 
 def _row_dot_call(kind: str):
-    """The intrinsic that calls `_row_dot(kind)` on 1-D arrays (their data and dx's length)."""
+    """The intrinsic that calls `_row_dot(kind)` on 1-D arrays: their data, and the last one's
+    length for the blocks (dx for int8, sums for int4: G)."""
     def codegen_(context, builder, signature, args):
         arrays = [context.make_array(t)(context, builder, a)
                   for t, a in zip(signature.args, args)]
