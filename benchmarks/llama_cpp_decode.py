@@ -33,8 +33,8 @@ import numpy as np
 from sheepop.generation.cached_lm import token_loss_sum
 
 CACHE = Path(os.environ.get("SHEEPOP_BENCH_CACHE", Path.home() / ".cache" / "sheepop-bench"))
-# sheepop's --dtype -> the GGUF kind llama.cpp runs for it (int4's blocks are Q4_1's; the int8
-# layer has one scale a row, Q8_0 one a block of 32: the nearest llama.cpp format)
+# sheepop's --dtype -> the GGUF kind llama.cpp runs for it: the same numbers (the NumPy engine's
+# int4 blocks are Q4_1's, its int8 blocks Q8_0's, as sheepop's export writes them)
 KINDS = {"float32": "f32", "bfloat16": "bf16", "int8": "q8_0", "int4": "q4_1"}
 
 

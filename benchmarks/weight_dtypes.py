@@ -73,7 +73,7 @@ from decode_shapes import prompt_ids, shape_config  # noqa: E402
 from real_model import smollm2_gguf  # noqa: E402
 
 from sheepop import threads  # noqa: E402
-from sheepop.arch.quantize import quantize_groups  # noqa: E402
+from sheepop.arch.quantize import quantize_groups, quantize_q8_0  # noqa: E402
 from sheepop.data.windows import eval_windows  # noqa: E402
 from sheepop.inference.load import build, read_run  # noqa: E402
 from sheepop.model.quantized import weight_bytes_read  # noqa: E402
@@ -99,24 +99,35 @@ def read_bandwidth(mib: int, repeats: int = 5) -> float:
     return max(statistics.median(r[name] for r in rates) for name in rates[0])
 
 
-def blocks_recovered(gguf: Path, weights: dict) -> tuple[int, int]:
-    """How many Q4_1 blocks of the file's row-ordered matrices quantize_groups gives back
-    exactly (q, low and d) from the imported float32 weights: (equal, all)."""
+def blocks_recovered(gguf: Path, weights: dict) -> dict[str, tuple[int, int]]:
+    """How many blocks of the file's row-ordered matrices sheepop's quantizers give back
+    exactly from the imported float32 weights: Q4_1's (q, low and d: quantize_groups, int4's
+    blocks) and Q8_0's (q and d: quantize_q8_0, int8's and int4's head), {type: (equal, all)}."""
     from gguf import GGUFReader
-    equal = total = 0
+    counts = {"Q4_1": (0, 0), "Q8_0": (0, 0)}
     for t in GGUFReader(str(gguf)).tensors:
         layer, _, kind = t.name.removeprefix("blk.").rpartition(".weight")[0].partition(".")
-        if t.tensor_type.name != "Q4_1" or kind not in IN_ORDER:
+        kind_of = t.tensor_type.name
+        name = ("tok_emb.weight" if t.name == "token_embd.weight"
+                else f"blocks.{layer}.{IN_ORDER[kind]}.weight" if kind in IN_ORDER else None)
+        if kind_of not in counts or name is None:
             continue
-        raw = np.asarray(t.data).reshape(-1, 20)  # per block: d, m (float16), 16 bytes of q
-        d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)[:, 0]
-        low = raw[:, 2:4].copy().view(np.float16).astype(np.float32)[:, 0]
-        q = np.concatenate([raw[:, 4:] & 15, raw[:, 4:] >> 4], axis=1)
-        q2, d2, low2 = quantize_groups(weights[f"blocks.{layer}.{IN_ORDER[kind]}.weight"])
-        same = ((q2.reshape(-1, 32) == q).all(axis=1) & (low2.ravel() == low)
-                & (d2.ravel() == d))
-        equal, total = equal + int(same.sum()), total + len(same)
-    return equal, total
+        if kind_of == "Q4_1":
+            raw = np.asarray(t.data).reshape(-1, 20)  # a block: d, m (float16), 16 bytes of q
+            d = raw[:, 0:2].copy().view(np.float16).astype(np.float32)[:, 0]
+            low = raw[:, 2:4].copy().view(np.float16).astype(np.float32)[:, 0]
+            q = np.concatenate([raw[:, 4:] & 15, raw[:, 4:] >> 4], axis=1)
+            q2, d2, low2 = quantize_groups(weights[name])
+            same = ((q2.reshape(-1, 32) == q).all(axis=1) & (low2.ravel() == low)
+                    & (d2.ravel() == d))
+        else:
+            raw = np.asarray(t.data).reshape(-1, 34)  # a block: d (float16), 32 int8 of q
+            q2, d2 = quantize_q8_0(weights[name])
+            same = ((q2.reshape(-1, 32).view(np.uint8) == raw[:, 2:]).all(axis=1)
+                    & (d2.reshape(-1, 1).view(np.uint8) == raw[:, :2]).all(axis=1))
+        equal, total = counts[kind_of]
+        counts[kind_of] = equal + int(same.sum()), total + len(same)
+    return counts
 
 
 def decode_seconds(lm, ids: list[int], new: int) -> tuple[float, float, list[int]]:
@@ -307,10 +318,12 @@ def main() -> None:
     if args.only_peaks:
         return
     config, tokenizer, weights = read_run(run)
-    if gguf is not None and "int4" in args.dtypes:
-        equal, total = blocks_recovered(gguf, weights)
-        print(f"Q4_1 blocks of {gguf.name} given back by quantize_groups from the imported "
-              f"float32 weights (ffn and attention output matrices): {equal} of {total}")
+    if gguf is not None and {"int8", "int4"} & set(args.dtypes):
+        counts = blocks_recovered(gguf, weights)
+        print(f"blocks of {gguf.name} given back from the imported float32 weights: Q4_1 "
+              f"(quantize_groups; ffn and attention output matrices) {counts['Q4_1'][0]} of "
+              f"{counts['Q4_1'][1]}, Q8_0 (quantize_q8_0; the token table, int8's head) "
+              f"{counts['Q8_0'][0]} of {counts['Q8_0'][1]}")
     ids = tokenizer.encode(PROMPT * 4)[:args.prompt_tokens]
     llama = gguf_files(run, gguf, args.dtypes) if gguf is not None else None
     for n in args.threads:

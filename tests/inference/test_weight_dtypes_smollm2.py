@@ -1,6 +1,7 @@
 """SmolLM2-135M with int8 and int4 weights (sheepop.model.quantized*): the same answer to a
 factual prompt as float32, bits per byte within 0.01 of float32's on a text it has seen (this
-repository's LICENSE), and int4 running on the GGUF's own Q4_1 blocks."""
+repository's LICENSE); and the NumPy engine's int4 and int8 holding the GGUF file's own Q4_1
+and Q8_0 blocks, byte for byte."""
 
 from __future__ import annotations
 
@@ -37,3 +38,29 @@ def test_int8_and_int4_answer_and_score_as_float32(smollm2):
     assert abs(bpb["int8"] - bpb["float32"]) < 0.01, bpb
     assert abs(bpb["int4"] - bpb["float32"]) < 0.01, bpb
     assert bpb["int8"] != bpb["float32"] and bpb["int4"] != bpb["float32"], bpb
+
+
+def test_the_numpy_engines_narrow_weights_are_the_files_own_blocks(smollm2, smollm2_gguf_path):
+    """Imported to float32 and narrowed again, each matrix is the file's blocks: a Q4_1 matrix
+    of every layer in int4 (d and m, and qs in Q4_1's own byte order), the Q8_0 token table in
+    int8 (d and qs), as llama.cpp reads them."""
+    from gguf import GGUFReader
+
+    from sheepop.scratch.narrow import Int4Weight, Int8Weight
+    _, _, weights = smollm2
+    tensors = {t.name: t for t in GGUFReader(str(smollm2_gguf_path)).tensors}
+    table = tensors["token_embd.weight"]
+    assert table.tensor_type.name == "Q8_0"
+    raw = np.asarray(table.data).reshape(-1, 34)
+    q, d = Int8Weight(weights["tok_emb.weight"]).blocks()
+    np.testing.assert_array_equal(d.reshape(-1, 1).view(np.uint8), raw[:, :2])
+    np.testing.assert_array_equal(q.reshape(-1, 32).view(np.uint8), raw[:, 2:])
+    for layer in range(0, 30, 7):
+        down = tensors[f"blk.{layer}.ffn_down.weight"]
+        assert down.tensor_type.name == "Q4_1"
+        raw = np.asarray(down.data).reshape(-1, 20)
+        held = Int4Weight(weights[f"blocks.{layer}.ffn.proj.weight"])
+        np.testing.assert_array_equal(held.packed.reshape(-1, 16), raw[:, 4:])
+        for got, at in ((held.scale, 0), (held.low, 2)):
+            np.testing.assert_array_equal(
+                got.ravel(), raw[:, at:at + 2].copy().view(np.float16).astype(np.float32)[:, 0])

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from sheepop.arch.quantize import bf16_bits, quantize_rows
+from sheepop.arch.quantize import bf16_bits, quantize_q8_0
 from sheepop.config.schema import INFERENCE_DTYPES, ModelConfig
 from sheepop.inference.load import build
 from sheepop.inference.weights import model_weights
@@ -71,10 +71,10 @@ def _kernel_product(w: NarrowWeight, x: np.ndarray) -> tuple[np.ndarray, np.ndar
     """(exact, bound): the product in float64 and float32's error bound for it.
 
     bf16 multiplies x itself; int8 and int4 multiply x~, x rounded to 8 bits a block (dx xq;
-    past the last whole block x itself): exact = x~ (A + B)^T, A + B = W~ (int8: A = s q, B = 0;
-    int4: A = d q, B = low per input, which the kernels sum apart). The kernels' integer sums
-    are exact, and every part meets at most width + 4 roundings (a block sum's conversion, the
-    scales' product, the additions, int8's row scale); OpenBLAS's path rounds x~ = dx xq and W~
+    past the last whole block x itself): exact = x~ (A + B)^T, A + B = W~ (int8: A = d q,
+    B = 0; int4: A = d q, B = low per input, which the kernels sum apart). The kernels' integer
+    sums are exact, and every part meets at most width + 4 roundings (a block sum's conversion,
+    the scales' product, the additions, int8's tail scale); OpenBLAS's path rounds x~ = dx xq and W~
     once each and sums, so |y - exact| <= gamma_n |x~| (|A| + |B|)^T, n = width + 6."""
     width = x.shape[1]
     rounded = x.astype(np.float64)
@@ -192,13 +192,42 @@ def test_lookups_and_arrays_are_the_narrow_values(dtype):
     assert w.shape == (10, 32) and np.shape(w) == (10, 32)
 
 
-def test_int8_holds_the_torch_engines_numbers_and_bf16_its_rounding():
-    w = np.random.default_rng(4).normal(size=(12, 20)).astype(np.float32)
-    q, s = quantize_rows(w)
-    np.testing.assert_array_equal(Int8Weight(w).dequantized(), s[:, None] * q)
+def test_int8_holds_gguf_q8_0_blocks_and_bf16_its_rounding():
+    """int8 is GGUF Q8_0: the bytes the gguf package writes for the same matrix (a sheepop
+    q8_0 export, which llama.cpp runs), given back from their own dequantized values (a model
+    imported from a Q8_0 file); a width that is not a multiple of 32 ends in a shorter block
+    with its own scale."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+    rng = np.random.default_rng(4)
+    w = (rng.normal(size=(12, 96)) * rng.uniform(1e-4, 10, size=(12, 1))).astype(np.float32)
+    w[0, :32] = 0  # a block of zeros: d = 0
+    w[1, 5] = np.abs(w[1, :32]).max() / 127 * 0.5  # exactly half a step: roundf goes up
+    stored = quantize(w, GGMLQuantizationType.Q8_0).reshape(12, 3, 34)
+    weight = Int8Weight(w)
+    q, d = weight.blocks()
+    np.testing.assert_array_equal(d.view(np.uint8).reshape(12, 3, 2), stored[..., :2])
+    np.testing.assert_array_equal(q.view(np.uint8).reshape(12, 3, 32), stored[..., 2:])
+    back = dequantize(stored.reshape(12, -1), GGMLQuantizationType.Q8_0).reshape(12, 96)
+    np.testing.assert_array_equal(weight.dequantized(), back)
+    q2, d2 = Int8Weight(back).blocks()
+    np.testing.assert_array_equal(q2, q)
+    np.testing.assert_array_equal(d2.view(np.uint16), d.view(np.uint16))
+    assert weight.nbytes == 12 * 96 + 2 * 12 * 3
+
+    odd = rng.normal(size=(3, 40)).astype(np.float32)
+    q, d = quantize_q8_0(odd)
+    assert d.shape == (3, 2) and (np.abs(q[:, 32:]).max(axis=1) == 127).all()
+    np.testing.assert_array_equal(d[:, 1], (np.abs(odd[:, 32:]).max(axis=1) / 127
+                                            ).astype(np.float16))
+    np.testing.assert_array_equal(Int8Weight(odd)[np.array([[2, 0]])],
+                                  Int8Weight(odd).dequantized()[None, [2, 0]])
+    with pytest.raises(ValueError, match="float16"):
+        quantize_q8_0(np.full((1, 32), 1e7, np.float32))
+
     np.testing.assert_array_equal(
         Bf16Weight(w).dequantized(), torch.from_numpy(w).to(torch.bfloat16).float().numpy())
-    assert Int8Weight(w).nbytes == 12 * 20 + 2 * 12 and Bf16Weight(w).nbytes == 2 * 12 * 20
+    assert Bf16Weight(w).nbytes == 2 * 12 * 96
 
 
 def _cfg(tied: bool) -> ModelConfig:
@@ -396,8 +425,10 @@ TARGETS = {  # numba's CPU name and features (LLVM then compiles for that CPU, n
 @pytest.mark.parametrize("target", TARGETS)
 def test_the_8bit_kernels_compile_for_cpus_without_avx512_or_avx2(target, tmp_path):
     """The block sums are AVX2's instructions where numba compiles for AVX2, portable LLVM IR
-    elsewhere (row_dot._dot_lanes): each, compiled in a process of its own for a CPU
-    that lacks AVX-512 (and AVX2), computes the same formula within float32's bound."""
+    elsewhere (row_dot._dot_lanes), and so is Q8_0's float16 scale's conversion (F16C's, or
+    integer arithmetic): each, compiled in a process of its own for a CPU that lacks AVX-512
+    (and AVX2), computes the same formula within float32's bound, and every finite float16's
+    value exactly (subnormals, zeros and signs too)."""
     import os
     import platform
     if platform.machine() not in ("x86_64", "AMD64"):
@@ -408,10 +439,20 @@ def test_the_8bit_kernels_compile_for_cpus_without_avx512_or_avx2(target, tmp_pa
         pytest.skip("this CPU has no AVX2 to run Haswell's code on")
     code = """
 import numpy as np, sys
+from numba import njit
 from sheepop.scratch.narrow import Int4Weight, Int8Weight
-from sheepop.scratch.row_dot import compiles_for_avx2
+from sheepop.scratch.row_dot import compiles_for_avx2, float32_of_half
+@njit
+def halves(bits):
+    out = np.empty(len(bits), np.float32)
+    for i in range(len(bits)):
+        out[i] = float32_of_half(bits[i])
+    return out
 rng = np.random.default_rng(0)
-out = {"avx2": np.array(compiles_for_avx2())}
+bits = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16)
+bits = bits[np.isfinite(bits.view(np.float16))]
+out = {"avx2": np.array(compiles_for_avx2()), "halves": halves(bits),
+       "halves_want": bits.view(np.float16).astype(np.float32)}
 for name, kind, width in [("int8", Int8Weight, 101), ("int4", Int4Weight, 96),
                           ("int4_wide", Int4Weight, 576)]:
     w = rng.normal(size=(9, width)).astype(np.float32)
@@ -425,6 +466,8 @@ np.savez(sys.argv[1], **out)
                    check=True, timeout=300)
     got = np.load(tmp_path / "out.npz")
     assert bool(got["avx2"]) == avx2
+    np.testing.assert_array_equal(got["halves"].view(np.uint32),
+                                  got["halves_want"].view(np.uint32))
     for name, kind in [("int8", Int8Weight), ("int4", Int4Weight), ("int4_wide", Int4Weight)]:
         exact, bound = _kernel_product(kind(got[name + "_w"]), got[name + "_x"])
         assert np.all(np.abs(got[name + "_y"] - exact) <= bound), name

@@ -1,6 +1,9 @@
-"""Weights in fewer bytes: int8 with one scale per output channel (docs/performance.md,
-"Weights in fewer bytes"). NumPy only; the torch engine's layers that multiply by such weights
-are sheepop.model.quantized.
+"""Weights in fewer bytes (docs/performance.md, "Weights in fewer bytes"), the numbers only, in
+NumPy: the torch engine's layers that multiply by them are sheepop.model.quantized*, the NumPy
+engine's sheepop.scratch.narrow. Three layouts: int8 with one scale per output channel (the
+torch engine's int8: its kernel takes one scale a row), below; GGUF Q8_0's blocks of 32 int8
+weights (the NumPy engine's int8, `quantize_q8_0`); GGUF Q4_1's 4-bit groups (both engines'
+int4, `quantize_groups`).
 
     s_i = bf16_up(max_j |W_ij| / 127)        one scale per row (output channel) i
     q_ij = round(W_ij / s_i)                  an integer in [-127, 127]
@@ -22,8 +25,6 @@ import numpy as np
 
 QMAX = 127
 """The largest |q|: -128 is left out, so that the range is symmetric and q = -q is exact."""
-
-BYTES_PER_WEIGHT = {"float32": 4, "bfloat16": 2, "int8": 1}
 
 
 def bf16_up(x: np.ndarray) -> np.ndarray:
@@ -66,17 +67,6 @@ def dequantize_rows(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
     return q.astype(np.float32) * np.asarray(scale, dtype=np.float32)[:, None]
 
 
-def weight_bytes(n_matrix: int, n_rows: int, n_other: int, dtype: str) -> int:
-    """Bytes a decode step reads: `n_matrix` weights in the stored dtype (plus, in int8, one
-    bf16 scale per row of `n_rows`) and `n_other` (norms, biases) in float32 (bfloat16 stores
-    those in bf16 too)."""
-    if dtype not in BYTES_PER_WEIGHT:
-        raise ValueError(f"unknown weight dtype {dtype!r}")
-    per = BYTES_PER_WEIGHT[dtype]
-    scales = 2 * n_rows if dtype == "int8" else 0
-    return n_matrix * per + scales + n_other * (2 if dtype == "bfloat16" else 4)
-
-
 GROUP = 32
 """Weights per group in the 4-bit layout: GGUF's Q4_1 block."""
 
@@ -110,3 +100,45 @@ def dequantize_groups(q: np.ndarray, d: np.ndarray, low: np.ndarray,
     out, width = q.shape
     g = q.reshape(out, width // group, group).astype(np.float32)
     return (low[..., None] + d[..., None] * g).reshape(out, width)
+
+
+def quantize_q8_0(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GGUF Q8_0's numbers, per block of 32 consecutive weights of a row (a width that is not a
+    multiple of 32: the rest of the row, a shorter last block):
+
+        d = max_j |W_j| / 127,  q_j = roundf(W_j (1 / d)) in [-127, 127],  d kept as float16
+        W_j ~ d16 q_j,   |W_j - d16 q_j| <= d / 2 + 127 |d - d16|
+
+    in float32, rounding halves away from zero, as ggml's quantize_row_q8_0 does (so a matrix
+    whose width is a multiple of 32 gives the bytes `gguf.quants.quantize(W, Q8_0)` writes:
+    sheepop's `export --to gguf --gguf-type q8_0` and llama.cpp run these numbers). A block of
+    zeros gets d = 0 and q = 0, exact. A matrix dequantized from Q8_0 blocks gives back its
+    blocks (127 |q| is the largest of a block ggml made, d16 127 / 127 = d16 exactly in
+    float32), so a model imported from such a file runs on its own 8-bit numbers.
+
+    Returns (q int8 (out, in), d float16 (out, ceil(in / 32)))."""
+    w = np.asarray(w, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"Q8_0 quantization takes a matrix (out, in), not shape {w.shape}")
+    out, width = w.shape
+    blocks = -(-width // GROUP)
+    padded = np.zeros((out, blocks * GROUP), np.float32)  # zeros change no block's largest
+    padded[:, :width] = w
+    g = padded.reshape(out, blocks, GROUP)
+    d = np.abs(g).max(axis=2) / np.float32(QMAX)
+    with np.errstate(divide="ignore"):
+        inverse = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    if not (d <= np.finfo(np.float16).max).all():
+        raise ValueError("Q8_0 holds block scales in float16: a weight of magnitude "
+                         f"{np.abs(w).max():.3g} (or not finite) has none")
+    scaled = np.abs(g * inverse[..., None])
+    whole = np.floor(scaled)  # roundf: a fraction of exactly 1/2 goes up; floor(a + 1/2)
+    rounded = whole + np.floor(2 * (scaled - whole))  # would round 0.49999997 up too
+    q = (np.sign(g) * rounded).astype(np.int8)
+    return q.reshape(out, -1)[:, :width], d.astype(np.float16)
+
+
+def dequantize_q8_0(q: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """d16 q, block by block, in float32 (out, in)."""
+    scales = np.repeat(np.asarray(d).astype(np.float32), GROUP, axis=1)[:, :q.shape[1]]
+    return q.astype(np.float32) * scales

@@ -2,10 +2,14 @@
 (docs/performance.md, "Weights in fewer bytes on the NumPy engine").
 
     bfloat16   W~ = bf16(W), round to nearest even        2 bytes a weight
-    int8       W~ = s q, one scale per output channel       1 byte a weight (+ 2 a row)
-               (sheepop.arch.quantize: the torch engine's int8 numbers, the same q and s)
-    int4       W~ = d q + low per group of 32, q in 0..15   3/4 byte a weight (d, low float32)
+    int8       W~ = d q per block of 32, q in -127..127     17/16 byte a weight (d float16)
+               (GGUF Q8_0's numbers, arch.quantize.quantize_q8_0)
+    int4       W~ = d q + low per block of 32, q in 0..15   3/4 byte a weight (d, low float32)
                (GGUF Q4_1's numbers, arch.quantize.quantize_groups; the head in int8)
+
+Both hold a GGUF file's own blocks (Q4_1's float16 d and low kept in float32, exactly) and give
+llama.cpp's numbers for the same float32 matrix. The torch engine's int8 differs: one
+scale a row (sheepop.model.quantized; torch's int8 kernel takes no other).
 
 A `NarrowWeight` stands where the float32 matrix W (out, in) stood in the engine's parameters,
 and the layers do not change: `x @ W.T` (linear_forward) is the product below, `W[ids]` (a tied
@@ -50,9 +54,9 @@ from sheepop.arch.quantize import (
     bf16_bits,
     bf16_values,
     dequantize_groups,
-    dequantize_rows,
+    dequantize_q8_0,
     quantize_groups,
-    quantize_rows,
+    quantize_q8_0,
 )
 from sheepop.errors import UserError
 
@@ -199,26 +203,34 @@ class Bf16Weight(NarrowWeight):
 
 
 class Int8Weight(NarrowWeight):
-    """W~ = s q, q int8 (out, in), s one bf16-exact float32 scale per row (arch.quantize)."""
+    """W~ = d q per block of 32 weights of a row, q int8 (out, in), d float16 (out,
+    ceil(in / 32)): GGUF Q8_0's numbers as it stores them (sheepop.arch.quantize.quantize_q8_0;
+    a width not a multiple of 32 ends in a shorter block)."""
 
     kernel_rows = INTEGER_KERNEL_ROWS
     rounds_x = True
 
     def __init__(self, w: np.ndarray):
         super().__init__(np.shape(w))
-        self.q, self.scale = quantize_rows(w)
-        self.nbytes = self.q.nbytes + 2 * len(self.scale)  # the scales are bf16 values
+        self.q, self.scale = quantize_q8_0(w)
+        self._scale_bits = self.scale.view(np.uint16)  # as the kernel reads them
+        self.nbytes = self.q.nbytes + self.scale.nbytes
+
+    def blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(q int8 (out, in), d float16 (out, ceil(in / 32))) as quantize_q8_0 gave them."""
+        return self.q, self.scale
 
     def dequantized(self) -> np.ndarray:
-        return dequantize_rows(self.q, self.scale)
+        return dequantize_q8_0(self.q, self.scale)
 
     def product(self, x: np.ndarray) -> np.ndarray:
         y = np.empty((x.shape[0], self.shape[0]), np.float32)
-        launch("int8_product", self.q, self.scale, x, y)
+        launch("int8_product", self.q, self._scale_bits, x, y)
         return y
 
     def __getitem__(self, ids) -> np.ndarray:
-        return self.q[ids] * self.scale[ids][..., None]
+        scale = np.repeat(self.scale[ids].astype(np.float32), GROUP, axis=-1)
+        return self.q[ids] * scale[..., :self.shape[1]]
 
 
 class Int4Weight(NarrowWeight):

@@ -3,7 +3,7 @@ module and the IR it inlines, sheepop.scratch.row_dot, import; sheepop.scratch.n
 weights and chooses when to call).
 
     bf16   y_r,o = sum_i x_r,i float(W_o,i)                 W as bfloat16 bits (uint16, out x in)
-    int8   y_r,o = s_o sum_g dx_r,g sum_j q xq               q int8 (out x in), s float32 (out,)
+    int8   y_r,o = sum_g d_o,g dx_r,g sum_j q xq             q int8 (out x in), GGUF Q8_0
     int4   y_r,o = sum_g (d_o,g dx_r,g sum_j q xq + low_o,g dx_r,g sum_j xq)   q 4-bit, Q4_1
 
 for every row r of x (float32, rows x in), g over blocks of 32 inputs, j < 32. bf16 multiplies x
@@ -14,7 +14,7 @@ arithmetic (sheepop.scratch.row_dot); scales and the sums over blocks are float3
 offsets multiply the rounded x's block sums (so that each product is x~ W~^T, whose errors
 cancel over W~'s signs: with x's exact sums, x~ - x met d q >= 0 alone, 2.4x the error on
 SmolLM2's activations, +0.0088 bits per byte against +0.0018), and an int8 row's last width
-mod 32 inputs multiply x in float32.
+mod 32 inputs (a shorter last block) multiply x in float32.
 
 Why compiled loops: a decode step multiplies one row by each matrix, which reads the matrix once
 and is bound by that read (docs/performance.md, "Decode against the memory-bandwidth bound").
@@ -36,9 +36,9 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from sheepop.arch.quantize import GROUP as BLOCK  # inputs a scale of x (and of 4-bit W) covers
-from sheepop.scratch.row_dot import int4_dot, int8_dot
+from sheepop.scratch.row_dot import float32_of_half, int4_dot, int8_dot
 
-ROW_DOT_DIGEST = "059fbe3246593905"
+ROW_DOT_DIGEST = "dccf617604300239"
 """sha256 of sheepop/scratch/row_dot.py, its first 16 hex digits: a change there must change
 this file, whose time alone tells numba that the cached kernels inlining that IR are stale
 (tests/scratch/test_narrow.py checks the digest)."""
@@ -133,33 +133,36 @@ def quantize_blocks(x: np.ndarray, blocks: int, halves_paired: bool
 
 
 @njit(**_ROW)
-def int8_row(q: np.ndarray, scale: np.ndarray, x: np.ndarray, xq: np.ndarray, dx: np.ndarray,
+def int8_row(q: np.ndarray, d: np.ndarray, x: np.ndarray, xq: np.ndarray, dx: np.ndarray,
              y: np.ndarray, o: int) -> None:
-    """y[r, o] = scale[o] (sum_g dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j] + sum_i x[r, i]
-    q[o, i] over the inputs past the last whole block) for every row r: q (out, in) int8,
-    scale (out,) float32, x (rows, in) float32 and xq, dx its 8 bits (`quantize_blocks`), y
-    (rows, out) float32, written in place."""
+    """y[r, o] = sum_g d[o, g] dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j] + d[o, G] sum_i
+    x[r, i] q[o, i] over the inputs past the G whole blocks (a shorter last block) for every
+    row r: W~ = d q per block of 32 weights of a row (GGUF Q8_0); q (out, in) int8, d
+    (out, ceil(in / 32)) float16 bits (uint16), x (rows, in) float32 and xq, dx its 8 bits
+    (`quantize_blocks`), y (rows, out) float32, written in place."""
+    blocks = dx.shape[1]
     for r in range(x.shape[0]):
         tail = np.float32(0.0)
-        for i in range(BLOCK * dx.shape[1], q.shape[1]):
+        for i in range(BLOCK * blocks, q.shape[1]):
             tail += x[r, i] * np.float32(q[o, i])
-        y[r, o] = (int8_dot(q[o], xq[r], dx[r]) + tail) * scale[o]
+        if blocks < d.shape[1]:
+            tail *= float32_of_half(d[o, blocks])
+        y[r, o] = int8_dot(q[o], d[o], xq[r], dx[r]) + tail
 
 
 @njit(**_COMPILE)
-def int8_product(q: np.ndarray, scale: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
-    """y = x W~^T, W~ = s q, x rounded to 8 bits a block (`int8_row`)."""
+def int8_product(q: np.ndarray, d: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """y = x~ W~^T, W~ = d q a block, x rounded to 8 bits a block (`int8_row`)."""
     xq, dx, _ = quantize_blocks(x, q.shape[1] // BLOCK, False)
     for o in prange(q.shape[0]):
-        int8_row(q, scale, x, xq, dx, y, o)
+        int8_row(q, d, x, xq, dx, y, o)
 
 
 @njit(**_SERIAL)
-def int8_product_serial(q: np.ndarray, scale: np.ndarray, x: np.ndarray,
-                        y: np.ndarray) -> None:
+def int8_product_serial(q: np.ndarray, d: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     xq, dx, _ = quantize_blocks(x, q.shape[1] // BLOCK, False)
     for o in range(q.shape[0]):
-        int8_row(q, scale, x, xq, dx, y, o)
+        int8_row(q, d, x, xq, dx, y, o)
 
 
 @njit(**_ROW)

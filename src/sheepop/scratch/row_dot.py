@@ -1,10 +1,10 @@
 """One row's product of the narrow kernels (sheepop.scratch.narrow_kernels) against x rounded to
 8 bits a block, written in LLVM's IR and called from numba as intrinsics (`int4_dot`,
-`int8_dot`): `_row_dot`'s formulas.
+`int8_dot`, and `float32_of_half` for Q8_0's float16 scales): `_row_dot`'s formulas.
 
 Each block's sum stays in a vector register, its eight 32-bit partial sums converted and scaled
 into a float32 vector, one horizontal sum at the row's end (numba's loops gave LLVM a horizontal
-sum a block, or a round trip of each block's sums through memory). With AVX2 a block is
+sum a block, or a round trip of each block's sums through memory). With AVX2 (and F16C) a block is
 `vpmaddubsw` (unsigned by signed 8 bits, adjacent pairs summed to 16 bits, never saturated: at
 most 2 x 255 x 127) and `vpmaddwd` by ones; int8's signed q moves its sign onto xq (`vpsignb`)
 and multiplies as |q|, as llama.cpp does. Where numba compiles for a CPU without AVX2, portable
@@ -40,12 +40,13 @@ def _splat(kind: ir.Type, n: int, value) -> ir.Constant:
 
 
 def compiles_for_avx2() -> bool:
-    """Whether numba's code targets a CPU with AVX2: the features numba hands LLVM
-    (NUMBA_CPU_FEATURES where set, else the host's), read as numba reads them."""
+    """Whether numba's code targets a CPU with AVX2 and F16C (every AVX2 CPU has both): the
+    features numba hands LLVM (NUMBA_CPU_FEATURES where set, else the host's), read as numba
+    reads them."""
     features = config.CPU_FEATURES
     if features is None:
         features = codegen.get_host_cpu_features()
-    return "+avx2" in features.split(",")
+    return {"+avx2", "+f16c"} <= set(features.split(","))
 
 
 def _declared(module: ir.Module, name: str, result: ir.Type, *args: ir.Type) -> ir.Function:
@@ -53,6 +54,29 @@ def _declared(module: ir.Module, name: str, result: ir.Type, *args: ir.Type) -> 
     if name in module.globals:
         return module.globals[name]
     return ir.Function(module, ir.FunctionType(result, list(args)), name)
+
+
+def _float_of_half(b: ir.IRBuilder, bits: ir.Value, f16c: bool) -> ir.Value:
+    """The float32 value of a float16's bits (i16), exactly, for a finite float16 (Q8_0's d).
+    With F16C one conversion (`vcvtph2ps`); elsewhere integer arithmetic, for LLVM would call
+    a library function there:
+
+        value = (-1)^s m' 2^(e' - 25),  m' = m + 1024 (m if e = 0),  e' = max(e, 1)
+
+    (s, e, m the sign, 5 exponent and 10 fraction bits), m' converted exactly and 2^(e' - 25)
+    a normal float32 made of its bits: no step meets a float32 subnormal, which a CPU set to
+    flush them would zero."""
+    if f16c:
+        return b.fpext(b.bitcast(bits, ir.HalfType()), F32)
+    h = b.zext(bits, I32)
+    exponent = b.and_(b.lshr(h, ir.Constant(I32, 10)), ir.Constant(I32, 31))
+    fraction = b.and_(h, ir.Constant(I32, 1023))
+    normal = b.icmp_unsigned("!=", exponent, ir.Constant(I32, 0))
+    mantissa = b.select(normal, b.or_(fraction, ir.Constant(I32, 1024)), fraction)
+    power = b.bitcast(b.shl(b.add(b.select(normal, exponent, ir.Constant(I32, 1)),
+                                  ir.Constant(I32, 127 - 25)), ir.Constant(I32, 23)), F32)
+    value = b.fmul(b.uitofp(mantissa, F32), power)
+    return b.select(b.icmp_unsigned(">=", h, ir.Constant(I32, 0x8000)), b.fneg(value), value)
 
 
 def _dot_lanes(b: ir.IRBuilder, factor_pairs: list[tuple[ir.Value, ir.Value]], signed: bool,
@@ -101,10 +125,11 @@ def _row_dot(module: ir.Module, kind: str) -> ir.Function:
 
         int4   dot(w, d, low, xq, dx, sums, blocks) = sum_g (d_g dx_g sum_j q_g,j xq_g,j
                                                              + low_g sums_g)
-        int8   dot(w, xq, dx, blocks) = sum_g dx_g sum_j q_g,j xq_g,j
+        int8   dot(w, d, xq, dx, blocks) = sum_g d_g dx_g sum_j q_g,j xq_g,j
 
     w the row's bytes (int4: 16 a block, q_j in the low half of byte j and q_16+j in its high
-    half, GGUF Q4_1's order; int8: 32 a block), d and low its 4-bit blocks' numbers, xq, dx and
+    half, GGUF Q4_1's order; int8: 32 a block, GGUF Q8_0's qs), d (and int4's low) its blocks'
+    numbers (float32; int8's d float16 bits, as Q8_0 stores them), xq, dx and
     sums the row of x~ (narrow_kernels.quantize_blocks; int4's xq with its halves paired). Two
     blocks a step: int4 splits the pair's 32 bytes into halves at once (its odd accumulator
     stays 0); int8 sums each block into its own accumulator, as one chain of fused
@@ -115,13 +140,13 @@ def _row_dot(module: ir.Module, kind: str) -> ir.Function:
     if name in module.globals:
         return module.globals[name]
     four = kind == "int4"
-    function = ir.Function(module, ir.FunctionType(F32, [ir.PointerType()] * (6 if four else 3)
+    function = ir.Function(module, ir.FunctionType(F32, [ir.PointerType()] * (6 if four else 4)
                                                    + [I64]), name)
     function.linkage = "internal"
     if four:
         w, d, low, xq, dx, sums, blocks = function.args
     else:
-        w, xq, dx, blocks = function.args
+        w, d, xq, dx, blocks = function.args
     vf, v2 = _vector(F32, LANES), _vector(F32, 2)
     fma8 = _declared(module, "llvm.fma.v8f32", vf, vf, vf, vf)
     fma2 = _declared(module, "llvm.fma.v2f32", v2, v2, v2, v2)
@@ -145,14 +170,15 @@ def _row_dot(module: ir.Module, kind: str) -> ir.Function:
 
     def block(b: ir.IRBuilder, g: ir.Value, acc: ir.Value, offsets: ir.Value):
         """(acc + c_g times block g's eight partial sums, offsets + its low_g sums_g)."""
-        scale = b.load(b.gep(dx, [g], source_etype=F32), typ=F32)
+        d_g = (b.load(b.gep(d, [g], source_etype=F32), typ=F32) if four else
+               _float_of_half(b, b.load(b.gep(d, [g], source_etype=I16), typ=I16), avx2))
+        scale = b.fmul(d_g, b.load(b.gep(dx, [g], source_etype=F32), typ=F32))
         x_block = load(b, xq, g, I8, BLOCK, BLOCK)
         if four:
             packed = load(b, w, g, I8, BLOCK // 2, step)
             q = b.shuffle_vector(b.and_(packed, _splat(I8, BLOCK // 2, 15)),
                                  b.lshr(packed, _splat(I8, BLOCK // 2, 4)),
                                  ir.Constant(_vector(I32, BLOCK), list(range(BLOCK))))
-            scale = b.fmul(b.load(b.gep(d, [g], source_etype=F32), typ=F32), scale)
             block_sums = _dot_lanes(b, [(q, x_block)], signed=False, avx2=avx2)
             block_offset = b.fmul(b.load(b.gep(low, [g], source_etype=F32), typ=F32),
                                   b.load(b.gep(sums, [g], source_etype=F32), typ=F32))
@@ -169,7 +195,7 @@ def _row_dot(module: ir.Module, kind: str) -> ir.Function:
 
     def pair(b: ir.IRBuilder, g: ir.Value, even: ir.Value, odd: ir.Value, offsets: ir.Value):
         """Blocks g and g + 1 (g even): (even, odd, offsets) advanced."""
-        for pointer, size in ((w, step),) + (((d, 4), (low, 4)) if four else ()):
+        for pointer, size in ((w, step), (d, 4 if four else 2)) + (((low, 4),) if four else ()):
             b.call(prefetch, [at(b, pointer, g, size, PREFETCH_AHEAD * size // (BLOCK // 2)),
                               ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
         if not four:
@@ -242,6 +268,14 @@ def _row_dot_call(kind: str):
 
 
 @intrinsic
+def float32_of_half(typingctx, bits):
+    """The float32 value of a float16's bits (uint16), exactly (`_float_of_half`)."""
+    def codegen_(context, builder, signature, args):
+        return _float_of_half(builder, args[0], compiles_for_avx2())
+    return types.float32(types.uint16), codegen_
+
+
+@intrinsic
 def int4_dot(typingctx, packed, d, low, xq, dx, sums):
     """sum_g (d[g] dx[g] sum_j q_g,j xq_g,j + low[g] sums[g]) for one row: packed (16 G,)
     uint8, d, low, dx and sums (G,) float32, xq (32 G,) int8, halves paired (`_row_dot`)."""
@@ -249,7 +283,8 @@ def int4_dot(typingctx, packed, d, low, xq, dx, sums):
 
 
 @intrinsic
-def int8_dot(typingctx, q, xq, dx):
-    """sum_g dx[g] sum_j q[32 g + j] xq[32 g + j] for one row's G = len(dx) whole blocks:
-    q (>= 32 G,) int8, xq (32 G,) int8, dx (G,) float32 (`_row_dot`)."""
-    return types.float32(q, xq, dx), _row_dot_call("int8")
+def int8_dot(typingctx, q, d, xq, dx):
+    """sum_g d[g] dx[g] sum_j q[32 g + j] xq[32 g + j] for one row's G = len(dx) whole blocks:
+    q (>= 32 G,) int8, d (>= G,) float16 bits (uint16), dx (G,) float32, xq (32 G,) int8
+    (`_row_dot`)."""
+    return types.float32(q, d, xq, dx), _row_dot_call("int8")
