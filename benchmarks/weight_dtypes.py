@@ -99,6 +99,18 @@ def read_bandwidth(mib: int, repeats: int = 5) -> float:
     return max(statistics.median(r[name] for r in rates) for name in rates[0])
 
 
+def print_machine(args) -> None:
+    """The machine's line, and the target the NumPy engine's 8-bit kernels compile for."""
+    print(f"machine: {machine.summary()}")
+    if {"int8", "int4"} & set(args.dtypes) and "numpy" in args.paths:
+        from numba.core import config as numba_config
+
+        from sheepop.scratch.row_dot import compiles_for_avx2
+        print(f"NumPy engine's 8-bit kernels: {'AVX2' if compiles_for_avx2() else 'portable'} "
+              f"sums, compiled for {numba_config.CPU_NAME or 'this CPU'} (NUMBA_CPU_NAME and "
+              f"NUMBA_CPU_FEATURES choose another)")
+
+
 def blocks_recovered(gguf: Path, weights: dict) -> dict[str, tuple[int, int]]:
     """How many blocks of the file's row-ordered matrices sheepop's quantizers give back
     exactly from the imported float32 weights: Q4_1's (q, low and d: quantize_groups, int4's
@@ -299,7 +311,7 @@ def main() -> None:
     run = args.run
     gguf, why = smollm2_gguf()
     if args.random_weights:
-        print(f"machine: {machine.summary()}")
+        print_machine(args)
         config = shape_config("smollm2")
         weights = init_params(config.model, 0)
         ids = prompt_ids(config.model.vocab_size, args.prompt_tokens)
@@ -312,7 +324,7 @@ def main() -> None:
         from sheepop.interop.gguf import import_gguf
         run = Path(tempfile.mkdtemp(prefix="sheepop-bench-")) / "smollm2"
         import_gguf(gguf, run)
-    print(f"machine: {machine.summary()}")
+    print_machine(args)
     if args.peak_tokens:
         print_peaks(run, args.dtypes, args.peak_tokens, args.threads[0], args.paths)
     if args.only_peaks:

@@ -68,7 +68,12 @@ def dequantize_rows(q: np.ndarray, scale: np.ndarray) -> np.ndarray:
 
 
 GROUP = 32
-"""Weights per group in the 4-bit layout: GGUF's Q4_1 block."""
+"""Weights per group in the 4-bit layout: GGUF's Q4_1 block (and Q8_0's)."""
+
+CHUNK = 2 ** 16
+"""Weights quantize_q8_0 takes at a time (256 KiB of float32): its steps' temporaries then stay
+in the cache: SmolLM2's 134M weights in 0.42-0.44 s, against 0.7-1.1 s whole and 0.50-0.76 s in
+chunks of 2^14 or 2^12 (quantize_rows, a scale a row: 0.19 s)."""
 
 
 def quantize_groups(w: np.ndarray, group: int = GROUP
@@ -122,20 +127,30 @@ def quantize_q8_0(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"Q8_0 quantization takes a matrix (out, in), not shape {w.shape}")
     out, width = w.shape
     blocks = -(-width // GROUP)
-    padded = np.zeros((out, blocks * GROUP), np.float32)  # zeros change no block's largest
-    padded[:, :width] = w
-    g = padded.reshape(out, blocks, GROUP)
-    d = np.abs(g).max(axis=2) / np.float32(QMAX)
-    with np.errstate(divide="ignore"):
-        inverse = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.empty((out, blocks * GROUP), np.int8)
+    d = np.empty((out, blocks), np.float32)
+    rows = max(1, CHUNK // (blocks * GROUP))  # a chunk's temporaries stay in the cache
+    for start in range(0, out, rows):
+        g = w[start:start + rows]
+        if width % GROUP:  # a shorter last block: zeros change no block's largest
+            g = np.pad(g, ((0, 0), (0, blocks * GROUP - width)))
+        g = g.reshape(len(g), blocks, GROUP)
+        scaled = np.abs(g)
+        chunk_d = d[start:start + rows]
+        np.divide(scaled.max(axis=2), np.float32(QMAX), out=chunk_d)
+        inverse = np.divide(np.float32(1), chunk_d, out=np.zeros_like(chunk_d),
+                            where=chunk_d > 0)
+        scaled *= inverse[..., None]  # |W (1 / d)|, as ggml rounds it
+        whole = np.floor(scaled)  # roundf: a fraction of exactly 1/2 goes up; floor(a + 1/2)
+        scaled -= whole           # would round 0.49999997 up too
+        scaled *= 2
+        np.floor(scaled, out=scaled)
+        scaled += whole
+        q[start:start + rows] = np.copysign(scaled, g, out=scaled).reshape(len(g), -1)
     if not (d <= np.finfo(np.float16).max).all():
         raise ValueError("Q8_0 holds block scales in float16: a weight of magnitude "
                          f"{np.abs(w).max():.3g} (or not finite) has none")
-    scaled = np.abs(g * inverse[..., None])
-    whole = np.floor(scaled)  # roundf: a fraction of exactly 1/2 goes up; floor(a + 1/2)
-    rounded = whole + np.floor(2 * (scaled - whole))  # would round 0.49999997 up too
-    q = (np.sign(g) * rounded).astype(np.int8)
-    return q.reshape(out, -1)[:, :width], d.astype(np.float16)
+    return q[:, :width], d.astype(np.float16)
 
 
 def dequantize_q8_0(q: np.ndarray, d: np.ndarray) -> np.ndarray:
