@@ -233,8 +233,10 @@ DTYPE_HELP = (
     "trained; bfloat16: half the bytes a token reads (the torch engine: weights, activations "
     "and KV cache in bf16; the NumPy engine, auto's choice on a CPU: the matrices in bf16, "
     "computed in float32 by compiled kernels); int8: weight-only, every linear layer's and the "
-    "head's weight in int8 with one scale per output channel (W ~ s q), a quarter of the bytes "
-    "(torch multiplies with bf16 inputs, NumPy with float32 ones); int4: the "
+    "head's weight in int8, about a quarter of the bytes: on the NumPy engine in GGUF Q8_0's "
+    "blocks of 32 with a float16 scale each (W ~ d q; a model imported from Q8_0 runs on its "
+    "own blocks), its inputs rounded to 8 bits a block as llama.cpp's are; on the torch engine "
+    "with one scale per output channel (W ~ s q), its inputs in bf16; int4: the "
     "blocks' linear layers in 4-bit groups of 32 with a scale and an offset each (GGUF Q4_1's "
     "layout: a model imported from Q4_1 runs on its own blocks), the head in int8; with int8 "
     "and int4, norms, embedding and KV cache stay float32")
