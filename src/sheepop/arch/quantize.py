@@ -150,7 +150,7 @@ def quantize_q8_0(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not (d <= np.finfo(np.float16).max).all():
         raise ValueError("Q8_0 holds block scales in float16: a weight of magnitude "
                          f"{np.abs(w).max():.3g} (or not finite) has none")
-    return q[:, :width], d.astype(np.float16)
+    return np.ascontiguousarray(q[:, :width]), d.astype(np.float16)
 
 
 def dequantize_q8_0(q: np.ndarray, d: np.ndarray) -> np.ndarray:

@@ -38,7 +38,7 @@ from numba.extending import intrinsic
 from sheepop.arch.quantize import GROUP as BLOCK  # inputs a scale of x (and of 4-bit W) covers
 from sheepop.scratch.row_dot import float32_of_half, int4_dot, int8_dot
 
-ROW_DOT_DIGEST = "dccf617604300239"
+ROW_DOT_DIGEST = "ba9d5497a49e6002"
 """sha256 of sheepop/scratch/row_dot.py, its first 16 hex digits: a change there must change
 this file, whose time alone tells numba that the cached kernels inlining that IR are stale
 (tests/scratch/test_narrow.py checks the digest)."""

@@ -4,13 +4,13 @@
 
 Each block's sum stays in a vector register, its eight 32-bit partial sums converted and scaled
 into a float32 vector, one horizontal sum at the row's end (numba's loops gave LLVM a horizontal
-sum a block, or a round trip of each block's sums through memory). With AVX2 (and F16C) a block is
-`vpmaddubsw` (unsigned by signed 8 bits, adjacent pairs summed to 16 bits, never saturated: at
-most 2 x 255 x 127) and `vpmaddwd` by ones; int8's signed q moves its sign onto xq (`vpsignb`)
-and multiplies as |q|, as llama.cpp does. Where numba compiles for a CPU without AVX2, portable
-IR (widen, multiply, add) that any LLVM target lowers. Measured on the AVX-512 EPYC, one thread,
-SmolLM2's 4-bit matrices (80 MB) streamed, alternating: float32 loops on x itself (the version
-before) 5.0-7.8 ms, these 2.4-3.4 ms.
+sum a block, or a round trip of each block's sums through memory). With AVX2 (and F16C) a
+block is `vpmaddubsw` (unsigned by signed 8 bits, adjacent pairs summed to 16 bits, never
+saturated: at most 2 x 255 x 127) and `vpmaddwd` by ones; int8's signed q moves its sign onto
+xq (`vpsignb`) and multiplies as |q|, as llama.cpp does. Where numba compiles for a CPU
+without AVX2, portable IR (widen, multiply, add) that any LLVM target lowers. Measured on the
+AVX-512 EPYC, one thread, SmolLM2's 4-bit matrices (80 MB) streamed, alternating: float32 loops
+on x itself (the version before) 5.0-7.8 ms, these 2.4-3.4 ms.
 
 numba inlines this IR into the kernels it caches and finds a cached kernel stale by its own
 file's time only: narrow_kernels.ROW_DOT_DIGEST holds this file's digest (a test checks it), so
