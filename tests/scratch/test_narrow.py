@@ -222,12 +222,24 @@ def test_int8_holds_gguf_q8_0_blocks_and_bf16_its_rounding():
                                             ).astype(np.float16))
     np.testing.assert_array_equal(Int8Weight(odd)[np.array([[2, 0]])],
                                   Int8Weight(odd).dequantized()[None, [2, 0]])
-    with pytest.raises(ValueError, match="float16"):
+    with pytest.raises(ValueError, match="largest weight is 1e"):
         quantize_q8_0(np.full((1, 32), 1e7, np.float32))
 
     np.testing.assert_array_equal(
         Bf16Weight(w).dequantized(), torch.from_numpy(w).to(torch.bfloat16).float().numpy())
     assert Bf16Weight(w).nbytes == 2 * 12 * 96
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int4"])
+def test_a_weight_q8_0_cannot_hold_is_refused_by_name(dtype):
+    """A weight past float16's range (or NaN: a corrupt checkpoint) has no Q8_0 scale: one
+    message naming the matrix (exit 2 at the command line), not a traceback."""
+    from sheepop.errors import UserError
+    weights = init_params(_cfg(True), seed=0)
+    weights["tok_emb.weight"][3, 7] = np.nan
+    with pytest.raises(UserError, match=r"--dtype .*: tok_emb: Q8_0 keeps .* largest weight is "
+                                        r"nan"):
+        narrow_weights(weights, dtype)
 
 
 def _cfg(tied: bool) -> ModelConfig:

@@ -119,7 +119,8 @@ def quantize_q8_0(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sheepop's `export --to gguf --gguf-type q8_0` and llama.cpp run these numbers). A block of
     zeros gets d = 0 and q = 0, exact. A matrix dequantized from Q8_0 blocks gives back its
     blocks (127 |q| is the largest of a block ggml made, d16 127 / 127 = d16 exactly in
-    float32), so a model imported from such a file runs on its own 8-bit numbers.
+    float32), so a model imported from such a file runs on its own 8-bit numbers. A block whose
+    scale float16 cannot hold (a weight past 127 x 65504, or not finite) is a ValueError.
 
     Returns (q int8 (out, in), d float16 (out, ceil(in / 32)))."""
     w = np.asarray(w, dtype=np.float32)
@@ -138,6 +139,11 @@ def quantize_q8_0(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         scaled = np.abs(g)
         chunk_d = d[start:start + rows]
         np.divide(scaled.max(axis=2), np.float32(QMAX), out=chunk_d)
+        held = chunk_d <= np.finfo(np.float16).max  # False for NaN too
+        if not held.all():
+            raise ValueError(f"Q8_0 keeps each block's scale max |W| / 127 in float16 (at "
+                             f"most 65504): a block's largest weight is "
+                             f"{QMAX * chunk_d[~held][0]:.3g}")
         inverse = np.divide(np.float32(1), chunk_d, out=np.zeros_like(chunk_d),
                             where=chunk_d > 0)
         scaled *= inverse[..., None]  # |W (1 / d)|, as ggml rounds it
@@ -147,9 +153,6 @@ def quantize_q8_0(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         np.floor(scaled, out=scaled)
         scaled += whole
         q[start:start + rows] = np.copysign(scaled, g, out=scaled).reshape(len(g), -1)
-    if not (d <= np.finfo(np.float16).max).all():
-        raise ValueError("Q8_0 holds block scales in float16: a weight of magnitude "
-                         f"{np.abs(w).max():.3g} (or not finite) has none")
     return np.ascontiguousarray(q[:, :width]), d.astype(np.float16)
 
 

@@ -332,5 +332,8 @@ def narrow_weights(weights: MutableMapping[str, np.ndarray], dtype: str,
     held: dict[str, np.ndarray | NarrowWeight] = {}
     for name in list(weights):
         w = weights.pop(name) if consume else weights[name]
-        held[name] = narrow_kind(name, dtype)(w) if narrows(name, np.shape(w), tied) else w
+        try:
+            held[name] = narrow_kind(name, dtype)(w) if narrows(name, np.shape(w), tied) else w
+        except ValueError as e:  # a weight that Q8_0's float16 scales cannot hold
+            raise UserError(f"--dtype {dtype}: {name.removesuffix('.weight')}: {e}") from None
     return held
