@@ -11,6 +11,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from kv_cache_check import assert_the_cache_gives_the_full_forward
 from variants import ROPE, gqa
 
 from sheepop.arch.links import skip_links, value_links
@@ -23,7 +24,6 @@ from sheepop.interop.llama import check_llama_shaped
 from sheepop.model import GPT
 from sheepop.schedule import lr_at
 from sheepop.scratch import gpt_forward
-from sheepop.scratch.gpt import new_cache
 from sheepop.scratch.init import init_params, param_shapes
 from sheepop.scratch.token_steps import trace_token
 from sheepop.tokenizers import train_tokenizer
@@ -56,25 +56,10 @@ def test_the_layout_of_the_links():
 def test_they_change_the_logits_and_the_kv_cache_gives_the_full_forwards_in_both_engines():
     w = big_weights(CFG)
     x = np.random.default_rng(2).integers(0, CFG.vocab_size, (2, 12))
-    full = gpt_forward(w, CFG, x)[0]
+    full = assert_the_cache_gives_the_full_forward(w, CFG, x)
     plain = ModelConfig(**{**CFG.__dict__, "value_embeds": 0, "unet_skips": False})
     unlinked = gpt_forward({k: v for k, v in w.items() if k in param_shapes(plain)}, plain, x)[0]
     assert np.abs(full - unlinked).max() > 0.1  # (the links are not a no-op here)
-    cache = new_cache(CFG, 2)
-    parts = [gpt_forward(w, CFG, x[:, :5], cache=cache)[0]]
-    parts += [gpt_forward(w, CFG, x[:, t:t + 1], cache=cache)[0] for t in range(5, 12)]
-    bound = 64 * 2.0 ** -24 * np.abs(full).max()  # float32 sums in another order
-    np.testing.assert_allclose(np.concatenate(parts, 1), full, rtol=0, atol=bound)
-    model = GPT(CFG).eval()
-    model.load_numpy_weights(w)
-    ids = torch.from_numpy(x)
-    with torch.no_grad():
-        theirs = model(ids)[0]
-        kv = model.new_cache(batch=2)
-        steps = [model(ids[:, :5], cache=kv)[0]] + [model(ids[:, t:t + 1], cache=kv)[0]
-                                                    for t in range(5, 12)]
-    np.testing.assert_allclose(torch.cat(steps, 1).numpy(), theirs.numpy(), rtol=0, atol=bound)
-    np.testing.assert_allclose(theirs.numpy(), full, rtol=0, atol=bound)
 
 
 def test_the_trace_follows_them():

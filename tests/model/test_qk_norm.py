@@ -10,16 +10,14 @@ import math
 
 import numpy as np
 import pytest
-import torch
+from kv_cache_check import assert_the_cache_gives_the_full_forward
 from variants import gqa, llama
 
 from sheepop.config.schema import ModelConfig
 from sheepop.errors import UserError
 from sheepop.interop.gpt2 import check_gpt2_shaped
 from sheepop.interop.llama import check_llama_shaped
-from sheepop.model import GPT
 from sheepop.scratch import gpt_forward
-from sheepop.scratch.gpt import new_cache
 from sheepop.scratch.init import init_params
 from sheepop.scratch.token_steps import trace_token
 
@@ -37,24 +35,8 @@ def big_weights(cfg: ModelConfig) -> dict[str, np.ndarray]:
 
 
 def test_the_kv_cache_gives_the_full_forwards_logits_in_both_engines():
-    w = big_weights(CFG)
     x = np.random.default_rng(2).integers(0, CFG.vocab_size, (2, 12))
-    full = gpt_forward(w, CFG, x)[0]
-    cache = new_cache(CFG, 2)
-    parts = [gpt_forward(w, CFG, x[:, :5], cache=cache)[0]]
-    parts += [gpt_forward(w, CFG, x[:, t:t + 1], cache=cache)[0] for t in range(5, 12)]
-    bound = 64 * 2.0 ** -24 * np.abs(full).max()  # float32 sums in another order
-    np.testing.assert_allclose(np.concatenate(parts, 1), full, rtol=0, atol=bound)
-    model = GPT(CFG).eval()
-    model.load_numpy_weights(w)
-    ids = torch.from_numpy(x)
-    with torch.no_grad():
-        theirs = model(ids)[0]
-        kv = model.new_cache(batch=2)
-        steps = [model(ids[:, :5], cache=kv)[0]] + [model(ids[:, t:t + 1], cache=kv)[0]
-                                                    for t in range(5, 12)]
-    np.testing.assert_allclose(torch.cat(steps, 1).numpy(), theirs.numpy(), rtol=0, atol=bound)
-    np.testing.assert_allclose(theirs.numpy(), full, rtol=0, atol=bound)
+    assert_the_cache_gives_the_full_forward(big_weights(CFG), CFG, x)
 
 
 @pytest.mark.parametrize("kw", [{}, {"pos_encoding": "learned", "norm": "layernorm",
