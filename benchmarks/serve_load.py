@@ -80,19 +80,19 @@ def serial(model, texts: list[str], new: int) -> float:
     return done / (time.perf_counter() - t0)
 
 
-def stream(port: int, text: str, new: int, timeout: float) -> tuple[float, float, int]:
-    """(time to first token, latency, tokens) of one streamed completion; raises on failure."""
+def post_stream(port: int, path: str, body: dict, on_text=None, timeout: float = 3600
+                ) -> tuple[float, str, dict]:
+    """A streamed request: (time to its first text, the text, its usage); `on_text(t)` at each
+    event with text (t: perf_counter), which may return True to stop reading."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    t0 = time.perf_counter()
-    first, tokens = None, 0
+    t0, first, parts, usage = time.perf_counter(), None, [], {}
     try:
-        conn.request("POST", "/v1/completions", json.dumps(
-            {"prompt": text, "max_tokens": new, "temperature": 0, "stream": True,
-             "ignore_eos": True, "stream_options": {"include_usage": True}}),
-            {"Content-Type": "application/json"})
+        conn.request("POST", path, json.dumps({**body, "stream": True, "temperature": 0,
+                                               "stream_options": {"include_usage": True}}),
+                     {"Content-Type": "application/json"})
         reply = conn.getresponse()
         if reply.status != 200:
-            raise RuntimeError(f"status {reply.status}")
+            raise RuntimeError(f"status {reply.status}: {reply.read()[:200]!r}")
         for line in reply:
             if not line.startswith(b"data: {"):
                 continue
@@ -100,14 +100,29 @@ def stream(port: int, text: str, new: int, timeout: float) -> tuple[float, float
             if "error" in event:
                 raise RuntimeError(event["error"]["message"])
             if event.get("usage"):
-                tokens = event["usage"]["completion_tokens"]
-            elif first is None and event["choices"][0]["text"]:
-                first = time.perf_counter() - t0
+                usage = event["usage"]
+            for c in event.get("choices", []):
+                text = c.get("text") or (c.get("delta") or {}).get("content") or ""
+                if text:
+                    now = time.perf_counter()
+                    first = now - t0 if first is None else first
+                    parts.append(text)
+                    if on_text is not None and on_text(now):
+                        return first, "".join(parts), usage
     finally:
         conn.close()
+    return first if first is not None else float("nan"), "".join(parts), usage
+
+
+def stream(port: int, text: str, new: int, timeout: float) -> tuple[float, float, int]:
+    """(time to first token, latency, tokens) of one streamed completion; raises on failure."""
+    t0 = time.perf_counter()
+    first, _, usage = post_stream(port, "/v1/completions", {
+        "prompt": text, "max_tokens": new, "ignore_eos": True}, timeout=timeout)
+    tokens = usage.get("completion_tokens", 0)
     if tokens != new:
         raise RuntimeError(f"{tokens} tokens, not {new}")
-    return first if first is not None else float("nan"), time.perf_counter() - t0, tokens
+    return first, time.perf_counter() - t0, tokens
 
 
 def level(port: int, clients: int, texts: list[str], new: int, max_s: float) -> dict:

@@ -33,8 +33,6 @@ Every figure is printed with the load average around it: the machine is shared.
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import os
 import re
 import signal
@@ -48,7 +46,7 @@ from pathlib import Path
 
 import machine
 import numpy as np
-from serve_load import health
+from serve_load import health, post_stream
 
 from sheepop.tokenizers import load as load_tokenizer
 
@@ -103,40 +101,6 @@ def warm(*ports: int) -> None:
     touching memory, which would fall on whichever server a measurement visits first."""
     for port in ports:
         post_stream(port, "/v1/completions", {"prompt": "Hello", "max_tokens": 8})
-
-
-def post_stream(port: int, path: str, body: dict, on_text=None, timeout: float = 3600
-                ) -> tuple[float, str, dict]:
-    """A streamed request: (time to its first text, the text, its usage); `on_text(t)` at each
-    event with text (t: perf_counter), which may return True to stop reading."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    t0, first, parts, usage = time.perf_counter(), None, [], {}
-    try:
-        conn.request("POST", path, json.dumps({**body, "stream": True, "temperature": 0,
-                                               "stream_options": {"include_usage": True}}),
-                     {"Content-Type": "application/json"})
-        reply = conn.getresponse()
-        if reply.status != 200:
-            raise RuntimeError(f"status {reply.status}: {reply.read()[:200]!r}")
-        for line in reply:
-            if not line.startswith(b"data: {"):
-                continue
-            event = json.loads(line[6:])
-            if "error" in event:
-                raise RuntimeError(event["error"]["message"])
-            if event.get("usage"):
-                usage = event["usage"]
-            for c in event.get("choices", []):
-                text = c.get("text") or (c.get("delta") or {}).get("content") or ""
-                if text:
-                    now = time.perf_counter()
-                    first = now - t0 if first is None else first
-                    parts.append(text)
-                    if on_text is not None and on_text(now):
-                        return first, "".join(parts), usage
-    finally:
-        conn.close()
-    return first if first is not None else float("nan"), "".join(parts), usage
 
 
 # ----- reuse: a chat's last turn --------------------------------------------------------------
