@@ -41,9 +41,9 @@ def test_int8_and_int4_answer_and_score_as_float32(smollm2):
 
 
 def test_the_numpy_engines_narrow_weights_are_the_files_own_blocks(smollm2, smollm2_gguf_path):
-    """Imported to float32 and narrowed again, each matrix is the file's blocks: a Q4_1 matrix
-    of every layer in int4 (d and m, and qs in Q4_1's own byte order), the Q8_0 token table in
-    int8 (d and qs), as llama.cpp reads them."""
+    """Imported to float32 and narrowed again, each matrix is the file's blocks: the Q4_1
+    ffn_down of every seventh layer in int4 (d and m, and qs in Q4_1's own byte order), the
+    Q8_0 token table in int8 (d and qs), as llama.cpp reads them."""
     from gguf import GGUFReader
 
     from sheepop.scratch.narrow import Int4Weight, Int8Weight
