@@ -20,6 +20,9 @@ and second are its time to L. Both draw the same batches (sheepop's window sampl
 and are measured on the same held-out windows; both count their evaluations in their time. The
 two alternate seed by seed, so a burst of load on the shared machine lands on both; the figures
 are medians over the seeds with their spread, and the load average is printed beside them.
+Within a seed the reference runs first (its loss is the target); with `--reference-after` it
+runs again after the recipes and its time is the mean of the two, so that a change in the
+machine's speed between them moves both sides alike.
 
 Scales: `char` is ~1 MB of the Python standard library's source by character (nanoGPT's
 shakespeare_char "baby" shape scaled to a 2-core CPU: 4 layers of 128, context 64, batch 12);
@@ -249,6 +252,9 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=0,
                     help="the seeds are FIRST_SEED.. (two runs side by side, one core each)")
     ap.add_argument("--eval-every", type=int, default=0, help="0: the scale's")
+    ap.add_argument("--reference-after", action="store_true",
+                    help="train the reference again after the recipes, and time it as the mean "
+                         "of its two runs (the machine's speed may move between them)")
     ap.add_argument("--max-factor", type=float, default=1.5,
                     help="sheepop's recipe may take up to this many times the reference's steps")
     ap.add_argument("--ablation", action="store_true")
@@ -306,6 +312,14 @@ def main() -> None:
                    f"({run['cpu']:.1f} s CPU)" if run["reached_step"]
                    else f"not in {cap} steps (val {run['val']:.4f})")
             print(f"  {name}: {got}  (load {os.getloadavg()[0]:.1f})", flush=True)
+        if args.reference_after:  # the same run again: the recipes between its two timings
+            again = train_nanogpt(dataset, scale, scale.steps, seed,
+                                  torch.bfloat16 if bf16 else None)
+            print(f"  nanoGPT again: {again['seconds']:.1f} s ({again['cpu']:.1f} s CPU), val "
+                  f"loss {again['val']:.4f}; the reference's time: the mean of the two",
+                  flush=True)
+            for key in ("seconds", "cpu"):
+                ref[key] = (ref[key] + again[key]) / 2
     ref_s = [r["seconds"] for r in rows["reference"]]
     print(f"\nnanoGPT: {scale.steps} steps, {spread(ref_s)} s (median, range), "
           f"L = {statistics.median(r['val'] for r in rows['reference']):.4f} "

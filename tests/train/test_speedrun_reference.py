@@ -78,3 +78,12 @@ def test_the_reference_loop_learns_and_reports_each_evaluation():
     assert [h[0] for h in history] == [20, 40]
     assert 0 < history[0][1] < history[1][1]
     assert history[-1][2] < start - 0.5  # from ~log V: it learns the characters' frequencies
+
+
+def test_the_reference_trained_again_is_the_same_run():
+    """`--reference-after` times the reference a second time after the recipes and takes the mean
+    of the two times: that is fair only if the second run is the same computation, to the bit."""
+    dataset = load_dataset(None, SCALE.data)
+    first, again = (speedrun.train_nanogpt(dataset, SCALE, SCALE.steps, 5, None)
+                    for _ in range(2))
+    assert first["val"] == again["val"] and first["seconds"] > 0 and again["seconds"] > 0
