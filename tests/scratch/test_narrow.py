@@ -74,8 +74,8 @@ def _kernel_product(w: NarrowWeight, x: np.ndarray) -> tuple[np.ndarray, np.ndar
     past the last whole block x itself): exact = x~ (A + B)^T, A + B = W~ (int8: A = d q,
     B = 0; int4: A = d q, B = low per input, which the kernels sum apart). The kernels' integer
     sums are exact, and every part meets at most width + 4 roundings (a block sum's conversion,
-    the scales' product, the additions, int8's tail scale); OpenBLAS's path rounds x~ = dx xq and W~
-    once each and sums, so |y - exact| <= gamma_n |x~| (|A| + |B|)^T, n = width + 6."""
+    the scales' product, the additions, int8's tail scale); OpenBLAS's path rounds x~ = dx xq
+    and W~ once each and sums, so |y - exact| <= gamma_n |x~| (|A| + |B|)^T, n = width + 6."""
     width = x.shape[1]
     rounded = x.astype(np.float64)
     if isinstance(w, Bf16Weight):
@@ -205,12 +205,13 @@ def test_int8_holds_gguf_q8_0_blocks_and_bf16_its_rounding():
     w[1, 5] = np.abs(w[1, :32]).max() / 127 * 0.5  # exactly half a step: roundf goes up
     stored = quantize(w, GGMLQuantizationType.Q8_0).reshape(12, 3, 34)
     weight = Int8Weight(w)
-    q, d = weight.blocks()
+    q, d = weight.q, weight.scale
     np.testing.assert_array_equal(d.view(np.uint8).reshape(12, 3, 2), stored[..., :2])
     np.testing.assert_array_equal(q.view(np.uint8).reshape(12, 3, 32), stored[..., 2:])
     back = dequantize(stored.reshape(12, -1), GGMLQuantizationType.Q8_0).reshape(12, 96)
     np.testing.assert_array_equal(weight.dequantized(), back)
-    q2, d2 = Int8Weight(back).blocks()
+    again = Int8Weight(back)
+    q2, d2 = again.q, again.scale
     np.testing.assert_array_equal(q2, q)
     np.testing.assert_array_equal(d2.view(np.uint16), d.view(np.uint16))
     assert weight.nbytes == 12 * 96 + 2 * 12 * 3

@@ -216,10 +216,6 @@ class Int8Weight(NarrowWeight):
         self._scale_bits = self.scale.view(np.uint16)  # as the kernel reads them
         self.nbytes = self.q.nbytes + self.scale.nbytes
 
-    def blocks(self) -> tuple[np.ndarray, np.ndarray]:
-        """(q int8 (out, in), d float16 (out, ceil(in / 32))) as quantize_q8_0 gave them."""
-        return self.q, self.scale
-
     def dequantized(self) -> np.ndarray:
         return dequantize_q8_0(self.q, self.scale)
 
