@@ -157,6 +157,7 @@ def quantize_q8_0(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dequantize_q8_0(q: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """d16 q, block by block, in float32 (out, in)."""
-    scales = np.repeat(np.asarray(d).astype(np.float32), GROUP, axis=1)[:, :q.shape[1]]
+    """d16 q, block by block along the last axis, in float32 (q (..., in), d (..., blocks): a
+    matrix, or rows of one)."""
+    scales = np.repeat(np.asarray(d).astype(np.float32), GROUP, axis=-1)[..., :q.shape[-1]]
     return q.astype(np.float32) * scales

@@ -225,8 +225,7 @@ class Int8Weight(NarrowWeight):
         return y
 
     def __getitem__(self, ids) -> np.ndarray:
-        scale = np.repeat(self.scale[ids].astype(np.float32), GROUP, axis=-1)
-        return self.q[ids] * scale[..., :self.shape[1]]
+        return dequantize_q8_0(self.q[ids], self.scale[ids])
 
 
 class Int4Weight(NarrowWeight):
