@@ -24,6 +24,12 @@ Within a seed the reference runs first (its loss is the target); with `--referen
 runs again after the recipes and its time is the mean of the two, so that a change in the
 machine's speed between them moves both sides alike.
 
+`--budget S [S ...]` measures by modded-nanogpt's rule instead: the recipe trains exactly S steps
+(its schedule, warmup-stable-decay, fitted to those S, so its cool-down ends at S) and is
+evaluated once, at the end; it reaches L if that loss is at or below L, and its time is the whole
+run's. The reference then evaluates once too, at its end, so neither side pays for evaluations
+the other skips. A user who knows the budget trains so; one who does not stops at the target.
+
 Scales: `char` is ~1 MB of the Python standard library's source by character (nanoGPT's
 shakespeare_char "baby" shape scaled to a 2-core CPU: 4 layers of 128, context 64, batch 12);
 `bpe` is the whole built-in corpus (the standard library's source without its tests: 11.4 MB on
@@ -169,7 +175,7 @@ def reference_data(dataset: Dataset, scale: Scale, seed: int):
 
 
 def train_nanogpt(dataset: Dataset, scale: Scale, steps: int, seed: int,
-                  autocast: torch.dtype | None) -> dict:
+                  autocast: torch.dtype | None, eval_every: int) -> dict:
     """nanoGPT's recipe in its own code, on sheepop's batches and evaluation windows."""
     s = scale.shape
     next_batch, evaluate = reference_data(dataset, scale, seed)
@@ -177,7 +183,7 @@ def train_nanogpt(dataset: Dataset, scale: Scale, steps: int, seed: int,
     model = nanogpt.ReferenceGPT(nanogpt.Shape(s["n_layer"], s["n_head"], s["n_embd"],
                                                s["block_size"], dataset.tokenizer.vocab_size))
     cpu = time.process_time()
-    history = nanogpt.train_reference(model, next_batch, steps, evaluate, scale.eval_every,
+    history = nanogpt.train_reference(model, next_batch, steps, evaluate, eval_every,
                                       autocast=autocast)
     return {"val": history[-1][2], "seconds": history[-1][1], "cpu": time.process_time() - cpu}
 
@@ -255,6 +261,9 @@ def main() -> None:
     ap.add_argument("--reference-after", action="store_true",
                     help="train the reference again after the recipes, and time it as the mean "
                          "of its two runs (the machine's speed may move between them)")
+    ap.add_argument("--budget", type=int, nargs="+", default=[], metavar="S",
+                    help="train the recipes exactly S steps each, evaluated once at the end "
+                         "(modded-nanogpt's rule; see above)")
     ap.add_argument("--max-factor", type=float, default=1.5,
                     help="sheepop's recipe may take up to this many times the reference's steps")
     ap.add_argument("--ablation", action="store_true")
@@ -297,24 +306,30 @@ def main() -> None:
     if args.extras:
         variants.update({f"with {name}": recipe + sets for name, sets in EXTRAS.items()})
     variants.update({f"with {' '.join(sets)}": recipe + sets for sets in args.also})
-    rows: dict[str, list[dict]] = {"reference": [], **{k: [] for k in variants}}
     cap = int(scale.steps * args.max_factor)
+    # name -> (settings, steps, evaluation interval): to the target, or each budget
+    runs = ({f"{name}, {budget} steps": (sets, budget, budget) for name, sets in variants.items()
+             for budget in args.budget} if args.budget else
+            {name: (sets, cap, scale.eval_every) for name, sets in variants.items()})
+    ref_eval = scale.steps if args.budget else scale.eval_every
+    rows: dict[str, list[dict]] = {"reference": [], **{k: [] for k in runs}}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
-        ref = train_nanogpt(dataset, scale, scale.steps, seed, torch.bfloat16 if bf16 else None)
+        ref = train_nanogpt(dataset, scale, scale.steps, seed, torch.bfloat16 if bf16 else None,
+                            ref_eval)
         rows["reference"].append(ref)
         print(f"seed {seed}: nanoGPT {scale.steps} steps in {ref['seconds']:.1f} s "
               f"({ref['cpu']:.1f} s CPU), val loss L = {ref['val']:.4f}  "
               f"(load {os.getloadavg()[0]:.1f})", flush=True)
-        for name, sets in variants.items():
-            run = train_sheepop(dataset, base + sets, cap, seed, scale.eval_every, ref["val"])
+        for name, (sets, steps, every) in runs.items():
+            run = train_sheepop(dataset, base + sets, steps, seed, every, ref["val"])
             rows[name].append(run)
             got = (f"reached L at step {run['reached_step']} in {run['reached_s']:.1f} s "
-                   f"({run['cpu']:.1f} s CPU)" if run["reached_step"]
-                   else f"not in {cap} steps (val {run['val']:.4f})")
+                   f"({run['cpu']:.1f} s CPU), val {run['val']:.4f}" if run["reached_step"]
+                   else f"not in {steps} steps (val {run['val']:.4f})")
             print(f"  {name}: {got}  (load {os.getloadavg()[0]:.1f})", flush=True)
         if args.reference_after:  # the same run again: the recipes between its two timings
             again = train_nanogpt(dataset, scale, scale.steps, seed,
-                                  torch.bfloat16 if bf16 else None)
+                                  torch.bfloat16 if bf16 else None, ref_eval)
             print(f"  nanoGPT again: {again['seconds']:.1f} s ({again['cpu']:.1f} s CPU), val "
                   f"loss {again['val']:.4f}; the reference's time: the mean of the two",
                   flush=True)
@@ -333,7 +348,7 @@ def main() -> None:
     print("| recipe | steps to L | x reference | seconds to L | x reference, seed by seed "
           "(median) | CPU x reference, seed by seed (median) | reached |")
     print("|---|---|---|---|---|---|---|")
-    for name in variants:
+    for name in runs:
         done = [(r, ref) for r, ref in zip(rows[name], rows["reference"]) if r["reached_step"]]
         steps = [r["reached_step"] for r, _ in done]
         secs = [r["reached_s"] for r, _ in done]

@@ -84,6 +84,18 @@ def test_the_reference_trained_again_is_the_same_run():
     """`--reference-after` times the reference a second time after the recipes and takes the mean
     of the two times: that is fair only if the second run is the same computation, to the bit."""
     dataset = load_dataset(None, SCALE.data)
-    first, again = (speedrun.train_nanogpt(dataset, SCALE, SCALE.steps, 5, None)
+    first, again = (speedrun.train_nanogpt(dataset, SCALE, SCALE.steps, 5, None, SCALE.eval_every)
                     for _ in range(2))
     assert first["val"] == again["val"] and first["seconds"] > 0 and again["seconds"] > 0
+
+
+def test_a_budget_run_is_judged_by_its_one_evaluation_at_the_end():
+    """`--budget S`: the recipe trains exactly S steps, evaluated once at step S; it reaches L
+    when that loss is at or below L, at step S, whatever the loss did before."""
+    dataset = load_dataset(None, SCALE.data)
+    settings = [*speedrun.shape_settings(SCALE, "float32", 1), *speedrun.NANOGPT,
+                *(s for sets in speedrun.RECIPE.values() for s in sets)]
+    above = speedrun.train_sheepop(dataset, settings, 6, 1, 6, target=0.5)
+    assert above["reached_step"] is None and above["val"] > 0.5  # a 6-step model's loss is ~3+
+    below = speedrun.train_sheepop(dataset, settings, 6, 1, 6, target=above["val"])
+    assert below["reached_step"] == 6 and below["val"] == above["val"]  # the same run, to the bit
