@@ -166,17 +166,25 @@ class KVCache:
         to need more columns grows the buffers of every layer (`reserve`). The length advances in
         `advance`, once every layer has stored its part."""
         t = k_new.shape[2]
-        start, end = self.length, self.length + t
-        if end > self.max_len:
-            if not (self.rolling and self.full and t == 1):
-                raise ValueError(f"KV cache full: {end} positions > max_len {self.max_len}")
-            start, end = self.column(), self.column() + 1
-        elif end > self.capacity:
-            self.reserve(end)
+        start, end = self.written(t)
         self.k[layer, :, :, start:end] = k_new
         self.v[layer, :, :, start:end] = v_new
         end = min(self.length + t, self.max_len)
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def written(self, t: int) -> tuple[int, int]:
+        """The columns start..end that t new tokens are written to (`update`'s rule), room made:
+        after the cached ones, or, in a full ring, one token over the oldest column. An engine
+        that writes a token's column itself (sheepop.scratch.decode_step) asks here; it then
+        attends over the first min(length + 1, max_len) columns."""
+        start, end = self.length, self.length + t
+        if end > self.max_len:
+            if not (self.rolling and self.full and t == 1):
+                raise ValueError(f"KV cache full: {end} positions > max_len {self.max_len}")
+            return self.column(), self.column() + 1
+        if end > self.capacity:
+            self.reserve(end)
+        return start, end
 
     def advance(self, t: int) -> None:
         self.length += t

@@ -228,6 +228,11 @@ def build(config: Config, weights: Weights, tokenizer: Tokenizer | None = None,
             if compiled:  # the first start on this machine: what compiling cost
                 print(compiled, file=sys.stderr)
         lm: CachedLM = NumpyLM(config.model, weights, never_generate=never)
+        if lm.step is not None:  # its kernels too, before the first token
+            from sheepop.scratch.decode_step import warm_step_kernels
+            compiled = warm_step_kernels()
+            if compiled:
+                print(compiled, file=sys.stderr)
     elif engine == "torch":
         import torch
 

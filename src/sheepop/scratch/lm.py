@@ -1,7 +1,9 @@
 """The NumPy engine's side of the generation loops: `NumpyLM`, the arithmetic of a `CachedLM`.
 
 The bookkeeping of caches and left-padded batches is shared (sheepop.generation.cached_lm); the
-logits come from the one forward pass of the engine, `gpt_forward`, with its KV cache.
+logits come from the one forward pass of the engine, `gpt_forward`, with its KV cache, except a
+single sequence's decode step in a model held narrow, which the compiled step computes
+(sheepop.scratch.decode_step: the same formulas in ~10 calls a block, not ~40).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from sheepop.generation.cached_lm import CachedLM
 from sheepop.generation.steering import point_of
 from sheepop.scratch.attention import additive
 from sheepop.scratch.gpt import gpt_forward, new_cache
-from sheepop.scratch.hooks import hooked
+from sheepop.scratch.hooks import active, hooked
 from sheepop.scratch.init import check_weights
 from sheepop.scratch.narrow import NarrowWeight
 
@@ -57,13 +59,29 @@ class NumpyLM(CachedLM):
                        for name in check_weights(cfg, weights)}
         self.dtype = np.dtype(dtype)
         self.cfg = cfg
+        self.step = self._compiled_step()
         self._new_caches()
+
+    def _compiled_step(self):
+        """The compiled decode step (sheepop.scratch.decode_step) for a model held narrow that
+        it computes, else None: its module and numba are imported only then."""
+        if self.dtype != np.float32 or not any(isinstance(w, NarrowWeight)
+                                               for w in self.params.values()):
+            return None
+        from sheepop.scratch.decode_step import DecodeStep, refusal
+        return None if refusal(self.cfg, self.params) else DecodeStep(self.cfg, self.params)
 
     def _new_cache(self, batch: int, max_len: int | None = None) -> KVCache:
         return new_cache(self.cfg, batch, max_len, self.dtype)
 
     def _logits(self, idx: np.ndarray, cache: KVCache | None, pos_ids: np.ndarray | None = None,
                 key_mask: np.ndarray | None = None, last_only: bool = True) -> np.ndarray:
+        if (self.step is not None and idx.shape == (1, 1) and cache is not None
+                and cache.batch == 1 and pos_ids is None and key_mask is None
+                and not self.additions and active() is None):  # one sequence's next token
+            with np.errstate(over="ignore", invalid="ignore"):
+                logits = self.step(int(idx[0, 0]), cache)
+            return logits if last_only else logits[:, None]
         with np.errstate(over="ignore", invalid="ignore"), self._steered():
             logits, _, _ = gpt_forward(self.params, self.cfg, idx, cache=cache,
                                        pos_ids=pos_ids, key_mask=key_mask, last_only=last_only)

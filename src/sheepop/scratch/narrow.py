@@ -292,16 +292,25 @@ def warm_kernels(weights: Mapping[str, object]) -> str | None:
     kinds = {type(w) for w in weights.values() if isinstance(w, NarrowWeight)}
     if not kinds:
         return None
+
+    def run() -> None:
+        for kind in kinds:  # a decode step's product and a prompt's (its rounding of x)
+            weight = kind(np.zeros((1, GROUP), np.float32))
+            weight.product(np.zeros((1, GROUP), np.float32))
+            weight.wide_product(np.zeros((weight.kernel_rows + 1, GROUP), np.float32))
+    return compiling(kernels().KERNELS, run)
+
+
+def compiling(compiled_kernels, run) -> str | None:
+    """`run()`, which calls numba's `compiled_kernels`: the start-up line naming those it
+    compiled (rather than loading them from numba's cache) and the seconds it took, or None."""
     def misses(kernel) -> int:  # numba counts them over the process, not per call
         return sum(kernel.stats.cache_misses.values())
-    before = {k: misses(k) for k in kernels().KERNELS}
+    before = {k: misses(k) for k in compiled_kernels}
     start = time.perf_counter()
-    for kind in kinds:  # a decode step's product and a prompt's (its rounding of x)
-        weight = kind(np.zeros((1, GROUP), np.float32))
-        weight.product(np.zeros((1, GROUP), np.float32))
-        weight.wide_product(np.zeros((weight.kernel_rows + 1, GROUP), np.float32))
+    run()
     seconds = time.perf_counter() - start
-    compiled = [k for k in kernels().KERNELS if misses(k) > before[k]]
+    compiled = [k for k in compiled_kernels if misses(k) > before[k]]
     if not compiled:
         return None
     names = ", ".join(dict.fromkeys(k.__name__.removesuffix("_serial") for k in compiled))

@@ -52,10 +52,10 @@ this file, whose time alone tells numba that the cached kernels inlining that IR
 # Each kernel comes twice: `<name>` shares its output rows among threads, `<name>_serial` runs
 # them on the calling thread, without a parallel region to start (~1 us of a product's ~2).
 _FASTMATH = {"reassoc", "contract", "nsz"}
-_SERIAL = dict(cache=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy",
-               nogil=True)
-_COMPILE = dict(_SERIAL, parallel=True)
-_ROW = dict(_SERIAL, inline="always")  # one output row, written into both forms' loops
+SERIAL = dict(cache=True, fastmath=_FASTMATH, boundscheck=False, error_model="numpy",
+              nogil=True)
+_COMPILE = dict(SERIAL, parallel=True)
+INLINED = dict(SERIAL, inline="always")  # one output row, written into both forms' loops
 
 
 @intrinsic
@@ -67,7 +67,7 @@ def float32_of_bits(typingctx, bits):
     return types.float32(types.uint32), codegen_
 
 
-@njit(**_ROW)
+@njit(**INLINED)
 def bf16_row(bits: np.ndarray, x: np.ndarray, y: np.ndarray, o: int) -> None:
     """y[r, o] = sum_i x[r, i] float(bits[o, i] << 16) for every row r: bits (out, in) uint16,
     x (rows, in) float32, y (rows, out) float32, written in place."""
@@ -85,7 +85,7 @@ def bf16_product(bits: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
         bf16_row(bits, x, y, o)
 
 
-@njit(**_SERIAL)
+@njit(**SERIAL)
 def bf16_product_serial(bits: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     for o in range(bits.shape[0]):
         bf16_row(bits, x, y, o)
@@ -93,7 +93,7 @@ def bf16_product_serial(bits: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
 
 # ---- x in 8 bits a block, and the integer dot products against it ----
 
-@njit(**_SERIAL)
+@njit(**SERIAL)
 def quantize_blocks(x: np.ndarray, blocks: int, halves_paired: bool
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(xq, dx, sums) for the first 32 `blocks` inputs of each row of x (rows, in) float32:
@@ -132,7 +132,7 @@ def quantize_blocks(x: np.ndarray, blocks: int, halves_paired: bool
     return xq, dx, sums
 
 
-@njit(**_ROW)
+@njit(**INLINED)
 def int8_row(q: np.ndarray, d: np.ndarray, x: np.ndarray, xq: np.ndarray, dx: np.ndarray,
              y: np.ndarray, o: int) -> None:
     """y[r, o] = sum_g d[o, g] dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j] + d[o, G] sum_i
@@ -158,14 +158,14 @@ def int8_product(q: np.ndarray, d: np.ndarray, x: np.ndarray, y: np.ndarray) -> 
         int8_row(q, d, x, xq, dx, y, o)
 
 
-@njit(**_SERIAL)
+@njit(**SERIAL)
 def int8_product_serial(q: np.ndarray, d: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     xq, dx, _ = quantize_blocks(x, q.shape[1] // BLOCK, False)
     for o in range(q.shape[0]):
         int8_row(q, d, x, xq, dx, y, o)
 
 
-@njit(**_ROW)
+@njit(**INLINED)
 def int4_row(packed: np.ndarray, scale: np.ndarray, low: np.ndarray, xq: np.ndarray,
              dx: np.ndarray, sums: np.ndarray, y: np.ndarray, o: int) -> None:
     """y[r, o] = sum_g (d[o, g] dx[r, g] sum_j q[o, 32g + j] xq[r, 32g + j] + low[o, g]
@@ -186,7 +186,7 @@ def int4_product(packed: np.ndarray, scale: np.ndarray, low: np.ndarray, x: np.n
         int4_row(packed, scale, low, xq, dx, sums, y, o)
 
 
-@njit(**_SERIAL)
+@njit(**SERIAL)
 def int4_product_serial(packed: np.ndarray, scale: np.ndarray, low: np.ndarray,
                         x: np.ndarray, y: np.ndarray) -> None:
     xq, dx, sums = quantize_blocks(x, scale.shape[1], True)
