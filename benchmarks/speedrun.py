@@ -14,10 +14,11 @@ The reference is nanoGPT's own recipe written here as nanoGPT's code does it
 (0.9, 0.99), decay 0.1; its schedule, a 100-step warmup then a cosine to 1e-4; clipping at 1.0:
 config/train_shakespeare_char.py's settings). It trains `--steps` steps; its last validation
 loss is the target L. sheepop's recipe (RoPE, RMSNorm, QK-norm, ReLU^2, logit soft-capping,
-zero-initialised projections, Muon for the blocks' matrices, warmup-stable-decay) then trains
-with `train.target_val_loss = L`, evaluating every `--eval-every` steps, and the summary's step
-and second are its time to L. Both draw the same batches (sheepop's window sampler, same seed)
-and are measured on the same held-out windows; both count their evaluations in their time. The
+zero-initialised projections, Muon with momentum 0.9 for the blocks' matrices,
+warmup-stable-decay) then trains with `train.target_val_loss = L`, evaluating every
+`--eval-every` steps, and the summary's step and second are its time to L. Both draw the
+same batches (sheepop's window sampler, same seed) and are measured on the same held-out
+windows; both count their evaluations in their time. The
 two alternate seed by seed, so a burst of load on the shared machine lands on both; the figures
 are medians over the seeds with their spread, and the load average is printed beside them.
 Within a seed the reference runs first (its loss is the target); with `--reference-after` it
@@ -103,7 +104,9 @@ RECIPE = {
     "relu2": ["model.activation=relu2"],
     "softcap": ["model.logit_softcap=15"],
     "zero_init": ["model.zero_init_proj=true"],
-    "muon": ["train.optimizer=muon", "train.muon_lr=0.02"],
+    # Muon's momentum 0.9, not torch's 0.95: a run of ~60-80 steps wants a shorter memory
+    # (docs/speedrun.md, "By modded-nanogpt's rule")
+    "muon": ["train.optimizer=muon", "train.muon_lr=0.02", "train.muon_momentum=0.9"],
     "wsd": ["train.schedule=wsd", "train.cooldown=0.3", "train.lr=3e-3", "train.min_lr=3e-4"],
     "no_warmup": ["train.warmup_steps=0"],
 }
