@@ -108,11 +108,12 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def run(args: argparse.Namespace) -> int:
     if args.help_config or args.print_config:
         return show_config(args, config_from_args(args))
-    from sheepop.train import distributed
+    from sheepop.train import signals
+    with signals.deferred():  # it imports torch, whose start a Ctrl-C could abort (signals.py)
+        from sheepop.train import distributed
     if args.nproc and not distributed.under_torchrun():
         from sheepop.cli.launch import argv_from_args, launch
         return launch(args.nproc, ["train", *argv_from_args(args.train_parser, args, ("nproc",))])
-    from sheepop.train import signals
     from sheepop.train.start import refuse_run_as_data, schedule_warning, setup
     refuse_run_as_data(args.data)
     cfg = config_from_args(args)
