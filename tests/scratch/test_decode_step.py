@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sheepop.config.schema import ModelConfig
+from sheepop.generation.running_batch import RunningBatch
 from sheepop.scratch.attention import grouped_decode_forward
 from sheepop.scratch.decode_kernels import (
     add_rms_norm_row,
@@ -172,6 +173,25 @@ def test_hooks_and_steering_take_gpt_forward(monkeypatch):
     lm.additions = {}
     lm.prefill_batch([[1, 2], [3, 4]])
     lm.decode_batch([5, 6])
+
+
+def test_a_servers_running_batch_of_one_row_takes_the_step():
+    """The server's continuous batch holding one row without padding decodes through the step
+    (its cache a one-row view of the batch's store), with gpt_forward's logits (bf16: to
+    float32's sums)."""
+    cfg = _cfg()
+    lm = NumpyLM(cfg, narrow_weights(init_params(cfg, seed=5), "bfloat16"))
+    calls, step = [], lm.step
+    lm.step = lambda token, cache: calls.append(token) or step(token, cache)
+    batch = RunningBatch(lm, 1)
+    prompt = [1, 2, 3, 4]
+    got = [batch.join([prompt])[0]]
+    for _ in range(6):
+        got.append(batch.step([int(np.argmax(got[-1]))])[0])
+    assert len(calls) == 6
+    lm.step = None
+    want = [lm.prefill(prompt)] + [lm.decode(int(np.argmax(z))) for z in got[:-1]]
+    assert np.abs(np.stack(got) - np.stack(want)).max() <= 1e-5 * np.abs(want).max()
 
 
 def test_the_first_build_says_it_compiled_the_steps_kernels(tmp_path):
