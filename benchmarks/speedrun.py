@@ -18,9 +18,9 @@ zero-initialised projections, Muon with momentum 0.9 for the blocks' matrices,
 warmup-stable-decay) then trains with `train.target_val_loss = L`, evaluating every
 `--eval-every` steps, and the summary's step and second are its time to L. Both draw the
 same batches (sheepop's window sampler, same seed) and are measured on the same held-out
-windows; both count their evaluations in their time. The
-two alternate seed by seed, so a burst of load on the shared machine lands on both; the figures
-are medians over the seeds with their spread, and the load average is printed beside them.
+windows; both count their evaluations in their time. The two alternate seed by seed, so a burst
+of load on the shared machine lands on both; the figures are medians over the seeds with their
+spread, and the load average is printed beside them.
 Within a seed the reference runs first (its loss is the target); with `--reference-after` it
 runs again after the recipes and its time is the mean of the two, so that a change in the
 machine's speed between them moves both sides alike.

@@ -53,14 +53,13 @@ def refusal(cfg: ModelConfig, params: Params) -> str | None:
             return f"{name} = {value} (the compiled step computes {needed})"
     if cfg.qk_norm:
         return "model.qk_norm = True (the compiled step has no QK-norm)"
-    read = {"tok_emb.weight", "head.weight", "ln_f.weight",
-            *(f"blocks.{i}.{m}.weight" for i in range(cfg.n_layer)
-              for m in ("ln1", "ln2", *BLOCK_MATRICES))}
-    other = sorted(params.keys() - read)
+    matrices = [f"blocks.{i}.{m}.weight" for i in range(cfg.n_layer) for m in BLOCK_MATRICES]
+    gains = [f"blocks.{i}.{n}.weight" for i in range(cfg.n_layer) for n in ("ln1", "ln2")]
+    other = sorted(params.keys() - {"tok_emb.weight", "head.weight", "ln_f.weight", *matrices,
+                                    *gains})
     if other:
         return f"{other[0]}: a parameter the compiled step does not read"
     _, head, _ = token_tables(params)
-    matrices = [f"blocks.{i}.{m}.weight" for i in range(cfg.n_layer) for m in BLOCK_MATRICES]
     wide = [n for n in matrices if not isinstance(params[n], NarrowWeight)]
     if wide or not isinstance(head, NarrowWeight):
         return f"{(wide or ['the head'])[0]} is float32 (the compiled step is for narrow weights)"
@@ -92,7 +91,9 @@ class DecodeStep:
         turn = rope_angles(slice(cache.length, cache.length + 1), cfg.head_dim, cfg.rope_theta,
                            np.float32).turn[0]
         cos, sin = np.ascontiguousarray(turn.real), np.ascontiguousarray(turn.imag)
-        h = np.array(self.table[[token]][0], np.float32)  # (d,): the residual stream, in place
+        # (d,): the residual stream, updated in place; the lookup is already a copy of the
+        # table's row (fancy indexing, or a narrow table's dequantized rows)
+        h = np.ascontiguousarray(self.table[[token]][0], np.float32)
         normed, heads, hidden = self.normed, self.heads, self.hidden
         branch = None  # the last branch's output, added to h by the next norm
         for i, (ln1, ln2, qkv_w, proj_w, gate_w, up_w, down_w) in enumerate(self.blocks):
