@@ -6,8 +6,11 @@
 Each iteration times one optimizer step (forward, backward, clipping, update) of each contender
 on the same batch, the order alternating, so a burst of load lands on all; the figure is the
 median step time and Muon's over AdamW's, per engine. Target (issue 42): Muon's step <= 1.15x
-AdamW's. torch's Muon runs its Newton-Schulz iteration in bfloat16 where the CPU has bf16
-instructions and in float32 elsewhere (train.muon_ns_dtype = auto); `--ns-dtype` forces one.
+AdamW's. The torch engine's Muon runs its Newton-Schulz iteration in bfloat16 where the CPU has
+bf16 instructions and in float32 elsewhere (train.muon_ns_dtype = auto); `--ns-dtype` forces
+one. `--dtype bfloat16` trains under bf16 autocast, as the speedrun does on such a CPU.
+
+    python benchmarks/muon_step.py --shape speedrun-bpe --iters 8 --threads 1 --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -45,14 +48,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ns-dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     ap.add_argument("--engines", default="torch,numpy")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the torch engine's training dtype (bfloat16: autocast, as the "
+                         "speedrun trains where the CPU has bf16 instructions); NumPy: float32")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(machine.summary())
     contenders = {}
     for engine in args.engines.split(","):
         for optimizer in ("adamw", "muon"):
+            dtype = args.dtype if engine == "torch" else "float32"
             cfg = build_config(None, None, [*SHAPES[args.shape], "train.device=cpu",
-                                            "train.dtype=float32", "model.dropout=0",
+                                            f"train.dtype={dtype}", "model.dropout=0",
                                             f"train.optimizer={optimizer}",
                                             f"train.muon_ns_dtype={args.ns_dtype}"])
             kind = TorchEngine if engine == "torch" else NumpyEngine
@@ -75,8 +82,8 @@ def main() -> None:
         muon = statistics.median(times[f"{engine} muon"]) * 1e3
         extra = ""
         if engine == "torch":
-            kind = type(contenders["torch muon"].optimizers[1]).__name__
-            extra = f" ({kind})"
+            ns_dtype = contenders["torch muon"].optimizers[1].ns_dtype or torch.float32
+            extra = f" (the iteration in {str(ns_dtype).replace('torch.', '')})"
         print(f"{engine}: AdamW {adamw:.1f} ms, Muon {muon:.1f} ms{extra}: "
               f"{muon / adamw:.2f}x")
 

@@ -5,10 +5,11 @@ Muon's learning rate follows the same schedule as AdamW's, scaled to its own pea
 lr_muon(t) = train.muon_lr * lr(t) / train.lr. Its matrices take no weight decay (nanochat's and
 modded-nanogpt's choice: the orthogonalised step has a fixed size whatever the gradient's).
 
-torch.optim.Muon runs its Newton-Schulz iteration in bfloat16. On a CPU without bf16
-instructions every bf16 product is emulated (tens of times slower than float32,
-docs/performance.md), so there `FloatMuon` runs the same update with the iteration in the
-parameter's own dtype (float32): `train.muon_ns_dtype` chooses, auto by the device.
+`StackedMuon` is torch.optim.Muon with sheepop's Newton-Schulz iteration: the matrices of one
+shape in one batched product, through the Gram matrix where that takes fewer flops. torch's runs
+in bfloat16 always; on a CPU without bf16 instructions every bf16 product is emulated (tens of
+times slower than float32, docs/performance.md), so `train.muon_ns_dtype` chooses, auto by the
+device: bfloat16 where it has the instructions, else the parameter's own dtype.
 """
 
 from __future__ import annotations
@@ -20,28 +21,28 @@ import torch
 from sheepop.arch.params import decays, uses_muon
 from sheepop.config.schema import TrainConfig
 
+# The Gram form's m x m products in half precision drift (A <- Q A Q, nothing recomputes A from
+# X): after this many steps it starts again from X, as the plain iteration does every step
+# (docs/derivations/muon.md, "In bfloat16: restarted").
+HALF_PRECISION_GRAM_STEPS = 3
+
 
 def newton_schulz(m: torch.Tensor, steps: int, coefficients: tuple[float, float, float],
                   eps: float) -> torch.Tensor:
     """NS_k(M) in M's own dtype: k steps of X <- a X + (b A + c A^2) X, A = X X^T, from
     X = M / ||M||_F, on the side with fewer rows; for a matrix over 1.5x as wide as tall, the
     same polynomial through the Gram matrix alone, Q_{k-1} ... Q_0 X_0 (fewer flops; the
-    NumPy engine's unit, scratch/muon.py, derives both). M may be a stack (n, rows, cols) of
-    matrices of one shape: one batched product for all of them."""
+    NumPy engine's unit, scratch/muon.py, derives both), in half precision restarted from X every
+    HALF_PRECISION_GRAM_STEPS steps. M may be a stack (n, rows, cols) of matrices of one shape:
+    one batched product for all of them."""
     a, b, c = coefficients
     tall = m.size(-2) > m.size(-1)
     x = m.mT if tall else m
     x = x / x.norm(dim=(-2, -1), keepdim=True).clamp(min=eps)
     if steps > 0 and x.size(-1) > 1.5 * x.size(-2):
-        gram = x @ x.mT
-        eye = torch.eye(gram.size(-1), dtype=gram.dtype, device=gram.device)
-        product = None
-        for t in range(steps):
-            q = a * eye + b * gram + c * (gram @ gram)
-            product = q if product is None else q @ product
-            if t < steps - 1:
-                gram = q @ gram @ q
-        x = product @ x
+        segment = steps if x.element_size() > 2 else HALF_PRECISION_GRAM_STEPS
+        for done in range(0, steps, segment):
+            x = left_factor(x @ x.mT, min(segment, steps - done), a, b, c) @ x
     else:
         for _ in range(steps):
             gram = x @ x.mT
@@ -49,12 +50,32 @@ def newton_schulz(m: torch.Tensor, steps: int, coefficients: tuple[float, float,
     return x.mT if tall else x
 
 
-class FloatMuon(torch.optim.Muon):
-    """torch.optim.Muon's update (the same lerps, decay and shape scale) with the Newton-Schulz
-    iteration in the parameter's dtype instead of bfloat16, the matrices of one shape
-    orthogonalised together: a layer's matrices come in a few shapes repeated n_layer times,
-    and one batched product costs about what one small product does (16 separate small
-    iterations made Muon's step 2x AdamW's on a 4-layer model, docs/speedrun.md)."""
+def left_factor(gram: torch.Tensor, steps: int, a: float, b: float, c: float) -> torch.Tensor:
+    """Q_{k-1} ... Q_0 from A_0 = X_0 X_0^T: Q_t = a I + b A_t + c A_t^2, A_{t+1} = Q_t A_t Q_t
+    (scratch/muon.py's left_factor, batched)."""
+    eye = torch.eye(gram.size(-1), dtype=gram.dtype, device=gram.device)
+    product = None
+    for t in range(steps):
+        q = a * eye + b * gram + c * (gram @ gram)
+        product = q if product is None else q @ product
+        if t < steps - 1:
+            gram = q @ gram @ q
+    return product
+
+
+class StackedMuon(torch.optim.Muon):
+    """torch.optim.Muon's update (the same lerps, decay and shape scale; its state and
+    settings) with sheepop's iteration: in `ns_dtype` (torch's is always bfloat16; None: the
+    parameter's own), through the Gram matrix where a matrix is wide (`newton_schulz`), the
+    matrices of one shape orthogonalised together. A layer's matrices come in a few shapes
+    repeated n_layer times, and one batched product costs about what one small product does
+    (16 separate small iterations made Muon's step 2x AdamW's on a 4-layer model,
+    docs/speedrun.md); the Gram form halves the bfloat16 iteration's time at the BPE
+    speedrun's shape (docs/derivations/muon.md)."""
+
+    def __init__(self, params: Any, ns_dtype: torch.dtype | None, **settings: Any):
+        super().__init__(params, **settings)
+        self.ns_dtype = ns_dtype
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> None:
@@ -70,10 +91,12 @@ class FloatMuon(torch.optim.Muon):
                 by_shape.setdefault(tuple(p.shape), []).append((p, update))
             for (rows, cols), pairs in by_shape.items():
                 stacked = torch.stack([update for _, update in pairs])
+                stacked = stacked.to(self.ns_dtype or stacked.dtype)
                 ortho = newton_schulz(stacked, group["ns_steps"], group["ns_coefficients"],
                                       group["eps"])
                 for (p, _), o in zip(pairs, ortho):
-                    p.mul_(1 - lr * group["weight_decay"])
+                    if group["weight_decay"]:  # torch multiplies by 1 - 0 too: the same p
+                        p.mul_(1 - lr * group["weight_decay"])
                     p.add_(o, alpha=-lr * max(1.0, rows / cols) ** 0.5)
 
 
@@ -84,8 +107,12 @@ def decay_groups(params: list[torch.nn.Parameter], weight_decay: float) -> list[
             {"params": [p for p in params if not decays(p.shape)], "weight_decay": 0.0}]
 
 
-def muon_in_bf16(cfg: TrainConfig, native_bf16: bool) -> bool:
-    return cfg.muon_ns_dtype == "bfloat16" or (cfg.muon_ns_dtype == "auto" and native_bf16)
+def muon_ns_dtype(cfg: TrainConfig, native_bf16: bool) -> torch.dtype | None:
+    """train.muon_ns_dtype: bfloat16, auto where the device has bf16 instructions; else None,
+    the parameters' own dtype (float32, or float64 in a float64 run)."""
+    if cfg.muon_ns_dtype == "bfloat16" or (cfg.muon_ns_dtype == "auto" and native_bf16):
+        return torch.bfloat16
+    return None
 
 
 def build_optimizers(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConfig,
@@ -99,9 +126,9 @@ def build_optimizers(named: list[tuple[str, torch.nn.Parameter]], cfg: TrainConf
                               betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=fused)
     if not muon:
         return [adamw]
-    kind = torch.optim.Muon if muon_in_bf16(cfg, native_bf16) else FloatMuon
-    return [adamw, kind(muon, lr=cfg.muon_lr, momentum=cfg.muon_momentum, nesterov=True,
-                        weight_decay=0.0, ns_steps=cfg.muon_ns_steps)]
+    return [adamw, StackedMuon(muon, muon_ns_dtype(cfg, native_bf16), lr=cfg.muon_lr,
+                               momentum=cfg.muon_momentum, nesterov=True, weight_decay=0.0,
+                               ns_steps=cfg.muon_ns_steps)]
 
 
 def set_lr(optimizers: list[torch.optim.Optimizer], lr: float, cfg: TrainConfig) -> None:
