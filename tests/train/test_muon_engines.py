@@ -79,8 +79,8 @@ def decaying(shape: tuple[int, int], seed: int, smallest: float) -> np.ndarray:
 @pytest.mark.parametrize("smallest", [1e-2, 1e-4, 1e-6])
 def test_the_bfloat16_gram_form_restarts_within_bfloat16s_bound(shape, smallest, monkeypatch):
     """In bfloat16 the Gram form starts again from X after HALF_PRECISION_GRAM_STEPS steps and
-    stays within bfloat16's bound of the float64 plain iteration, k sqrt(n) 2^-8 (0.31-0.33
-    here; measured 0.04-0.17). Without the restart (one Gram run of all five steps) the same
+    stays within bfloat16's bound of the float64 iteration (the plain one to rounding, above),
+    k sqrt(n) 2^-8 (0.31-0.33 here; measured 0.04-0.17). Without the restart (one Gram run of all five steps) the same
     matrices end 0.8-50 away: A <- Q A Q in bfloat16 drifts with nothing to pull it back."""
     bound = 5 * np.sqrt(max(shape)) * 2.0 ** -8
 
@@ -121,6 +121,18 @@ def test_stacked_muon_in_bfloat16_steps_as_torch_muon():
             assert (ours_step - their_step).norm() <= bound * their_step.norm()
             with torch.no_grad():
                 a.copy_(b)
+
+
+@pytest.mark.parametrize("setting, native, expected", [
+    ("auto", True, torch.bfloat16), ("auto", False, None), ("bfloat16", False, torch.bfloat16),
+    ("float32", True, None)])
+def test_train_muon_ns_dtype_chooses_the_iterations_dtype(setting, native, expected):
+    """auto: bfloat16 where the device has bf16 instructions, else the parameters' own dtype
+    (None); bfloat16 and float32 whatever the device."""
+    named = list(torch.nn.Linear(8, 8, bias=False).named_parameters(prefix="blocks.0.attn.proj"))
+    cfg = dataclasses.replace(TCFG, muon_ns_dtype=setting)
+    muon = optimizers.build_optimizers(named, cfg, fused=False, native_bf16=native)[1]
+    assert muon.ns_dtype == expected
 
 
 def run_steps(engine, steps: range) -> list[float]:
