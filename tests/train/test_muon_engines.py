@@ -80,8 +80,9 @@ def decaying(shape: tuple[int, int], seed: int, smallest: float) -> np.ndarray:
 def test_the_bfloat16_gram_form_restarts_within_bfloat16s_bound(shape, smallest, monkeypatch):
     """In bfloat16 the Gram form starts again from X after HALF_PRECISION_GRAM_STEPS steps and
     stays within bfloat16's bound of the float64 iteration (the plain one to rounding, above),
-    k sqrt(n) 2^-8 (0.31-0.33 here; measured 0.04-0.17). Without the restart (one Gram run of all five steps) the same
-    matrices end 0.8-50 away: A <- Q A Q in bfloat16 drifts with nothing to pull it back."""
+    k sqrt(n) 2^-8 (0.31-0.33 here; measured 0.04-0.17). Without the restart (one Gram run of
+    all five steps) the same matrices end 0.8-50 away: A <- Q A Q in bfloat16 drifts with
+    nothing to pull it back."""
     bound = 5 * np.sqrt(max(shape)) * 2.0 ** -8
 
     def error() -> float:
