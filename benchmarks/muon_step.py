@@ -11,6 +11,7 @@ bf16 instructions and in float32 elsewhere (train.muon_ns_dtype = auto); `--ns-d
 one. `--dtype bfloat16` trains under bf16 autocast, as the speedrun does on such a CPU.
 
     python benchmarks/muon_step.py --shape speedrun-bpe --iters 8 --threads 1 --dtype bfloat16
+    python benchmarks/muon_step.py --shape speedrun-bpe --batch-size 16   # twice the tokens
 """
 
 from __future__ import annotations
@@ -48,23 +49,28 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ns-dtype", choices=["auto", "bfloat16", "float32"], default="auto")
     ap.add_argument("--engines", default="torch,numpy")
+    ap.add_argument("--batch-size", type=int, default=0,
+                    help="sequences a step (0: the shape's); the iteration costs as the "
+                         "parameters do, the step as the tokens do")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                     help="the torch engine's training dtype (bfloat16: autocast, as the "
                          "speedrun trains where the CPU has bf16 instructions); NumPy: float32")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(machine.summary())
+    sized = [f"train.batch_size={args.batch_size}"] if args.batch_size else []
+    shape = [*SHAPES[args.shape], *sized]
     contenders = {}
     for engine in args.engines.split(","):
         for optimizer in ("adamw", "muon"):
             dtype = args.dtype if engine == "torch" else "float32"
-            cfg = build_config(None, None, [*SHAPES[args.shape], "train.device=cpu",
+            cfg = build_config(None, None, [*shape, "train.device=cpu",
                                             f"train.dtype={dtype}", "model.dropout=0",
                                             f"train.optimizer={optimizer}",
                                             f"train.muon_ns_dtype={args.ns_dtype}"])
             kind = TorchEngine if engine == "torch" else NumpyEngine
             contenders[f"{engine} {optimizer}"] = kind(cfg.model, cfg.train)
-    m = build_config(None, None, SHAPES[args.shape])
+    m = build_config(None, None, shape)
     rng = np.random.default_rng(0)
     x = rng.integers(0, 100, (m.train.batch_size, m.model.block_size))
     batch = [(x, np.roll(x, -1, axis=1))]
