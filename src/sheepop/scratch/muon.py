@@ -74,14 +74,16 @@ def orthogonalize(m: np.ndarray, steps: int = NS_STEPS,
     return x.T if tall else x
 
 
-def left_factor(gram: np.ndarray, steps: int, a: np.floating, b: np.floating,
-                c: np.floating) -> np.ndarray:
+def left_factor(gram, steps: int, a: float, b: float, c: float):
     """Q_{k-1} ... Q_0 from A_0 = X_0 X_0^T alone: Q_t = a I + b A_t + c A_t^2 and
-    A_{t+1} = Q_t A_t Q_t (the module's docstring), so that NS_k(X_0) = Q_{k-1} ... Q_0 X_0."""
-    eye = np.eye(len(gram), dtype=gram.dtype)
+    A_{t+1} = Q_t A_t Q_t (the module's docstring), so that NS_k(X_0) = Q_{k-1} ... Q_0 X_0.
+    Only products, sums and the diagonal: it takes a NumPy matrix, or a torch stack of them
+    (the torch engine's `newton_schulz` calls it, in its own dtype)."""
+    diagonal = list(range(gram.shape[-1]))
     product = None
     for t in range(steps):
-        q = a * eye + b * gram + c * (gram @ gram)
+        q = b * gram + c * (gram @ gram)
+        q[..., diagonal, diagonal] += a  # + a I
         product = q if product is None else q @ product
         if t < steps - 1:
             gram = q @ gram @ q

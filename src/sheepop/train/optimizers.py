@@ -20,6 +20,7 @@ import torch
 
 from sheepop.arch.params import decays, uses_muon
 from sheepop.config.schema import TrainConfig
+from sheepop.scratch.muon import left_factor
 
 # The Gram form's m x m products in half precision drift (A <- Q A Q, nothing recomputes A from
 # X): after this many steps it starts again from X, as the plain iteration does every step
@@ -32,9 +33,9 @@ def newton_schulz(m: torch.Tensor, steps: int, coefficients: tuple[float, float,
     """NS_k(M) in M's own dtype: k steps of X <- a X + (b A + c A^2) X, A = X X^T, from
     X = M / ||M||_F, on the side with fewer rows; for a matrix over 1.5x as wide as tall, the
     same polynomial through the Gram matrix alone, Q_{k-1} ... Q_0 X_0 (fewer flops; the
-    NumPy engine's unit, scratch/muon.py, derives both), in half precision restarted from X every
-    HALF_PRECISION_GRAM_STEPS steps. M may be a stack (n, rows, cols) of matrices of one shape:
-    one batched product for all of them."""
+    NumPy engine's unit, scratch/muon.py, derives both, and its `left_factor` serves both
+    engines), in half precision restarted from X every HALF_PRECISION_GRAM_STEPS steps. M may
+    be a stack (n, rows, cols) of matrices of one shape: one batched product for all of them."""
     a, b, c = coefficients
     tall = m.size(-2) > m.size(-1)
     x = m.mT if tall else m
@@ -48,19 +49,6 @@ def newton_schulz(m: torch.Tensor, steps: int, coefficients: tuple[float, float,
             gram = x @ x.mT
             x = a * x + (b * gram + c * (gram @ gram)) @ x
     return x.mT if tall else x
-
-
-def left_factor(gram: torch.Tensor, steps: int, a: float, b: float, c: float) -> torch.Tensor:
-    """Q_{k-1} ... Q_0 from A_0 = X_0 X_0^T: Q_t = a I + b A_t + c A_t^2, A_{t+1} = Q_t A_t Q_t
-    (scratch/muon.py's left_factor, batched)."""
-    eye = torch.eye(gram.size(-1), dtype=gram.dtype, device=gram.device)
-    product = None
-    for t in range(steps):
-        q = a * eye + b * gram + c * (gram @ gram)
-        product = q if product is None else q @ product
-        if t < steps - 1:
-            gram = q @ gram @ q
-    return product
 
 
 class StackedMuon(torch.optim.Muon):
